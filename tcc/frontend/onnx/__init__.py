@@ -1,0 +1,13 @@
+"""ONNX frontend: `from_onnx(model) -> IRModule`, one converter class per ONNX op."""
+
+from tcc.frontend.onnx import (  # noqa: F401  (registers converters)
+    elementwise,
+    index,
+    linalg,
+    nn,
+    reduce,
+    transform,
+)
+from tcc.frontend.onnx.importer import find_unsupported, format_unsupported, from_onnx, load_model
+
+__all__ = ["find_unsupported", "format_unsupported", "from_onnx", "load_model"]

@@ -1,0 +1,116 @@
+"""Converter base: one `OnnxOp` subclass per ONNX op, with a `v<N>` method per opset range."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from tcc.ir.errors import FrontendError
+
+
+@dataclass
+class OnnxNode:
+    """An ONNX node with decoded attributes (bytes -> str, tensors -> numpy arrays)."""
+
+    name: str
+    op_type: str
+    domain: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    opset: int = 0
+    proto: onnx.NodeProto | None = None
+
+    @classmethod
+    def from_proto(cls, node: onnx.NodeProto, opset: int, index: int) -> OnnxNode:
+        attrs = {a.name: decode_attribute(a) for a in node.attribute}
+        return cls(
+            name=node.name or f"{node.op_type}_{index}",
+            op_type=node.op_type,
+            domain=normalize_domain(node.domain),
+            inputs=list(node.input),
+            outputs=list(node.output),
+            attrs=attrs,
+            opset=opset,
+            proto=node,
+        )
+
+    def where(self) -> str:
+        return f"node {self.name!r} ({self.op_type}, opset {self.opset})"
+
+    def error(self, message: str) -> FrontendError:
+        """A FrontendError located at this node."""
+        return FrontendError(f"{self.where()}: {message}")
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self.inputs) and self.inputs[i] != ""
+
+
+def normalize_domain(domain: str) -> str:
+    return "" if domain in ("", "ai.onnx") else domain
+
+
+def decode_attribute(a: onnx.AttributeProto) -> Any:
+    v = onnx.helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", errors="replace")
+    if isinstance(v, onnx.TensorProto):
+        return numpy_helper.to_array(v)
+    if isinstance(v, list) and v and isinstance(v[0], bytes):
+        return [x.decode("utf-8", errors="replace") for x in v]
+    if isinstance(v, list) and v and isinstance(v[0], onnx.TensorProto):
+        return [numpy_helper.to_array(x) for x in v]
+    return v
+
+
+class OnnxOp:
+    """Subclasses set `op_type` (and `domain`) and define classmethods `v1`, `v13`, ...:
+    `vN(ctx, node)` handles opsets N up to the next defined version and returns the node's
+    outputs (one value or a list; None for an absent optional output)."""
+
+    op_type: ClassVar[str] = ""
+    domain: ClassVar[str] = ""
+
+    @classmethod
+    def versions(cls) -> list[int]:
+        return sorted(int(k[1:]) for k in dir(cls) if k[:1] == "v" and k[1:].isdigit())
+
+    @classmethod
+    def impl_for(cls, opset: int):
+        """The `vN` method with the largest N <= opset, or None."""
+        usable = [v for v in cls.versions() if v <= opset]
+        return getattr(cls, f"v{usable[-1]}") if usable else None
+
+
+CONVERTERS: dict[tuple[str, str], type[OnnxOp]] = {}
+
+
+def converter(op_type: str, domain: str = ""):
+    """Class decorator registering an OnnxOp subclass for `op_type`."""
+
+    def wrap(cls: type[OnnxOp]) -> type[OnnxOp]:
+        cls.op_type, cls.domain = op_type, normalize_domain(domain)
+        key = (cls.domain, op_type)
+        if key in CONVERTERS:
+            raise ValueError(f"converter for {op_type} registered twice")
+        CONVERTERS[key] = cls
+        return cls
+
+    return wrap
+
+
+def onnx_dtype(elem_type: int) -> str:
+    """tcc dtype name of an ONNX TensorProto element type."""
+    if elem_type == onnx.TensorProto.BFLOAT16:
+        return "bfloat16"
+    if elem_type == onnx.TensorProto.STRING:
+        return "string"
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except Exception:
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() else elem_type
+        raise FrontendError(f"unsupported ONNX element type {name}") from None

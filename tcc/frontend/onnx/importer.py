@@ -1,0 +1,307 @@
+"""ONNX model -> IRModule with one graph function, `main`.
+
+Initializers become named module constants (added when first used). `dim_param`
+dimensions become size variables shared by name. Values known at import time (constants,
+and shapes computed from other shapes) are tracked beside the graph: a converter asks for
+them with `const_value` / `shape_value`, so Shape->Gather->Concat->Reshape chains fold to a
+static or symbolic reshape; such a value only becomes a graph value when an op needs it
+as a tensor. Calls whose operands are all small constants are evaluated at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from tcc.frontend.onnx import symbolic
+from tcc.frontend.onnx.base import CONVERTERS, OnnxNode, normalize_domain, onnx_dtype
+from tcc.ir.builder import FunctionBuilder, infer_call
+from tcc.ir.dtype import from_numpy, to_numpy
+from tcc.ir.errors import FrontendError, InternalError, TccError
+from tcc.ir.expr import Dim, PrimExpr, Var, as_dim
+from tcc.ir.graph import Constant, Expr, TensorType, Type, type_of
+from tcc.ir.module import IRModule
+from tcc.ir.ops.registry import get_op
+
+# Calls on constant operands are evaluated at import time when the result is at most this
+# many elements, or no larger than its operands (so folding never inflates the weights).
+FOLD_MAX_ELEMENTS = 4096
+
+
+class ImportContext:
+    """State of one graph import: the builder, the value table and the known values."""
+
+    def __init__(self, graph: onnx.GraphProto, opsets: dict[str, int]):
+        self.mod = IRModule()
+        self.bb = FunctionBuilder()
+        self.opsets = opsets
+        self.values: dict[str, Expr] = {}
+        self.known: dict[str, np.ndarray] = {}
+        self.sym: dict[str, tuple[list[Dim], bool, str]] = {}  # name -> (dims, is_scalar, dtype)
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.size_vars: dict[str, Var] = {}
+        self.node: OnnxNode | None = None
+
+    # -- reading operands -----------------------------------------------------------------
+
+    def input(self, node: OnnxNode, i: int) -> Expr | None:
+        """Operand `i` of `node` as a graph value (None when absent)."""
+        if not node.has_input(i):
+            return None
+        return self.value(node.inputs[i])
+
+    def inputs(self, node: OnnxNode) -> list[Expr | None]:
+        return [self.input(node, i) for i in range(len(node.inputs))]
+
+    def value(self, name: str) -> Expr:
+        if name in self.values:
+            return self.values[name]
+        if name in self.known:
+            arr = self.known[name]
+            if arr.dtype == object:
+                raise FrontendError(f"value {name!r}: string tensors are not supported")
+            const_name = self.mod.unique_constant_name(name)
+            v: Expr = self.mod.add_constant(const_name, np.ascontiguousarray(arr))
+        elif name in self.sym:
+            dims, scalar, dtype = self.sym[name]
+            v = self.bb.emit("shape_to_tensor", dims=list(dims), scalar=scalar, dtype=dtype, name=name)
+        elif name in self.initializers:
+            self.known[name] = _initializer_array(self.initializers[name])
+            return self.value(name)
+        else:
+            where = f" (input of {self.node.where()})" if self.node else ""
+            raise FrontendError(f"value {name!r} is used before it is defined{where}; the graph is not topologically sorted or is malformed")
+        self.values[name] = v
+        return v
+
+    def const_value(self, node: OnnxNode, i: int) -> np.ndarray | None:
+        """The value of operand `i` when known at import time, else None."""
+        if not node.has_input(i):
+            return None
+        name = node.inputs[i]
+        if name in self.known:
+            return self.known[name]
+        if name in self.initializers and name not in self.values:
+            self.known[name] = _initializer_array(self.initializers[name])
+            return self.known[name]
+        if name in self.sym:
+            dims, scalar, dtype = self.sym[name]
+            if all(isinstance(d, int) for d in dims):
+                arr = np.array(dims, dtype=dtype)
+                return arr.reshape(()) if scalar else arr
+        v = self.values.get(name)
+        if isinstance(v, Constant):
+            return self.mod.const_values[v.name]
+        return None
+
+    def shape_value(self, node: OnnxNode, i: int) -> list[Dim] | None:
+        """Operand `i` as a list of (possibly symbolic) integers when known, else None."""
+        if not node.has_input(i):
+            return None
+        v = self.sym_value(node.inputs[i])
+        return None if v is None or v[1] else v[0]
+
+    def sym_value(self, name: str) -> tuple[list[Dim], bool] | None:
+        """(dims, is_scalar) of a small integer vector or scalar known at import time."""
+        if name in self.sym:
+            return self.sym[name][:2]
+        arr = None
+        if name in self.known or name in self.initializers:
+            arr = self.known.get(name)
+            if arr is None:
+                arr = self.known[name] = _initializer_array(self.initializers[name])
+        elif isinstance(self.values.get(name), Constant):
+            arr = self.mod.const_values[self.values[name].name]
+        if arr is not None and arr.dtype.kind in "iub" and arr.ndim <= 1 and arr.size <= 64:
+            return [int(x) for x in arr.reshape(-1)], arr.ndim == 0
+        return None
+
+    def type_of(self, node: OnnxNode, i: int) -> TensorType | None:
+        """The type of operand `i` without forcing it into the graph."""
+        if not node.has_input(i):
+            return None
+        name = node.inputs[i]
+        if name in self.values:
+            t = type_of(self.values[name])
+            return t if isinstance(t, TensorType) else None
+        if name in self.sym:
+            dims, scalar, dtype = self.sym[name]
+            return TensorType(() if scalar else (len(dims),), dtype)
+        arr = self.const_value(node, i)
+        if arr is not None:
+            return TensorType(arr.shape, from_numpy(arr.dtype))
+        self.value(name)
+        return self.type_of(node, i)
+
+    # -- producing values -----------------------------------------------------------------
+
+    def emit(self, op: str, *args: Expr | None, **attrs: Any) -> Expr:
+        """Call `op`; evaluated at import time when all operands are constants and small."""
+        name = self.node.outputs[0] if self.node and self.node.outputs else "v"
+        if args and all(a is None or isinstance(a, Constant) for a in args) and not get_op(op).name.startswith("random"):
+            attrs_n, rtype = infer_call(op, args, attrs)
+            if isinstance(rtype, TensorType) and rtype.is_static and not _data_dependent(rtype):
+                size = int(np.prod(rtype.shape)) if rtype.shape else 1
+                in_size = sum(int(np.prod(a.type.shape)) for a in args if a is not None and a.type.is_static)
+                if size <= max(FOLD_MAX_ELEMENTS, in_size):
+                    arrays = [None if a is None else self.mod.const_values[a.name] for a in args]
+                    out = np.asarray(get_op(op).ref(*arrays, **attrs_n))
+                    out = out.astype(to_numpy(rtype.dtype), copy=False)
+                    return self.mod.add_constant(self.mod.unique_constant_name(name), out)
+        return self.bb.emit(op, *args, name=name, **attrs)
+
+    def set_known(self, name: str, value: np.ndarray) -> None:
+        self.known[name] = np.asarray(value)
+
+    def set_sym(self, name: str, dims: Sequence[Dim], scalar: bool = False, dtype: str = "int64") -> None:
+        self.sym[name] = ([as_dim(d) for d in dims], scalar, dtype)
+
+    def sym_dtype(self, name: str) -> str:
+        return self.sym[name][2]
+
+    def size_var(self, name: str) -> Var:
+        if name not in self.size_vars:
+            self.size_vars[name] = Var(_identifier(name))
+        return self.size_vars[name]
+
+
+def _data_dependent(t: TensorType) -> bool:
+    return any(isinstance(d, PrimExpr) for d in t.shape)
+
+
+def _identifier(name: str) -> str:
+    s = re.sub(r"\W", "_", name)
+    return s if s and not s[0].isdigit() else f"_{s}"
+
+
+def _initializer_array(t: onnx.TensorProto) -> np.ndarray:
+    try:
+        return numpy_helper.to_array(t)
+    except Exception as e:
+        raise FrontendError(f"initializer {t.name!r} cannot be read: {e}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def load_model(model_or_path) -> onnx.ModelProto:
+    """Read an ONNX model from a path or bytes, or pass a ModelProto through."""
+    if isinstance(model_or_path, onnx.ModelProto):
+        return model_or_path
+    if isinstance(model_or_path, (bytes, bytearray)):
+        m = onnx.ModelProto()
+        try:
+            m.ParseFromString(bytes(model_or_path))
+        except Exception as e:
+            raise FrontendError(f"not a valid ONNX model: {e}") from None
+        return m
+    path = os.fspath(model_or_path)
+    if not os.path.isfile(path):
+        raise FrontendError(f"{path}: no such file")
+    try:
+        return onnx.load(path)
+    except Exception as e:
+        raise FrontendError(f"{path}: not a valid ONNX model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'parse failed'}); check the file is a complete .onnx export") from None
+
+
+def model_opsets(model: onnx.ModelProto) -> dict[str, int]:
+    opsets = {normalize_domain(o.domain): o.version for o in model.opset_import}
+    if "" not in opsets:
+        opsets[""] = 1 if not model.opset_import else max(opsets.values())
+    return opsets
+
+
+def find_unsupported(model: onnx.ModelProto) -> list[tuple[str, str, int, list[str]]]:
+    """Every op type the importer cannot convert: (domain, op_type, opset, node names)."""
+    opsets = model_opsets(model)
+    found: dict[tuple[str, str], list[str]] = {}
+    for i, node in enumerate(model.graph.node):
+        domain = normalize_domain(node.domain)
+        opset = opsets.get(domain, 1)
+        conv = CONVERTERS.get((domain, node.op_type))
+        if conv is None or conv.impl_for(opset) is None:
+            found.setdefault((domain, node.op_type), []).append(node.name or f"{node.op_type}_{i}")
+    return [(d, op, opsets.get(d, 1), names) for (d, op), names in found.items()]
+
+
+def format_unsupported(unsupported) -> str:
+    parts = []
+    for domain, op, opset, names in unsupported:
+        full = f"{domain}.{op}" if domain else op
+        parts.append(f"{full} (opset {opset}, first node {names[0]!r})")
+    return f"unsupported ONNX op{'s' if len(parts) > 1 else ''}: " + ", ".join(parts)
+
+
+def graph_input_type(ctx: ImportContext, vi: onnx.ValueInfoProto) -> Type:
+    tt = vi.type
+    if tt.WhichOneof("value") != "tensor_type":
+        raise FrontendError(f"graph input {vi.name!r}: only tensor inputs are supported, got {tt.WhichOneof('value')}")
+    dtype = onnx_dtype(tt.tensor_type.elem_type)
+    if not tt.tensor_type.HasField("shape"):
+        raise FrontendError(f"graph input {vi.name!r} has no shape (not even a rank); re-export the model with input shapes")
+    dims: list[Dim] = []
+    for k, d in enumerate(tt.tensor_type.shape.dim):
+        if d.HasField("dim_value") and d.dim_value >= 0:
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(ctx.size_var(d.dim_param))
+        else:
+            dims.append(ctx.size_var(f"{vi.name}_dim{k}"))
+    return TensorType(tuple(dims), dtype)
+
+
+def from_onnx(model_or_path, name: str = "main") -> IRModule:
+    """Import an ONNX model (ModelProto, bytes or path) as an IRModule with function `name`."""
+    model = load_model(model_or_path)
+    if model.functions:
+        from onnx import inliner
+
+        model = inliner.inline_local_functions(model)
+    unsupported = find_unsupported(model)
+    if unsupported:
+        raise FrontendError(format_unsupported(unsupported) + "; run `tcc check` for the full report")
+    graph = model.graph
+    ctx = ImportContext(graph, model_opsets(model))
+    for vi in graph.input:
+        if vi.name in ctx.initializers:
+            continue
+        ctx.values[vi.name] = ctx.bb.param(vi.name, graph_input_type(ctx, vi))
+    for i, proto in enumerate(graph.node):
+        domain = normalize_domain(proto.domain)
+        node = OnnxNode.from_proto(proto, ctx.opsets.get(domain, 1), i)
+        convert_node(ctx, node)
+    outputs = []
+    for vi in graph.output:
+        v = ctx.value(vi.name)
+        if any(v is p for p in ctx.bb.params) or isinstance(v, Constant):
+            v = ctx.bb.emit("identity", v, name=vi.name)
+        outputs.append(v)
+    ctx.mod.functions[name] = ctx.bb.finish(outputs, [vi.name for vi in graph.output])
+    return ctx.mod
+
+
+def convert_node(ctx: ImportContext, node: OnnxNode) -> None:
+    ctx.node = node
+    if symbolic.try_propagate(ctx, node):
+        return
+    impl = CONVERTERS[(node.domain, node.op_type)].impl_for(node.opset)
+    try:
+        result = impl(ctx, node)
+    except FrontendError:
+        raise
+    except TccError as e:
+        raise FrontendError(f"{node.where()}: {e}") from None
+    except (InternalError, Exception) as e:  # a converter bug: keep the node in the message
+        raise InternalError(f"{node.where()}: {type(e).__name__}: {e}") from e
+    results = result if isinstance(result, (list, tuple)) else [result]
+    if len(results) < len([o for o in node.outputs if o]):
+        raise InternalError(f"{node.where()}: converter returned {len(results)} outputs for {len(node.outputs)}")
+    for out_name, value in zip(node.outputs, results):
+        if out_name and value is not None:
+            ctx.values[out_name] = value

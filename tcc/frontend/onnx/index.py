@@ -1,0 +1,1 @@
+"""Converters for indexing ONNX ops (Gather*, Scatter*, Resize, NonZero, ...)."""

@@ -1,0 +1,1 @@
+"""Converters for linear-algebra ONNX ops (MatMul, Gemm, Einsum, Attention, ...)."""

@@ -1,0 +1,1 @@
+"""Converters for nn ONNX ops."""

@@ -1,0 +1,1 @@
+"""Converters for reduce ONNX ops."""

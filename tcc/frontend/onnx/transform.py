@@ -1,0 +1,1 @@
+"""Converters for transform ONNX ops."""

@@ -1,0 +1,29 @@
+"""User-facing error types. Every user error is a TccError subclass with a one-line message."""
+
+
+class TccError(Exception):
+    """A user error: bad input, malformed file, unsupported feature. The CLI prints it and exits 2."""
+
+
+class IRFileError(TccError):
+    """A .tcir file is malformed, truncated, corrupted, or from an unknown format version."""
+
+
+class ParseError(TccError):
+    """IR text that does not parse; the message starts with `file:line:col:`."""
+
+
+class ShapeError(TccError):
+    """Shapes or dtypes that contradict an op's rules or a function's signature."""
+
+
+class FrontendError(TccError):
+    """An ONNX model that cannot be imported (malformed or unsupported)."""
+
+
+class InputError(TccError):
+    """A run-time input that does not match the function signature."""
+
+
+class InternalError(Exception):
+    """A compiler bug: an invariant tcc itself should have kept. Please report it."""

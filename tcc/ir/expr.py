@@ -1,0 +1,547 @@
+"""Scalar expressions (PrimExpr): the tensor-level expression language and symbolic shapes.
+
+A dimension of a symbolic shape is either a Python int or an integer PrimExpr over size
+variables (`n`, `n * 4`). Python operators on integer expressions simplify as they build
+(`n * 4 // 4` is `n`, `n - n` is `0`), so shape arithmetic stays canonical. Nodes are
+immutable; `Var` compares by identity, every other node structurally.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Union
+
+from tcc.ir.dtype import INDEX_DTYPE, is_float
+
+Dim = Union[int, "PrimExpr"]
+
+BIN_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max")
+CMP_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
+LOGIC_OPS = ("and", "or")
+# Math intrinsics a Call may name; codegen maps each to a libm/LLVM intrinsic.
+INTRINSICS = frozenset(
+    {
+        "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "abs", "floor", "ceil",
+        "round", "trunc", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+        "asinh", "acosh", "atanh", "pow", "fmod", "isnan", "isinf", "exp2", "log2",
+        "log1p", "expm1", "atan2", "copysign", "nearbyint",
+    }
+)  # fmt: skip
+
+
+class PrimExpr:
+    """Base of scalar expressions; subclasses are frozen dataclasses with a `dtype`."""
+
+    __slots__ = ()
+    dtype: str
+
+    def __add__(self, o):
+        return binop("add", self, o)
+
+    def __radd__(self, o):
+        return binop("add", o, self)
+
+    def __sub__(self, o):
+        return binop("sub", self, o)
+
+    def __rsub__(self, o):
+        return binop("sub", o, self)
+
+    def __mul__(self, o):
+        return binop("mul", self, o)
+
+    def __rmul__(self, o):
+        return binop("mul", o, self)
+
+    def __truediv__(self, o):
+        return binop("div", self, o)
+
+    def __rtruediv__(self, o):
+        return binop("div", o, self)
+
+    def __floordiv__(self, o):
+        return binop("floordiv", self, o)
+
+    def __rfloordiv__(self, o):
+        return binop("floordiv", o, self)
+
+    def __mod__(self, o):
+        return binop("floormod", self, o)
+
+    def __rmod__(self, o):
+        return binop("floormod", o, self)
+
+    def __neg__(self):
+        return binop("sub", 0 if not is_float(self.dtype) else 0.0, self)
+
+    def __lt__(self, o):
+        return Cmp("lt", self, const(o, self.dtype))
+
+    def __le__(self, o):
+        return Cmp("le", self, const(o, self.dtype))
+
+    def __gt__(self, o):
+        return Cmp("gt", self, const(o, self.dtype))
+
+    def __ge__(self, o):
+        return Cmp("ge", self, const(o, self.dtype))
+
+    def __bool__(self):
+        raise TypeError("a symbolic expression has no truth value; use tcc.ir.expr.prove_equal")
+
+    def __str__(self):
+        from tcc.ir.printer import format_expr
+
+        return format_expr(self)
+
+    __repr__ = __str__
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Var(PrimExpr):
+    """A scalar variable (a size variable, a loop variable, a block iteration variable)."""
+
+    name: str
+    dtype: str = INDEX_DTYPE
+
+
+@dataclass(frozen=True, repr=False)
+class IntImm(PrimExpr):
+    value: int
+    dtype: str = INDEX_DTYPE
+
+
+@dataclass(frozen=True, repr=False)
+class FloatImm(PrimExpr):
+    value: float
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True, repr=False)
+class BinOp(PrimExpr):
+    """`op` in BIN_OPS; `div` is true division (floats), `floordiv`/`floormod` round down."""
+
+    op: str
+    a: PrimExpr
+    b: PrimExpr
+    dtype: str
+
+
+@dataclass(frozen=True, repr=False)
+class Cmp(PrimExpr):
+    op: str
+    a: PrimExpr
+    b: PrimExpr
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True, repr=False)
+class Logic(PrimExpr):
+    op: str
+    a: PrimExpr
+    b: PrimExpr
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True, repr=False)
+class Not(PrimExpr):
+    a: PrimExpr
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True, repr=False)
+class Select(PrimExpr):
+    cond: PrimExpr
+    true_value: PrimExpr
+    false_value: PrimExpr
+    dtype: str
+
+
+@dataclass(frozen=True, repr=False)
+class Cast(PrimExpr):
+    value: PrimExpr
+    dtype: str
+
+
+@dataclass(frozen=True, repr=False)
+class Call(PrimExpr):
+    """A math intrinsic (`exp`, `erf`, ...), named in INTRINSICS."""
+
+    name: str
+    args: tuple[PrimExpr, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, repr=False)
+class BufferLoad(PrimExpr):
+    buffer: object  # tcc.ir.tir.Buffer
+    indices: tuple[PrimExpr, ...]
+
+    @property
+    def dtype(self) -> str:  # type: ignore[override]
+        return self.buffer.dtype
+
+
+# ---------------------------------------------------------------------------------------------
+# construction helpers
+
+
+def const(value, dtype: str | None = None) -> PrimExpr:
+    """Wrap a Python number as an immediate; a PrimExpr passes through."""
+    if isinstance(value, PrimExpr):
+        return value
+    if isinstance(value, bool):
+        return IntImm(int(value), "bool")
+    if isinstance(value, int):
+        if dtype is not None and is_float(dtype):
+            return FloatImm(float(value), dtype)
+        return IntImm(value, dtype or INDEX_DTYPE)
+    if isinstance(value, float):
+        return FloatImm(value, dtype if dtype is not None and is_float(dtype) else "float32")
+    if hasattr(value, "item"):  # numpy scalar
+        return const(value.item(), dtype)
+    raise TypeError(f"cannot make an expression of {value!r}")
+
+
+def _is_index(e: PrimExpr) -> bool:
+    return not is_float(e.dtype) and e.dtype != "bool"
+
+
+def binop(op: str, a, b) -> PrimExpr:
+    """Build `a op b`; integer expressions are simplified as they are built."""
+    dtype = a.dtype if isinstance(a, PrimExpr) else b.dtype if isinstance(b, PrimExpr) else None
+    a, b = const(a, dtype), const(b, dtype)
+    if op == "div" and not is_float(a.dtype):
+        op = "floordiv"
+    if _is_index(a) and _is_index(b):
+        return simplify(BinOp(op, a, b, a.dtype))
+    return BinOp(op, a, b, a.dtype)
+
+
+def min_expr(a, b) -> Dim:
+    return as_dim(binop("min", a, b))
+
+
+def max_expr(a, b) -> Dim:
+    return as_dim(binop("max", a, b))
+
+
+def select(cond, t, f) -> PrimExpr:
+    t = const(t, f.dtype if isinstance(f, PrimExpr) else None)
+    return Select(cond, t, const(f, t.dtype), t.dtype)
+
+
+def as_dim(e) -> Dim:
+    """Normalize a dimension: integer immediates become ints, expressions are simplified."""
+    if isinstance(e, bool):
+        raise TypeError("a dimension cannot be a bool")
+    if isinstance(e, int):
+        return e
+    if hasattr(e, "dtype") and hasattr(e, "item") and not isinstance(e, PrimExpr):
+        return int(e)
+    if isinstance(e, PrimExpr):
+        if not _is_index(e):
+            raise TypeError(f"a dimension must be an integer expression, got {e.dtype}")
+        e = simplify(e)
+        return e.value if isinstance(e, IntImm) else e
+    raise TypeError(f"not a dimension: {e!r}")
+
+
+_fresh_counter = itertools.count()
+
+
+def fresh_var(hint: str = "d") -> Var:
+    """A new size variable, e.g. for a dimension only known when the program runs."""
+    return Var(f"{hint}{next(_fresh_counter)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# integer simplification: polynomial normal form over atoms (variables and opaque terms)
+
+_Poly = dict  # monomial (tuple of atoms, sorted) -> int coefficient
+
+
+def _atom_key(atom: PrimExpr) -> str:
+    return f"{atom.name}" if isinstance(atom, Var) else str(atom)
+
+
+def _mono_key(mono: tuple) -> tuple:
+    return (len(mono), tuple(_atom_key(a) for a in mono))
+
+
+def _poly_add(p: _Poly, q: _Poly, sign: int = 1) -> _Poly:
+    r = dict(p)
+    for m, c in q.items():
+        r[m] = r.get(m, 0) + sign * c
+        if r[m] == 0:
+            del r[m]
+    return r
+
+
+def _poly_mul(p: _Poly, q: _Poly) -> _Poly:
+    r: _Poly = {}
+    for m1, c1 in p.items():
+        for m2, c2 in q.items():
+            m = tuple(sorted(m1 + m2, key=_atom_key))
+            r[m] = r.get(m, 0) + c1 * c2
+            if r[m] == 0:
+                del r[m]
+    return r
+
+
+def _poly_const(p: _Poly) -> int | None:
+    if not p:
+        return 0
+    if len(p) == 1 and () in p:
+        return p[()]
+    return None
+
+
+def _to_poly(e: PrimExpr) -> _Poly:
+    if isinstance(e, IntImm):
+        return {(): e.value} if e.value else {}
+    if isinstance(e, BinOp) and e.op in ("add", "sub", "mul"):
+        pa, pb = _to_poly(e.a), _to_poly(e.b)
+        if e.op == "add":
+            return _poly_add(pa, pb)
+        if e.op == "sub":
+            return _poly_add(pa, pb, -1)
+        return _poly_mul(pa, pb)
+    if isinstance(e, BinOp) and e.op in ("floordiv", "floormod", "min", "max"):
+        return _simplify_opaque(e.op, _to_poly(e.a), _to_poly(e.b), e.dtype)
+    return {(e,): 1}
+
+
+def _floordiv_int(a: int, b: int) -> int:
+    return a // b
+
+
+def _simplify_opaque(op: str, pa: _Poly, pb: _Poly, dtype: str) -> _Poly:
+    ca, cb = _poly_const(pa), _poly_const(pb)
+    if ca is not None and cb is not None:
+        if op == "min":
+            return _const_poly(min(ca, cb))
+        if op == "max":
+            return _const_poly(max(ca, cb))
+        if cb == 0:  # leave division by zero for run time to report
+            return {(BinOp(op, _from_poly(pa, dtype), _from_poly(pb, dtype), dtype),): 1}
+        return _const_poly(ca // cb if op == "floordiv" else ca % cb)
+    if op in ("min", "max"):
+        diff = _poly_const(_poly_add(pa, pb, -1))
+        if diff is not None:
+            pick_a = (diff <= 0) if op == "min" else (diff >= 0)
+            return pa if pick_a else pb
+    if op in ("floordiv", "floormod") and cb is not None and cb > 0:
+        if cb == 1:
+            return pa if op == "floordiv" else {}
+        quot: _Poly = {}
+        rest: _Poly = {}
+        for m, c in pa.items():
+            if m and c % cb == 0:
+                quot[m] = c // cb
+            else:
+                rest[m] = c
+        r = _poly_const(rest)
+        if r is not None:
+            return _poly_add(quot, _const_poly(r // cb)) if op == "floordiv" else _const_poly(r % cb)
+        if op == "floormod" and quot:  # (c*k + x) mod c == x mod c
+            pa = rest
+    if op in ("floordiv", "floormod") and cb is None and len(pb) == 1:
+        ((mb, coef_b),) = pb.items()
+        if coef_b > 0 and all(_contains(m, mb) and c % coef_b == 0 for m, c in pa.items()):
+            quot = {_remove(m, mb): c // coef_b for m, c in pa.items()}
+            return quot if op == "floordiv" else {}
+    if op == "floordiv" and pa == pb and pa:
+        return _const_poly(1)
+    atom = BinOp(op, _from_poly(pa, dtype), _from_poly(pb, dtype), dtype)
+    return {(atom,): 1}
+
+
+def _contains(m: tuple, sub: tuple) -> bool:
+    rest = list(m)
+    for a in sub:
+        for i, x in enumerate(rest):
+            if x is a or x == a:
+                del rest[i]
+                break
+        else:
+            return False
+    return True
+
+
+def _remove(m: tuple, sub: tuple) -> tuple:
+    rest = list(m)
+    for a in sub:
+        for i, x in enumerate(rest):
+            if x is a or x == a:
+                del rest[i]
+                break
+    return tuple(rest)
+
+
+def _const_poly(c: int) -> _Poly:
+    return {(): c} if c else {}
+
+
+def _mono_expr(mono: tuple, coef: int, dtype: str) -> PrimExpr:
+    e: PrimExpr | None = None
+    for atom in mono:
+        e = atom if e is None else BinOp("mul", e, atom, dtype)
+    if e is None:
+        return IntImm(coef, dtype)
+    if coef != 1:
+        e = BinOp("mul", e, IntImm(coef, dtype), dtype)
+    return e
+
+
+def _from_poly(p: _Poly, dtype: str) -> PrimExpr:
+    # positive terms first, highest degree first, so `n*n*2 - n` and `3 - n` read naturally
+    monos = sorted((m for m in p if m), key=lambda m: (p[m] < 0, -len(m), _mono_key(m)))
+    c0 = p.get((), 0)
+    e: PrimExpr | None = None
+    if c0 > 0 and (not monos or p[monos[0]] < 0):
+        e, c0 = IntImm(c0, dtype), 0
+    for m in monos:
+        c = p[m]
+        if e is None:
+            e = _mono_expr(m, c, dtype)
+        elif c > 0:
+            e = BinOp("add", e, _mono_expr(m, c, dtype), dtype)
+        else:
+            e = BinOp("sub", e, _mono_expr(m, -c, dtype), dtype)
+    if e is None:
+        return IntImm(c0, dtype)
+    if c0 > 0:
+        e = BinOp("add", e, IntImm(c0, dtype), dtype)
+    elif c0 < 0:
+        e = BinOp("sub", e, IntImm(-c0, dtype), dtype)
+    return e
+
+
+def simplify(e: PrimExpr) -> PrimExpr:
+    """Canonical form of an integer expression (non-integer expressions are returned as is)."""
+    if not isinstance(e, PrimExpr) or not _is_index(e):
+        return e
+    if isinstance(e, (Var, IntImm)):
+        return e
+    if isinstance(e, BinOp) and e.op in ("add", "sub", "mul", "floordiv", "floormod", "min", "max"):
+        return _from_poly(_to_poly(e), e.dtype)
+    return e
+
+
+def prove_equal(a: Dim, b: Dim) -> bool:
+    """True when two dimensions are provably equal for every binding of their variables."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return as_dim(binop("sub", a, b)) == 0
+
+
+def free_vars(e) -> list[Var]:
+    """Variables of an expression (or of a nested list/tuple of them), in first-seen order."""
+    seen: dict[int, Var] = {}
+
+    def visit(x):
+        if isinstance(x, Var):
+            seen.setdefault(id(x), x)
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                visit(y)
+        elif isinstance(x, PrimExpr):
+            for f in x.__dataclass_fields__:
+                visit(getattr(x, f))
+
+    visit(e)
+    return list(seen.values())
+
+
+def substitute(e, mapping: dict) -> object:
+    """Replace variables (by identity) with expressions or ints; works on nested lists too."""
+    if isinstance(e, Var):
+        v = mapping.get(e, e)
+        return v
+    if isinstance(e, list):
+        return [substitute(x, mapping) for x in e]
+    if isinstance(e, tuple):
+        return tuple(substitute(x, mapping) for x in e)
+    if isinstance(e, BinOp):
+        return binop(e.op, substitute(e.a, mapping), substitute(e.b, mapping))
+    if isinstance(e, (Cmp, Logic)):
+        return type(e)(e.op, const(substitute(e.a, mapping)), const(substitute(e.b, mapping)))
+    if isinstance(e, Not):
+        return Not(const(substitute(e.a, mapping)))
+    if isinstance(e, Select):
+        return select(
+            const(substitute(e.cond, mapping)),
+            substitute(e.true_value, mapping),
+            substitute(e.false_value, mapping),
+        )
+    if isinstance(e, Cast):
+        return Cast(const(substitute(e.value, mapping)), e.dtype)
+    if isinstance(e, Call):
+        return Call(e.name, tuple(const(substitute(a, mapping)) for a in e.args), e.dtype)
+    return e
+
+
+_EVAL_BIN = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "floordiv": lambda a, b: a // b,
+    "floormod": lambda a, b: a % b,
+    "min": min,
+    "max": max,
+}
+_EVAL_CMP = {
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+}
+
+
+def evaluate(e, env: dict):
+    """Evaluate a scalar expression (or a nested list of them) with variables bound in `env`.
+
+    Raises KeyError naming an unbound variable.
+    """
+    if isinstance(e, (int, float, bool, str)) or e is None:
+        return e
+    if isinstance(e, list):
+        return [evaluate(x, env) for x in e]
+    if isinstance(e, tuple):
+        return tuple(evaluate(x, env) for x in e)
+    if isinstance(e, Var):
+        if e not in env:
+            raise KeyError(e.name)
+        return env[e]
+    if isinstance(e, (IntImm, FloatImm)):
+        return bool(e.value) if e.dtype == "bool" else e.value
+    if isinstance(e, BinOp):
+        return _EVAL_BIN[e.op](evaluate(e.a, env), evaluate(e.b, env))
+    if isinstance(e, Cmp):
+        return _EVAL_CMP[e.op](evaluate(e.a, env), evaluate(e.b, env))
+    if isinstance(e, Logic):
+        a, b = evaluate(e.a, env), evaluate(e.b, env)
+        return (a and b) if e.op == "and" else (a or b)
+    if isinstance(e, Not):
+        return not evaluate(e.a, env)
+    if isinstance(e, Select):
+        c = evaluate(e.cond, env)
+        return evaluate(e.true_value, env) if c else evaluate(e.false_value, env)
+    if isinstance(e, Cast):
+        v = evaluate(e.value, env)
+        return float(v) if is_float(e.dtype) else (bool(v) if e.dtype == "bool" else int(v))
+    if isinstance(e, Call):
+        args = [evaluate(a, env) for a in e.args]
+        fn = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "tanh": math.tanh,
+              "erf": math.erf, "abs": abs, "floor": math.floor, "ceil": math.ceil,
+              "pow": math.pow}.get(e.name)  # fmt: skip
+        if fn is None:
+            raise KeyError(f"intrinsic {e.name}")
+        return fn(*args)
+    raise TypeError(f"cannot evaluate {e!r}")

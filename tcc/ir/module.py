@@ -1,0 +1,60 @@
+"""IRModule: graph functions and PrimFuncs by global name, plus the module's constants.
+
+Constant *types* are part of the IR (they print in the text); constant *values* (weights)
+are held beside it as numpy arrays and stored outside the text in a .tcir file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tcc.ir.dtype import from_numpy
+from tcc.ir.graph import Constant, Function, TensorType
+from tcc.ir.tir import PrimFunc
+
+
+@dataclass
+class IRModule:
+    functions: dict[str, Function | PrimFunc] = field(default_factory=dict)
+    const_types: dict[str, TensorType] = field(default_factory=dict)
+    const_values: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Function | PrimFunc:
+        return self.functions[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.functions
+
+    def add_constant(self, name: str, value: np.ndarray) -> Constant:
+        """Store `value` under `name` (which must be new) and return a reference to it."""
+        if name in self.const_types:
+            raise ValueError(f"constant {name!r} already exists")
+        value = np.asarray(value)
+        ttype = TensorType(value.shape, from_numpy(value.dtype))
+        self.const_types[name] = ttype
+        self.const_values[name] = value
+        return Constant(name, ttype)
+
+    def unique_constant_name(self, hint: str) -> str:
+        name, k = hint, 1
+        while name in self.const_types:
+            name, k = f"{hint}_{k}", k + 1
+        return name
+
+    @property
+    def graph_functions(self) -> dict[str, Function]:
+        return {k: f for k, f in self.functions.items() if isinstance(f, Function)}
+
+    @property
+    def prim_funcs(self) -> dict[str, PrimFunc]:
+        return {k: f for k, f in self.functions.items() if isinstance(f, PrimFunc)}
+
+    def constant_bytes(self) -> int:
+        return int(sum(v.nbytes for v in self.const_values.values()))
+
+    def __str__(self) -> str:
+        from tcc.ir.printer import print_module
+
+        return print_module(self)

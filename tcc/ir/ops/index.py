@@ -1,0 +1,1 @@
+"""Indexing ops: gather/scatter families, resize, nonzero, unique, one_hot, ..."""

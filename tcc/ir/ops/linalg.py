@@ -1,0 +1,1 @@
+"""Linear-algebra ops: matmul, gemm, einsum, attention."""
