@@ -308,3 +308,48 @@ def _check_manifest(m, version: int, bad) -> tuple[dict, list[dict]]:
                 f"{e['dtype']} x shape {shape} needs {expected}"
             )
     return text, entries
+
+
+# ---------------------------------------------------------------------------------------------
+# modules
+
+
+def save_module(path, mod) -> None:
+    """Write an IRModule (text + constant values) to a .tcir file, atomically."""
+    from tcc import __version__
+    from tcc.ir.printer import print_module
+
+    missing = sorted(set(mod.const_types) - set(mod.const_values))
+    if missing:
+        raise IRFileError(f"{os.fsdecode(path)}: constant {missing[0]!r} has no value to save")
+    write_container(path, print_module(mod), dict(mod.const_values), f"tcc {__version__}")
+
+
+def load_module(path, mmap: bool = True):
+    """Read an IRModule from a .tcir file; constants are memory-mapped, read-only arrays."""
+    from tcc.ir.errors import ParseError
+    from tcc.ir.parser import parse_module
+
+    where = os.fsdecode(path)
+    text, arrays, _ = read_container(path, mmap=mmap)
+    try:
+        mod = parse_module(text, filename=f"{where}:<module text>")
+    except ParseError as e:
+        raise IRFileError(f"{where}: module text does not parse: {e}") from None
+    for name, ttype in mod.const_types.items():
+        arr = arrays.get(name)
+        if arr is None:
+            raise IRFileError(f"{where}: constant {name!r} is declared in the module text but has no stored array")
+        if tuple(arr.shape) != tuple(ttype.shape) or _dtype_name(arr) != ttype.dtype:
+            raise IRFileError(
+                f"{where}: constant {name!r} is declared {ttype} but stored as {arr.dtype}{list(arr.shape)}"
+            )
+    extra = sorted(set(arrays) - set(mod.const_types))
+    if extra:
+        raise IRFileError(f"{where}: stored array {extra[0]!r} is not declared in the module text")
+    mod.const_values = dict(arrays)
+    return mod
+
+
+def _dtype_name(arr: np.ndarray) -> str:
+    return np.dtype(arr.dtype).newbyteorder("=").name

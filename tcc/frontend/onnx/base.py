@@ -104,13 +104,21 @@ def converter(op_type: str, domain: str = ""):
 
 
 def onnx_dtype(elem_type: int) -> str:
-    """tcc dtype name of an ONNX TensorProto element type."""
+    """tcc dtype name of an ONNX TensorProto element type (FrontendError when tcc has none)."""
+    from tcc.ir.dtype import DTYPES
+
     if elem_type == onnx.TensorProto.BFLOAT16:
         return "bfloat16"
     if elem_type == onnx.TensorProto.STRING:
         return "string"
     try:
-        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
+        name = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
     except Exception:
-        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() else elem_type
-        raise FrontendError(f"unsupported ONNX element type {name}") from None
+        name = None
+    if name not in DTYPES:
+        try:
+            onnx_name = onnx.TensorProto.DataType.Name(elem_type)
+        except ValueError:
+            onnx_name = str(elem_type)
+        raise FrontendError(f"unsupported ONNX element type {onnx_name}")
+    return name

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from tcc.frontend.onnx import symbolic
+from tcc.frontend.onnx import functions, symbolic
 from tcc.frontend.onnx.base import CONVERTERS, OnnxNode, normalize_domain, onnx_dtype
 from tcc.ir.builder import FunctionBuilder, infer_call
 from tcc.ir.dtype import from_numpy, to_numpy
@@ -210,6 +210,22 @@ def load_model(model_or_path) -> onnx.ModelProto:
         raise FrontendError(f"{path}: not a valid ONNX model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'parse failed'}); check the file is a complete .onnx export") from None
 
 
+def check_structure(model: onnx.ModelProto) -> None:
+    """Reject models without a usable graph before looking at any op."""
+    g = model.graph
+    if not model.HasField("graph") or not g.output:
+        raise FrontendError("the model has no graph outputs (empty or truncated file?); check the export")
+    defined = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+    for i, node in enumerate(g.node):
+        for out in node.output:
+            if out and out in defined:
+                raise FrontendError(f"value {out!r} is defined twice (again by node {node.name or i!r}); the graph is not in SSA form")
+            defined.add(out)
+    for vi in g.output:
+        if vi.name not in defined:
+            raise FrontendError(f"graph output {vi.name!r} is produced by no node, input or initializer")
+
+
 def model_opsets(model: onnx.ModelProto) -> dict[str, int]:
     opsets = {normalize_domain(o.domain): o.version for o in model.opset_import}
     if "" not in opsets:
@@ -225,7 +241,9 @@ def find_unsupported(model: onnx.ModelProto) -> list[tuple[str, str, int, list[s
         domain = normalize_domain(node.domain)
         opset = opsets.get(domain, 1)
         conv = CONVERTERS.get((domain, node.op_type))
-        if conv is None or conv.impl_for(opset) is None:
+        if (conv is None or conv.impl_for(opset) is None) and not functions.has_function(
+            node.op_type, domain, opset
+        ):
             found.setdefault((domain, node.op_type), []).append(node.name or f"{node.op_type}_{i}")
     return [(d, op, opsets.get(d, 1), names) for (d, op), names in found.items()]
 
@@ -259,6 +277,7 @@ def graph_input_type(ctx: ImportContext, vi: onnx.ValueInfoProto) -> Type:
 def from_onnx(model_or_path, name: str = "main") -> IRModule:
     """Import an ONNX model (ModelProto, bytes or path) as an IRModule with function `name`."""
     model = load_model(model_or_path)
+    check_structure(model)
     if model.functions:
         from onnx import inliner
 
@@ -290,7 +309,11 @@ def convert_node(ctx: ImportContext, node: OnnxNode) -> None:
     ctx.node = node
     if symbolic.try_propagate(ctx, node):
         return
-    impl = CONVERTERS[(node.domain, node.op_type)].impl_for(node.opset)
+    conv = CONVERTERS.get((node.domain, node.op_type))
+    impl = conv.impl_for(node.opset) if conv is not None else None
+    if impl is None:
+        _convert_by_function_body(ctx, node)
+        return
     try:
         result = impl(ctx, node)
     except FrontendError:
@@ -305,3 +328,36 @@ def convert_node(ctx: ImportContext, node: OnnxNode) -> None:
     for out_name, value in zip(node.outputs, results):
         if out_name and value is not None:
             ctx.values[out_name] = value
+
+
+def _convert_by_function_body(ctx: ImportContext, node: OnnxNode) -> None:
+    """Convert an op that has no converter through its ONNX function body."""
+    input_types = [_type_proto(ctx.type_of(node, i)) for i in range(len(node.inputs))]
+    body = functions.function_body(node.proto, node.opset, input_types)
+    full = f"{node.domain}.{node.op_type}" if node.domain else node.op_type
+    if body is None:
+        raise FrontendError(f"unsupported ONNX op: {full} (opset {node.opset}, node {node.name!r}) has neither a converter nor a function body for these inputs")
+    nodes, body_opsets = functions.expand(node.proto, node.opset, body)
+    for i, proto in enumerate(nodes):
+        domain = normalize_domain(proto.domain)
+        opset = body_opsets.get(domain, ctx.opsets.get(domain, 1))
+        sub = OnnxNode.from_proto(proto, opset, i)
+        if (domain, sub.op_type) not in CONVERTERS and not functions.has_function(sub.op_type, domain, opset):
+            raise FrontendError(f"unsupported ONNX op: {sub.op_type} (opset {opset}) in the function body of {node.where()}")
+        convert_node(ctx, sub)
+    ctx.node = node
+
+
+def _type_proto(t: TensorType | None) -> onnx.TypeProto | None:
+    if t is None:
+        return None
+    try:
+        elem = (
+            onnx.TensorProto.BFLOAT16
+            if t.dtype == "bfloat16"
+            else onnx.helper.np_dtype_to_tensor_dtype(to_numpy(t.dtype))
+        )
+    except Exception:
+        return None
+    dims = [d if isinstance(d, int) else str(d) for d in t.shape]
+    return onnx.helper.make_tensor_type_proto(elem, dims)

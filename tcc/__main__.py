@@ -1,0 +1,3 @@
+from tcc.cli.main import main
+
+main()

@@ -1,0 +1,68 @@
+"""`tcc check MODEL.onnx [--json]`: a pre-flight report for CI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from tcc.frontend.onnx import find_unsupported, from_onnx, load_model
+from tcc.ir.errors import TccError
+from tcc.ir.summary import format_shape, signature
+
+
+@click.command("check")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def command(model: Path, as_json: bool):
+    """Report whether tcc can import MODEL: unsupported ops, inputs and outputs.
+
+    Exits 1 when any op is unsupported or the import fails, 0 when it imports.
+    """
+    proto = load_model(model)
+    unsupported = [
+        {"op_type": op, "domain": domain, "opset": opset, "nodes": names}
+        for domain, op, opset, names in find_unsupported(proto)
+    ]
+    report: dict = {"model": str(model), "unsupported": unsupported, "import_error": None}
+    if not unsupported:
+        try:
+            mod = from_onnx(proto)
+            report.update(signature(mod["main"]))
+        except TccError as e:
+            report["import_error"] = str(e)
+    ok = not unsupported and report["import_error"] is None
+    report["ok"] = ok
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        _print_report(Console(highlight=False), report)
+    sys.exit(0 if ok else 1)
+
+
+def _print_report(console: Console, r: dict) -> None:
+    if r["unsupported"]:
+        t = Table(title=f"{r['model']}: unsupported ops", title_justify="left")
+        for col in ("op", "opset", "nodes"):
+            t.add_column(col)
+        for u in r["unsupported"]:
+            op = f"{u['domain']}.{u['op_type']}" if u["domain"] else u["op_type"]
+            names = ", ".join(u["nodes"][:5]) + (f" (+{len(u['nodes']) - 5} more)" if len(u["nodes"]) > 5 else "")
+            t.add_row(op, str(u["opset"]), names)
+        console.print(t)
+    if r["import_error"]:
+        console.print(f"[red]import fails:[/] {r['import_error']}")
+    if "inputs" in r:
+        t = Table(title=f"{r['model']}: signature", title_justify="left")
+        for col in ("", "name", "type"):
+            t.add_column(col)
+        for kind in ("inputs", "outputs"):
+            for e in r[kind]:
+                ty = f"{e['dtype']}{format_shape(e['shape'])}" if "shape" in e else json.dumps(e)
+                t.add_row(kind[:-1], e["name"], ty)
+        console.print(t)
+    console.print("[green]ok: every op is supported[/]" if r["ok"] else "[red]not supported[/]")

@@ -1,0 +1,31 @@
+"""`tcc import MODEL.onnx -o OUT.tcir`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from tcc.frontend.onnx import from_onnx
+from tcc.ir.irfile import save_module
+from tcc.ir.summary import module_summary
+
+
+@click.command("import")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the IR file (default: MODEL with the suffix .tcir).",
+)
+def command(model: Path, output: Path | None):
+    """Import an ONNX model into tcc's IR and save it as a .tcir file."""
+    output = output or model.with_suffix(".tcir")
+    mod = from_onnx(model)
+    save_module(output, mod)
+    s = module_summary(mod)
+    main = s["functions"].get("main", {})
+    Console(highlight=False).print(
+        f"imported {model} -> {output}: {main.get('bindings', 0)} bindings, "
+        f"{s['constants']} constants ({s['constant_bytes']:,} bytes)"
+    )

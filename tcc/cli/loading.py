@@ -1,0 +1,20 @@
+"""Open whatever file a command is given: a .tcir IR file or an ONNX model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tcc.ir.errors import TccError
+
+
+def load_ir(path: Path):
+    """An IRModule from a .tcir file, or imported on the fly from a .onnx model."""
+    if not path.exists():
+        raise TccError(f"{path}: no such file")
+    if path.suffix == ".onnx":
+        from tcc.frontend.onnx import from_onnx
+
+        return from_onnx(path)
+    from tcc.ir.irfile import load_module
+
+    return load_module(path)

@@ -1,0 +1,72 @@
+"""The `tcc` command: a click group; each subcommand lives in its own module."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+
+from tcc import __version__
+from tcc.ir.errors import InternalError, TccError
+
+EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 3
+
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class TccGroup(click.Group):
+    """Turns tcc errors into one red line and an exit code instead of a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except TccError as e:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            err_console.print(f"[bold red]error:[/] {_one_line(e)}", markup=True)
+            sys.exit(EXIT_USER_ERROR)
+        except InternalError as e:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            err_console.print(
+                f"[bold red]internal error:[/] {_one_line(e)} "
+                "(a tcc bug; rerun with --debug for the traceback and please report it)"
+            )
+            sys.exit(EXIT_INTERNAL_ERROR)
+        except KeyboardInterrupt:
+            err_console.print("interrupted")
+            sys.exit(130)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split("\n")).strip() or type(e).__name__
+
+
+@click.group(cls=TccGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="tcc")
+@click.option("--debug", is_flag=True, help="Show full tracebacks for errors.")
+@click.pass_context
+def cli(ctx, debug):
+    """tcc: a tensor compiler toolchain.
+
+    Import an ONNX model into tcc's IR, inspect it, and run it with the reference
+    interpreter. Exit codes: 0 ok, 1 a check failed, 2 bad input, 3 internal error.
+    """
+    ctx.obj = {"debug": debug}
+
+
+def _register():
+    from tcc.cli import check_cmd, import_cmd, run_cmd, show_cmd
+
+    for mod in (import_cmd, show_cmd, run_cmd, check_cmd):
+        cli.add_command(mod.command)
+
+
+_register()
+
+
+def main(argv=None):
+    """Console-script entry point."""
+    return cli.main(args=argv, prog_name="tcc")
