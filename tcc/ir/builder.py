@@ -74,7 +74,7 @@ class FunctionBuilder:
 
     def finish(self, outputs: Sequence[Expr], output_names: Sequence[str]) -> Function:
         outs = [self._as_var(o) for o in outputs]
-        ret: Expr = outs[0] if len(outs) == 1 else self.tuple(outs, name="outputs")
+        ret: Expr = outs[0] if len(outs) == 1 else Tuple(tuple(outs))
         return Function(
             tuple(self.params),
             tuple(self.bindings),
