@@ -63,3 +63,12 @@ def from_numpy(dt) -> str:
     if name not in DTYPES:
         raise TccError(f"numpy dtype {dt} has no tcc equivalent")
     return name
+
+
+def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
+    """Round float32 values to the nearest bfloat16 (ties to even), kept as float32."""
+    x = np.asarray(x, dtype=np.float32)
+    bits = x.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    out = rounded.view(np.float32)
+    return np.where(np.isnan(x), x, out).astype(np.float32)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tcc.ir.dtype import to_numpy
+from tcc.ir.dtype import round_to_bfloat16, to_numpy
 from tcc.ir.errors import InputError, InternalError, TccError
 from tcc.ir.expr import PrimExpr, Var, evaluate
 from tcc.ir.graph import (
@@ -58,6 +58,8 @@ def bind_inputs(func: Function, inputs: Sequence[Any] | Mapping[str, Any]) -> tu
         if not isinstance(ptype, TensorType):
             raise InputError(f"input {name!r}: only tensor inputs are supported")
         want = to_numpy(ptype.dtype)
+        if ptype.dtype == "bfloat16" and arr.dtype.name == "bfloat16":  # ml_dtypes arrays
+            arr = arr.astype(np.float32)
         if arr.dtype != want:
             raise InputError(f"input {name!r}: expected dtype {ptype.dtype}, got {arr.dtype}; convert it with astype")
         if arr.ndim != ptype.ndim:
@@ -106,7 +108,7 @@ class Interpreter:
         arrays, env = bind_inputs(func, inputs)
         values: dict = dict(zip(func.params, arrays))
         for b in func.bindings:
-            result = self._eval(b.value, values, env)
+            result = _round_bfloat16(b.var.type, self._eval(b.value, values, env))
             self._check(b.var.name, b.var.type, result, env)
             values[b.var] = result
         outs = [self._value(o, values) for o in func.outputs]
@@ -157,6 +159,15 @@ class Interpreter:
             _match_shape(t.shape, arr.shape, env, lambda i, exp, got: InternalError(
                 f"{name}: dimension {i} is {got}, inferred {exp} (op inference and reference disagree)"
             ))
+
+
+def _round_bfloat16(t: Type, value):
+    """bfloat16 results are held as float32 rounded to bfloat16 precision."""
+    if isinstance(t, TensorType) and t.dtype == "bfloat16" and value is not None:
+        return round_to_bfloat16(value)
+    if isinstance(t, TupleType) and isinstance(value, (tuple, list)):
+        return tuple(_round_bfloat16(ft, v) for ft, v in zip(t.fields, value))
+    return value
 
 
 def _eval_attr(v, env):

@@ -327,6 +327,7 @@ def save_module(path, mod) -> None:
 
 def load_module(path, mmap: bool = True):
     """Read an IRModule from a .tcir file; constants are memory-mapped, read-only arrays."""
+    from tcc.ir.dtype import to_numpy
     from tcc.ir.errors import ParseError
     from tcc.ir.parser import parse_module
 
@@ -340,7 +341,7 @@ def load_module(path, mmap: bool = True):
         arr = arrays.get(name)
         if arr is None:
             raise IRFileError(f"{where}: constant {name!r} is declared in the module text but has no stored array")
-        if tuple(arr.shape) != tuple(ttype.shape) or _dtype_name(arr) != ttype.dtype:
+        if tuple(arr.shape) != tuple(ttype.shape) or _dtype_name(arr) != to_numpy(ttype.dtype).name:
             raise IRFileError(
                 f"{where}: constant {name!r} is declared {ttype} but stored as {arr.dtype}{list(arr.shape)}"
             )

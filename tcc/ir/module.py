@@ -27,12 +27,15 @@ class IRModule:
     def __contains__(self, name: str) -> bool:
         return name in self.functions
 
-    def add_constant(self, name: str, value: np.ndarray) -> Constant:
-        """Store `value` under `name` (which must be new) and return a reference to it."""
+    def add_constant(self, name: str, value: np.ndarray, dtype: str | None = None) -> Constant:
+        """Store `value` under `name` (which must be new) and return a reference to it.
+
+        `dtype` names the IR dtype when numpy has no exact one (bfloat16 held as float32).
+        """
         if name in self.const_types:
             raise ValueError(f"constant {name!r} already exists")
         value = np.asarray(value)
-        ttype = TensorType(value.shape, from_numpy(value.dtype))
+        ttype = TensorType(value.shape, dtype or from_numpy(value.dtype))
         self.const_types[name] = ttype
         self.const_values[name] = value
         return Constant(name, ttype)

@@ -6,6 +6,7 @@ from tcc.frontend.onnx import (  # noqa: F401  (registers converters)
     linalg,
     nn,
     reduce,
+    rnn,
     transform,
 )
 from tcc.frontend.onnx.importer import find_unsupported, format_unsupported, from_onnx, load_model

@@ -67,7 +67,7 @@ class ImportContext:
             if arr.dtype == object:
                 raise FrontendError(f"value {name!r}: string tensors are not supported")
             const_name = self.mod.unique_constant_name(name)
-            v: Expr = self.mod.add_constant(const_name, np.ascontiguousarray(arr))
+            v: Expr = self.mod.add_constant(const_name, np.asarray(arr, order="C"))
         elif name in self.sym:
             dims, scalar, dtype = self.sym[name]
             v = self.bb.emit("shape_to_tensor", dims=list(dims), scalar=scalar, dtype=dtype, name=name)
@@ -144,7 +144,7 @@ class ImportContext:
     def emit(self, op: str, *args: Expr | None, **attrs: Any) -> Expr:
         """Call `op`; evaluated at import time when all operands are constants and small."""
         name = self.node.outputs[0] if self.node and self.node.outputs else "v"
-        if args and all(a is None or isinstance(a, Constant) for a in args) and not get_op(op).name.startswith("random"):
+        if all(a is None or isinstance(a, Constant) for a in args) and not get_op(op).name.startswith("random"):
             attrs_n, rtype = infer_call(op, args, attrs)
             if isinstance(rtype, TensorType) and rtype.is_static and not _data_dependent(rtype):
                 size = int(np.prod(rtype.shape)) if rtype.shape else 1
@@ -153,7 +153,7 @@ class ImportContext:
                     arrays = [None if a is None else self.mod.const_values[a.name] for a in args]
                     out = np.asarray(get_op(op).ref(*arrays, **attrs_n))
                     out = out.astype(to_numpy(rtype.dtype), copy=False)
-                    return self.mod.add_constant(self.mod.unique_constant_name(name), out)
+                    return self.mod.add_constant(self.mod.unique_constant_name(name), out, rtype.dtype)
         return self.bb.emit(op, *args, name=name, **attrs)
 
     def set_known(self, name: str, value: np.ndarray) -> None:

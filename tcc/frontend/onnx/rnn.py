@@ -1,0 +1,1 @@
+"""Converters for recurrent ONNX ops (RNN, GRU, LSTM)."""

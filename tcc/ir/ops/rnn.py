@@ -1,0 +1,1 @@
+"""Recurrent ops: rnn, gru, lstm (ONNX layouts, all directions)."""

@@ -1,0 +1,161 @@
+"""The `tcc` command line: happy paths, and one clear line + exit code 2 for bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto as TP
+from onnx import helper
+
+from tcc.cli.main import cli
+
+
+def _model(path):
+    nodes = [
+        helper.make_node("Add", ["x", "w"], ["sum"]),
+        helper.make_node("Relu", ["sum"], ["out/relu:0"]),
+    ]
+    w = helper.make_tensor("w", TP.FLOAT, [3], [1.0, -2.0, 0.5])
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("out/relu:0", TP.FLOAT, ["batch", 3]),
+         helper.make_tensor_value_info("sum", TP.FLOAT, ["batch", 3])], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    _model(tmp_path / "m.onnx")
+    x = np.array([[1.0, 1.0, -1.0], [0.0, 3.0, 2.0]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    return tmp_path
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def _imported(d):
+    r = invoke("import", d / "m.onnx", "-o", d / "m.tcir")
+    assert r.exit_code == 0, r.output
+    return d / "m.tcir"
+
+
+def test_import_show_run_round_trip(workdir):
+    tcir = _imported(workdir)
+    shown = invoke("show", tcir)
+    assert shown.exit_code == 0 and "op.relu" in shown.output
+    r = invoke("run", tcir, "--input", f"x={workdir / 'x.npy'}",
+               "--output-dir", workdir / "out", "--output", workdir / "all.npz")
+    assert r.exit_code == 0, r.output
+    x = np.load(workdir / "x.npy")
+    want = x + np.array([1.0, -2.0, 0.5], np.float32)
+    np.testing.assert_array_equal(np.load(workdir / "out" / "out_relu_0.npy"), np.maximum(want, 0))
+    np.testing.assert_array_equal(np.load(workdir / "out" / "sum.npy"), want)
+    with np.load(workdir / "all.npz") as z:
+        assert sorted(z.files) == ["out/relu:0", "sum"]
+        np.testing.assert_array_equal(z["out/relu:0"], np.maximum(want, 0))
+
+
+def test_show_stats_and_json(workdir):
+    tcir = _imported(workdir)
+    r = invoke("show", tcir, "--json")
+    s = json.loads(r.output)
+    main = s["functions"]["main"]
+    assert main["op_counts"] == {"add": 1, "relu": 1}
+    assert main["inputs"] == [{"name": "x", "shape": ["batch", 3], "dtype": "float32"}]
+    assert s["constant_bytes"] == 12
+    r = invoke("show", tcir, "--stats")
+    assert r.exit_code == 0 and "relu" in r.output and "batch" in r.output
+
+
+def test_inputs_npz(workdir):
+    tcir = _imported(workdir)
+    np.savez(workdir / "in.npz", x=np.ones((4, 3), np.float32))
+    r = invoke("run", tcir, "--inputs", workdir / "in.npz", "--output", workdir / "o.npz")
+    assert r.exit_code == 0, r.output
+    with np.load(workdir / "o.npz") as z:
+        assert z["sum"].shape == (4, 3)
+
+
+def test_check_reports_unsupported_ops(workdir):
+    r = invoke("check", workdir / "m.onnx", "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["ok"] is True
+    g = helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["y"], name="n1")], "g",
+                          [helper.make_tensor_value_info("x", TP.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [1])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), workdir / "bad.onnx")
+    r = invoke("check", workdir / "bad.onnx", "--json")
+    assert r.exit_code == 1
+    assert json.loads(r.output)["unsupported"] == [
+        {"op_type": "NoSuchOp", "domain": "", "opset": 17, "nodes": ["n1"]}
+    ]
+
+
+def _bad_input_cases(d):
+    tcir = d / "m.tcir"
+    np.save(d / "x64.npy", np.zeros((2, 3), np.float64))
+    np.save(d / "x4.npy", np.zeros((2, 4), np.float32))
+    (d / "junk.npy").write_bytes(b"junk")
+    return [
+        (["run", tcir], "missing input 'x'"),
+        (["run", tcir, "--input", f"y={d / 'x.npy'}"], "unknown input 'y'"),
+        (["run", tcir, "--input", f"x={d / 'x64.npy'}"], "input 'x': expected dtype float32, got float64"),
+        (["run", tcir, "--input", f"x={d / 'x4.npy'}"], "input 'x': dimension 1 is 4"),
+        (["run", tcir, "--input", f"x={d / 'nope.npy'}"], "no such file"),
+        (["run", tcir, "--input", f"x={d / 'junk.npy'}"], "not a readable .npy file"),
+        (["run", tcir, "--input", "x"], "expected NAME=PATH.npy"),
+        (["run", d / "missing.tcir", "--input", f"x={d / 'x.npy'}"], "no such file"),
+        (["show", d / "x.npy"], "bad magic"),
+        (["import", d / "junk.npy", "-o", d / "j.tcir"], "not a valid ONNX model"),
+    ]
+
+
+def test_bad_inputs_exit_2_with_one_line(workdir):
+    _imported(workdir)
+    for args, message in _bad_input_cases(workdir):
+        r = CliRunner().invoke(cli, [str(a) for a in args])
+        assert r.exit_code == 2, (args, r.output)
+        assert message in r.output, (args, r.output)
+        assert "Traceback" not in r.output
+        assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_failed_run_writes_nothing(workdir):
+    tcir = _imported(workdir)
+    np.save(workdir / "x64.npy", np.zeros((2, 3), np.float64))
+    r = CliRunner().invoke(cli, ["run", str(tcir), "--input", f"x={workdir / 'x64.npy'}",
+                                 "--output-dir", str(workdir / "out"), "--output", str(workdir / "o.npz")])
+    assert r.exit_code == 2
+    assert not (workdir / "o.npz").exists()
+    assert not (workdir / "out").exists() or not os.listdir(workdir / "out")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "magic", "version"])
+def test_damaged_ir_file_is_a_clean_error_in_a_real_process(workdir, damage):
+    tcir = _imported(workdir)
+    data = bytearray(tcir.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "flip":
+        data[80] ^= 0xFF
+    elif damage == "magic":
+        data[0:4] = b"XXXX"
+    else:
+        data[8] = 99
+    tcir.write_bytes(bytes(data))
+    p = subprocess.run([sys.executable, "-m", "tcc", "show", str(tcir)], capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    assert str(tcir) in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_version():
+    r = invoke("--version")
+    assert r.exit_code == 0 and "tcc, version" in r.output

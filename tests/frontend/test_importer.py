@@ -1,0 +1,119 @@
+"""The ONNX importer core: signatures, symbolic shape folding, unsupported-op reports."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper
+
+from tcc.frontend.onnx import find_unsupported, from_onnx
+from tcc.ir.errors import FrontendError
+from tcc.ir.expr import Var
+from tcc.ir.graph import Call
+from tcc.ir.interp import run
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_dim_params_become_shared_size_variables():
+    m = _model(
+        [helper.make_node("Add", ["a", "b"], ["c"])],
+        [helper.make_tensor_value_info("a", TP.FLOAT, ["batch", 3]),
+         helper.make_tensor_value_info("b", TP.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("c", TP.FLOAT, ["batch", 3])],
+    )
+    f = from_onnx(m)["main"]
+    a, b = f.params
+    assert isinstance(a.type.shape[0], Var) and a.type.shape[0] is b.type.shape[0]
+    assert f.input_names == ("a", "b") and f.output_names == ("c",)
+
+
+def test_shape_subgraph_folds_to_a_symbolic_reshape():
+    """Shape -> Gather -> Concat -> Reshape keeps `batch` symbolic and leaves no Shape op."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "ax0"], ["b1"]),
+        helper.make_node("Concat", ["b1", "tail"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["y"]),
+    ]
+    inits = [
+        helper.make_tensor("i0", TP.INT64, [], [0]),
+        helper.make_tensor("ax0", TP.INT64, [1], [0]),
+        helper.make_tensor("tail", TP.INT64, [2], [4, -1]),
+    ]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["batch", 8, 3])],
+               [helper.make_tensor_value_info("y", TP.FLOAT, None)], inits)
+    mod = from_onnx(m)
+    f = mod["main"]
+    ops = [b.value.op for b in f.bindings if isinstance(b.value, Call)]
+    assert ops == ["reshape"]
+    out_type = f.bindings[-1].var.type
+    assert out_type.shape[0] is f.params[0].type.shape[0] and out_type.shape[1:] == (4, 6)
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 8, 3)).astype(np.float32)
+        (y,) = run(mod, {"x": x})
+        np.testing.assert_array_equal(y, x.reshape(batch, 4, 6))
+
+
+def test_every_unsupported_op_is_listed_once_with_opset_and_first_node():
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="ok"),
+        helper.make_node("FancyOp", ["r"], ["f1"], name="first_fancy"),
+        helper.make_node("FancyOp", ["f1"], ["f2"], name="second_fancy"),
+        helper.make_node("OtherOp", ["f2"], ["y"], name="other"),
+    ]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TP.FLOAT, [2])],
+               [helper.make_tensor_value_info("y", TP.FLOAT, [2])])
+    found = {op: (opset, names) for _, op, opset, names in find_unsupported(m)}
+    assert found == {"FancyOp": (17, ["first_fancy", "second_fancy"]), "OtherOp": (17, ["other"])}
+    with pytest.raises(FrontendError) as e:
+        from_onnx(m)
+    msg = str(e.value)
+    assert "FancyOp (opset 17, first node 'first_fancy')" in msg and "OtherOp" in msg
+    assert "\n" not in msg
+
+
+def test_op_without_converter_expands_its_onnx_function_body():
+    """MeanVarianceNormalization is defined by the ONNX standard as a function."""
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    m = _model([helper.make_node("MeanVarianceNormalization", ["x"], ["y"])],
+               [helper.make_tensor_value_info("x", TP.FLOAT, [2, 3, 4, 4])],
+               [helper.make_tensor_value_info("y", TP.FLOAT, [2, 3, 4, 4])])
+    (y,) = run(from_onnx(m), [x])
+    mean = x.mean(axis=(0, 2, 3), keepdims=True)
+    std = np.sqrt(((x - mean) ** 2).mean(axis=(0, 2, 3), keepdims=True))
+    np.testing.assert_allclose(y, (x - mean) / (std + 1e-9), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("content", [b"", b"not a model at all \x00\xff", b"\x08\x07\x12"])
+def test_malformed_model_bytes_give_a_frontend_error(tmp_path, content):
+    p = tmp_path / "bad.onnx"
+    p.write_bytes(content)
+    with pytest.raises(FrontendError):
+        mod = from_onnx(p)
+        assert "main" in mod  # an empty model has no graph: import must still be sane
+
+
+def test_missing_model_file():
+    with pytest.raises(FrontendError, match="no such file"):
+        from_onnx("/nonexistent/model.onnx")
+
+
+def test_sequence_inputs_are_reported():
+    seq = helper.make_tensor_sequence_value_info("s", TP.FLOAT, [2])
+    m = _model([helper.make_node("Identity", ["s"], ["y"])], [seq], [seq])
+    with pytest.raises(FrontendError, match="graph input 's'"):
+        from_onnx(m)
+
+
+def test_loaded_from_path(tmp_path):
+    m = _model([helper.make_node("Relu", ["x"], ["y"])],
+               [helper.make_tensor_value_info("x", TP.FLOAT, [2])],
+               [helper.make_tensor_value_info("y", TP.FLOAT, [2])])
+    onnx.save(m, tmp_path / "m.onnx")
+    (y,) = run(from_onnx(tmp_path / "m.onnx"), [np.array([-1.0, 2.0], np.float32)])
+    np.testing.assert_array_equal(y, [0.0, 2.0])
