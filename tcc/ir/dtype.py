@@ -1,7 +1,15 @@
-"""Scalar data types: tcc names them by string ("float32", "int64", "bool", ...)."""
+"""Scalar data types: tcc names them by string ("float32", "int64", "bool", ...).
+
+The low-precision types (float8/float4 and 4- and 2-bit integers, the storage types of
+quantized models) are held in numpy with the `ml_dtypes` package's dtypes, one element per
+byte, under the same names. tcc stores, moves, casts, quantizes and dequantizes them but does
+no arithmetic on them, so they are in neither FLOAT_DTYPES nor INT_DTYPES: ops that compute
+reject them by their operand checks.
+"""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from tcc.ir.errors import TccError
@@ -23,11 +31,30 @@ DTYPES = (
     "complex64",
     "complex128",
     "string",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float4_e2m1fn",
+    "int4",
+    "uint4",
+    "int2",
+    "uint2",
 )
 
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 INDEX_DTYPE = "int64"
+
+# float8 types with a saturating conversion (ONNX Cast's `saturate`); e8m0 (a power-of-two
+# scale) converts by its own rounding rules and float4 always saturates (it has no inf/NaN).
+FLOAT8_DTYPES = frozenset({"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"})
+LOW_PRECISION_FLOAT_DTYPES = FLOAT8_DTYPES | {"float8_e8m0fnu", "float4_e2m1fn"}
+LOW_PRECISION_INT_DTYPES = frozenset({"int4", "uint4", "int2", "uint2"})
+LOW_PRECISION = LOW_PRECISION_FLOAT_DTYPES | LOW_PRECISION_INT_DTYPES
+_ML_DTYPES = {name: np.dtype(getattr(ml_dtypes, name)) for name in LOW_PRECISION}
+_SUB_BYTE_BITS = {"int4": 4, "uint4": 4, "float4_e2m1fn": 4, "int2": 2, "uint2": 2}
 
 
 def check_dtype(dtype: str) -> str:
@@ -45,12 +72,24 @@ def is_int(dtype: str) -> bool:
     return dtype in INT_DTYPES or dtype == "bool"
 
 
+def is_low_precision(dtype: str) -> bool:
+    return dtype in LOW_PRECISION
+
+
+def bit_width(dtype: str) -> int:
+    """Bits of one value: the type's own width, also for sub-byte types held one per byte."""
+    return _SUB_BYTE_BITS.get(dtype) or to_numpy(dtype).itemsize * 8
+
+
 def to_numpy(dtype: str) -> np.dtype:
-    """The numpy dtype holding values of `dtype` (bfloat16 has none: it is held as float32)."""
+    """The numpy dtype holding values of `dtype` (bfloat16 is held as float32, the
+    low-precision types as ml_dtypes')."""
     if dtype == "bfloat16":
         return np.dtype("float32")
     if dtype == "string":
         return np.dtype(object)
+    if dtype in _ML_DTYPES:
+        return _ML_DTYPES[dtype]
     return np.dtype(dtype)
 
 
@@ -72,3 +111,19 @@ def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
     out = rounded.view(np.float32)
     return np.where(np.isnan(x), x, out).astype(np.float32)
+
+
+def to_low_precision(x: np.ndarray, dtype: str, saturate: bool = True) -> np.ndarray:
+    """Convert numbers to a low-precision dtype, rounding to nearest even.
+
+    A float8 conversion with `saturate` clamps finite overflow and infinities to the largest
+    finite value, as ONNX's Cast and QuantizeLinear default to; without it they become inf
+    (e5m2) or NaN (the types without inf). Integers wrap, as every narrowing int cast does.
+    """
+    x = np.asarray(x)
+    if x.dtype.name in LOW_PRECISION:  # exact in float32, which every conversion accepts
+        x = x.astype(np.float32)
+    if saturate and dtype in FLOAT8_DTYPES and x.dtype.kind in "fiu":
+        top = float(ml_dtypes.finfo(_ML_DTYPES[dtype]).max)
+        x = np.clip(x, -top, top)
+    return x.astype(_ML_DTYPES[dtype])

@@ -14,6 +14,7 @@ import os
 import re
 import struct
 
+import ml_dtypes
 import numpy as np
 
 from tcc.ir.errors import IRFileError
@@ -24,9 +25,18 @@ ALIGN = 64
 # magic, format version, reserved (0), manifest offset, manifest length, manifest sha256
 _HEADER = struct.Struct("<8sIIQQ32s")
 HEADER_SIZE = _HEADER.size  # 64
-DTYPES = tuple(
-    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64".split()
+# The low-precision types are held as ml_dtypes arrays, one element per byte; the sub-byte
+# ones keep the value in the low bits of the byte and zeros above, which reading checks.
+_LOW_PRECISION = tuple(
+    "float8_e4m3fn float8_e4m3fnuz float8_e5m2 float8_e5m2fnuz float8_e8m0fnu float4_e2m1fn "
+    "int4 uint4 int2 uint2".split()
 )
+DTYPES = (
+    tuple("bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64".split())
+    + _LOW_PRECISION
+)
+# The largest byte an array of these one-byte dtypes may hold.
+_BYTE_MAX = {"bool": 1, "int4": 0x0F, "uint4": 0x0F, "float4_e2m1fn": 0x0F, "int2": 3, "uint2": 3}
 _MAX_NDIM = 64
 _SHA_RE = re.compile(r"[0-9a-f]{64}\Z")
 
@@ -36,7 +46,17 @@ def _align(n: int) -> int:
 
 
 def _le_dtype(name: str) -> np.dtype:
+    if name in _LOW_PRECISION:  # one byte each: no byte order
+        return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name).newbyteorder("<")
+
+
+def _array_bytes(a: np.ndarray) -> bytes:
+    """C-order little-endian bytes; sub-byte values with the unused high bits cleared."""
+    if a.dtype.name in _BYTE_MAX and a.dtype.name != "bool":
+        return (np.ascontiguousarray(a).view(np.uint8) & _BYTE_MAX[a.dtype.name]).tobytes()
+    # tobytes(order="C") handles 0-d, non-contiguous and byte-swapped input alike
+    return a.astype(_le_dtype(a.dtype.name), copy=False).tobytes(order="C")
 
 
 def write_container(path, text: str, arrays: dict[str, np.ndarray], producer: str) -> None:
@@ -69,9 +89,7 @@ def write_container(path, text: str, arrays: dict[str, np.ndarray], producer: st
             text_info = _write_section(f, text_bytes)
             entries = []
             for name, a in items:
-                # tobytes(order="C") handles 0-d, non-contiguous and byte-swapped input alike
-                data = a.astype(_le_dtype(a.dtype.name), copy=False).tobytes(order="C")
-                info = _write_section(f, data)
+                info = _write_section(f, _array_bytes(a))
                 entries.append(
                     {
                         "name": name,
@@ -203,8 +221,10 @@ def read_container(path, mmap: bool = True) -> tuple[str, dict[str, np.ndarray],
         raw = buf[e["offset"] : e["offset"] + e["nbytes"]]
         if hashlib.sha256(raw).hexdigest() != e["sha256"]:
             raise bad(f"corrupted: checksum mismatch in array {e['name']!r}")
-        if e["dtype"] == "bool" and raw.size and raw.max() > 1:
-            raise bad(f"array {e['name']!r} is bool but holds bytes other than 0 and 1")
+        top = _BYTE_MAX.get(e["dtype"])
+        if top is not None and raw.size and raw.max() > top:
+            allowed = "0 and 1" if top == 1 else f"0 to {top}"
+            raise bad(f"array {e['name']!r} is {e['dtype']} but holds bytes other than {allowed}")
         dtype = _le_dtype(e["dtype"])
         try:
             if raw.size:
@@ -301,7 +321,7 @@ def _check_manifest(m, version: int, bad) -> tuple[dict, list[dict]]:
         for key in ("offset", "nbytes"):
             field(e, key, int, at)
         field(e, "sha256", str, at)
-        expected = int(np.prod(shape, dtype=object)) * np.dtype(e["dtype"]).itemsize
+        expected = int(np.prod(shape, dtype=object)) * _le_dtype(e["dtype"]).itemsize
         if e["nbytes"] != expected:
             raise bad(
                 f"corrupted manifest: array {name!r} has {e['nbytes']} bytes but dtype "

@@ -19,66 +19,21 @@ import math
 import re
 from collections.abc import Callable
 
-from tcc.ir.dtype import INDEX_DTYPE
-from tcc.ir.expr import (
-    BinOp,
-    BufferLoad,
-    Call,
-    Cast,
-    Cmp,
-    FloatImm,
-    IntImm,
-    Logic,
-    Not,
-    PrimExpr,
-    Select,
-    Var,
-    free_vars,
-)
-from tcc.ir.graph import (
-    Call as GCall,
-)
-from tcc.ir.graph import (
-    CallTIR,
-    Constant,
-    Function,
-    ShapeExpr,
-    ShapeType,
-    TensorType,
-    Tuple,
-    TupleGetItem,
-    TupleType,
-)
-from tcc.ir.graph import (
-    Var as GVar,
-)
-from tcc.ir.tir import (
-    Allocate,
-    Block,
-    Buffer,
-    BufferRegion,
-    BufferStore,
-    Evaluate,
-    For,
-    IfThenElse,
-    PrimFunc,
-    SeqStmt,
-    Stmt,
-)
+from tcc.ir import expr as E
+from tcc.ir import graph as G
+from tcc.ir import tir as T
+from tcc.ir.dtype import DTYPES, INDEX_DTYPE
 
 # Names the syntax gives a meaning to; variables never print as one of them.
-RESERVED = frozenset(
-    "op const call_tir shape Tensor Tuple Shape Buffer function prim_func constants float "
-    "min max select cast axis reads writes block init alloc_buffer allocate evaluate "
-    "block_attr serial parallel vectorized unrolled thread_binding __debug__ "
-    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 "
-    "float64 complex64 complex128 string".split()
-) | frozenset(
-    {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "abs", "floor", "ceil",
-     "round", "trunc", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
-     "asinh", "acosh", "atanh", "pow", "fmod", "isnan", "isinf", "exp2", "log2",
-     "log1p", "expm1", "atan2", "copysign", "nearbyint"}
-)  # fmt: skip
+RESERVED = (
+    frozenset(
+        "op const call_tir shape Tensor Tuple Shape Buffer function prim_func constants float "
+        "min max select cast axis reads writes block init alloc_buffer allocate evaluate "
+        "block_attr serial parallel vectorized unrolled thread_binding __debug__".split()
+    )
+    | E.INTRINSICS
+    | frozenset(DTYPES)
+)
 
 # Python precedence levels of the syntax used, loosest first.
 P_OR, P_AND, P_NOT, P_CMP, P_ADD, P_MUL, P_NEG, P_ATOM = range(1, 9)
@@ -121,7 +76,7 @@ def _float_text(v: float) -> str:
     return repr(float(v))
 
 
-def _int_imm(e: IntImm, name_of: NameOf) -> tuple[str, int]:
+def _int_imm(e: E.IntImm, name_of: NameOf) -> tuple[str, int]:
     v = int(e.value)
     if e.dtype == "bool" and v in (0, 1):
         return ("True" if v else "False"), P_ATOM
@@ -130,7 +85,7 @@ def _int_imm(e: IntImm, name_of: NameOf) -> tuple[str, int]:
     return f"{e.dtype}({v})", P_ATOM
 
 
-def _float_imm(e: FloatImm, name_of: NameOf) -> tuple[str, int]:
+def _float_imm(e: E.FloatImm, name_of: NameOf) -> tuple[str, int]:
     v = float(e.value)
     if e.dtype == "float32" and math.isfinite(v):
         text = repr(v)
@@ -138,7 +93,7 @@ def _float_imm(e: FloatImm, name_of: NameOf) -> tuple[str, int]:
     return f"{e.dtype}({_float_text(v)})", P_ATOM
 
 
-def _wrap(e: PrimExpr, min_prec: int, name_of: NameOf) -> str:
+def _wrap(e: E.PrimExpr, min_prec: int, name_of: NameOf) -> str:
     text, prec = _EXPR[type(e)](e, name_of)
     return f"({text})" if prec < min_prec else text
 
@@ -147,25 +102,25 @@ def _args(items, name_of: NameOf) -> str:
     return ", ".join(_wrap(a, 0, name_of) for a in items)
 
 
-def _bin_op(e: BinOp, name_of: NameOf) -> tuple[str, int]:
+def _bin_op(e: E.BinOp, name_of: NameOf) -> tuple[str, int]:
     if e.op not in BIN_SYNTAX:  # min, max
         return f"{e.op}({_args((e.a, e.b), name_of)})", P_ATOM
     sym, prec = BIN_SYNTAX[e.op]
     return f"{_wrap(e.a, prec, name_of)} {sym} {_wrap(e.b, prec + 1, name_of)}", prec
 
 
-def _cmp(e: Cmp, name_of: NameOf) -> tuple[str, int]:
+def _cmp(e: E.Cmp, name_of: NameOf) -> tuple[str, int]:
     # Both sides bind tighter than a comparison: Python would chain `a < b < c`.
     a, b = _wrap(e.a, P_CMP + 1, name_of), _wrap(e.b, P_CMP + 1, name_of)
     return f"{a} {CMP_SYNTAX[e.op]} {b}", P_CMP
 
 
-def _logic(e: Logic, name_of: NameOf) -> tuple[str, int]:
+def _logic(e: E.Logic, name_of: NameOf) -> tuple[str, int]:
     prec = P_AND if e.op == "and" else P_OR
     return f"{_wrap(e.a, prec, name_of)} {e.op} {_wrap(e.b, prec + 1, name_of)}", prec
 
 
-def _call(e: Call, name_of: NameOf) -> tuple[str, int]:
+def _call(e: E.Call, name_of: NameOf) -> tuple[str, int]:
     text = _args(e.args, name_of)
     if e.dtype != call_default_dtype(e.name, e.args):
         text += f"{', ' if e.args else ''}dtype={quote(e.dtype)}"
@@ -179,17 +134,17 @@ def _indices(indices, name_of: NameOf) -> str:
 
 
 _EXPR: dict[type, Callable[[object, NameOf], tuple[str, int]]] = {
-    Var: lambda e, name_of: (name_of(e), P_ATOM),
-    IntImm: _int_imm,
-    FloatImm: _float_imm,
-    BinOp: _bin_op,
-    Cmp: _cmp,
-    Logic: _logic,
-    Not: lambda e, name_of: (f"not {_wrap(e.a, P_NOT, name_of)}", P_NOT),
-    Select: lambda e, n: (f"select({_args((e.cond, e.true_value, e.false_value), n)})", P_ATOM),
-    Cast: lambda e, n: (f"cast({quote(e.dtype)}, {_wrap(e.value, 0, n)})", P_ATOM),
-    Call: _call,
-    BufferLoad: lambda e, n: (f"{n(e.buffer)}[{_indices(e.indices, n)}]", P_ATOM),
+    E.Var: lambda e, name_of: (name_of(e), P_ATOM),
+    E.IntImm: _int_imm,
+    E.FloatImm: _float_imm,
+    E.BinOp: _bin_op,
+    E.Cmp: _cmp,
+    E.Logic: _logic,
+    E.Not: lambda e, name_of: (f"not {_wrap(e.a, P_NOT, name_of)}", P_NOT),
+    E.Select: lambda e, n: (f"select({_args((e.cond, e.true_value, e.false_value), n)})", P_ATOM),
+    E.Cast: lambda e, n: (f"cast({quote(e.dtype)}, {_wrap(e.value, 0, n)})", P_ATOM),
+    E.Call: _call,
+    E.BufferLoad: lambda e, n: (f"{n(e.buffer)}[{_indices(e.indices, n)}]", P_ATOM),
 }
 
 
@@ -202,11 +157,11 @@ def format_expr(e, name_of: NameOf = _raw_name) -> str:
 
 def format_type(t, name_of: NameOf = _raw_name) -> str:
     """A graph type as text: `Tensor((n, 4), "float32")`, `Tuple(...)`, `Shape(2)`."""
-    if isinstance(t, TensorType):
+    if isinstance(t, G.TensorType):
         return f"Tensor({_dims(t.shape, name_of)}, {quote(t.dtype)})"
-    if isinstance(t, TupleType):
+    if isinstance(t, G.TupleType):
         return f"Tuple({', '.join(format_type(f, name_of) for f in t.fields)})"
-    if isinstance(t, ShapeType):
+    if isinstance(t, G.ShapeType):
         return f"Shape({t.ndim})"
     raise TypeError(f"cannot print type {t!r}")
 
@@ -233,11 +188,11 @@ def format_attr(v, name_of: NameOf = _raw_name) -> str:
         return f"[{', '.join(format_attr(x, name_of) for x in v)}]"
     if isinstance(v, tuple):
         return _tuple_text([format_attr(x, name_of) for x in v]) if v else "()"
-    if isinstance(v, IntImm):
+    if isinstance(v, E.IntImm):
         return f"{v.dtype}({int(v.value)})"
-    if isinstance(v, FloatImm):
+    if isinstance(v, E.FloatImm):
         return f"{v.dtype}({_float_text(v.value)})"
-    if isinstance(v, PrimExpr):
+    if isinstance(v, E.PrimExpr):
         return format_expr(v, name_of)
     if hasattr(v, "item"):  # a numpy scalar that slipped into an attribute: print its value
         return format_attr(v.item(), name_of)
@@ -260,11 +215,18 @@ def _identifier(hint: str) -> str:
 
 
 class Namer:
-    """Gives each object a valid identifier, unique within one function (or the module)."""
+    """Gives each object a valid identifier, unique within one function (or the module).
+
+    A size variable met while `defining` (printing a type annotation that defines the
+    variables it first names) is defined there; one first met anywhere else, or of a dtype
+    other than int64, goes to `declared`, for the decorator's `sizes=`.
+    """
 
     def __init__(self):
         self._names: dict[int, tuple[object, str]] = {}
         self._used: set[str] = set()
+        self.defining = False
+        self.declared: list[E.Var] = []
 
     def define(self, obj, hint: str) -> str:
         if id(obj) in self._names:
@@ -277,49 +239,30 @@ class Namer:
         self._names[id(obj)] = (obj, name)  # holding obj keeps its id from being reused
         return name
 
-    def __contains__(self, obj) -> bool:
-        return id(obj) in self._names
-
     def __call__(self, obj) -> str:
         entry = self._names.get(id(obj))
-        return entry[1] if entry else self.define(obj, obj.name)
+        if entry:
+            return entry[1]
+        if isinstance(obj, E.Var) and (not self.defining or obj.dtype != INDEX_DTYPE):
+            self.declared.append(obj)
+        return self.define(obj, obj.name)
+
+    def type_defining(self, t) -> str:
+        """Format a type annotation that defines the size variables it first names."""
+        self.defining = True
+        try:
+            return format_type(t, self)
+        finally:
+            self.defining = False
 
 
-def _decorator(kind: str, defname: str, name: str, kwargs: list[str], sizes: list[Var],
-               namer: Namer) -> str:
+def _decorator(kind: str, defname: str, name: str, kwargs: list[str], namer: Namer) -> str:
     if defname != name:
         kwargs.insert(0, f"name={quote(name)}")
-    if sizes:
-        decls = ", ".join(f"{quote(namer(v))}: {quote(v.dtype)}" for v in sizes)
+    if namer.declared:
+        decls = ", ".join(f"{quote(namer(v))}: {quote(v.dtype)}" for v in namer.declared)
         kwargs.append(f"sizes={{{decls}}}")
     return f"@{kind}({', '.join(kwargs)})" if kwargs else f"@{kind}"
-
-
-class _SizeVars:
-    """Tracks which size variables a function's text defines, in the parser's reading order.
-
-    A size variable is defined where a type annotation first names it; one first seen
-    anywhere else, or of a dtype other than int64, is declared in the decorator's `sizes=`.
-    """
-
-    def __init__(self, namer: Namer):
-        self.namer = namer
-        self.declared: list[Var] = []
-
-    def see(self, x, defines: bool) -> None:
-        for v in free_vars(x):
-            if v not in self.namer:
-                self.namer.define(v, v.name)
-                if not defines or v.dtype != INDEX_DTYPE:
-                    self.declared.append(v)
-
-
-def _type_dims(t) -> list:
-    if isinstance(t, TensorType):
-        return list(t.shape)
-    if isinstance(t, TupleType):
-        return [d for f in t.fields for d in _type_dims(f)]
-    return []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,24 +272,24 @@ def _type_dims(t) -> list:
 def _graph_expr(e, namer: Namer) -> str:
     if e is None:
         return "None"
-    if isinstance(e, GVar):
+    if isinstance(e, G.Var):
         return namer(e)
-    if isinstance(e, Constant):
+    if isinstance(e, G.Constant):
         return f"const({quote(e.name)})"
-    if isinstance(e, Tuple):
+    if isinstance(e, G.Tuple):
         return _tuple_text([_graph_expr(f, namer) for f in e.fields]) if e.fields else "()"
-    if isinstance(e, TupleGetItem):
+    if isinstance(e, G.TupleGetItem):
         return f"{_graph_expr(e.value, namer)}[{e.index}]"
-    if isinstance(e, ShapeExpr):
+    if isinstance(e, G.ShapeExpr):
         return f"shape({', '.join(format_attr(d, namer) for d in e.dims)})"
-    if isinstance(e, GCall):
+    if isinstance(e, G.Call):
         args = [_graph_expr(a, namer) for a in e.args]
         plain = [f"{k}={format_attr(v, namer)}" for k, v in e.attrs.items() if _plain_kw(k)]
         odd = {k: v for k, v in e.attrs.items() if not _plain_kw(k)}
         if odd:
             plain.append(f"**{_attr_dict(odd.items(), namer)}")
         return f"op.{e.op}({', '.join(args + plain)})"
-    if isinstance(e, CallTIR):
+    if isinstance(e, G.CallTIR):
         args = ", ".join(_graph_expr(a, namer) for a in e.args)
         text = f"call_tir({quote(e.func)}, [{args}], out={format_type(e.out_type, namer)}"
         if e.shape_args:
@@ -359,42 +302,27 @@ def _plain_kw(key: str) -> bool:
     return key.isidentifier() and not keyword.iskeyword(key)
 
 
-def _graph_sizes(func: Function, namer: Namer) -> list[Var]:
-    """Name every variable in reading order and return the size variables to declare."""
-    sizes = _SizeVars(namer)
-    for p in func.params:
-        namer.define(p, p.name)
-        sizes.see(_type_dims(p.type), defines=True)
-    for b in func.bindings:
-        v = b.value
-        if isinstance(v, GCall):
-            sizes.see(list(v.attrs.values()), defines=False)
-        elif isinstance(v, CallTIR):
-            sizes.see(_type_dims(v.out_type) + list(v.shape_args), defines=False)
-        elif isinstance(v, ShapeExpr):
-            sizes.see(list(v.dims), defines=False)
-        namer.define(b.var, b.var.name)
-        sizes.see(_type_dims(b.var.type), defines=True)
-    return sizes.declared
-
-
-def print_function(name: str, func: Function, defname: str | None = None) -> str:
+def print_function(name: str, func: G.Function, defname: str | None = None) -> str:
     """A graph function as text; `defname` is its identifier in the text (default: from name)."""
     namer = Namer()
-    sizes = _graph_sizes(func, namer)
+    params = []
+    for p in func.params:
+        params.append(f"{namer.define(p, p.name)}: {namer.type_defining(p.type)}")
+    lines = []
+    for b in func.bindings:  # the parser reads the value before the annotation
+        value = _graph_expr(b.value, namer)
+        var = namer.define(b.var, b.var.name)
+        lines.append(f"    {var}: {namer.type_defining(b.var.type)} = {value}")
+    lines.append(f"    return {_graph_expr(func.ret, namer)}")
     kwargs = [
         f"inputs=[{', '.join(quote(n) for n in func.input_names)}]",
         f"outputs=[{', '.join(quote(n) for n in func.output_names)}]",
     ]
     defname = defname or _identifier(name)
-    lines = [_decorator("function", defname, name, kwargs, sizes, namer)]
-    params = ", ".join(f"{namer(p)}: {format_type(p.type, namer)}" for p in func.params)
-    lines.append(f"def {defname}({params}) -> {format_type(func.ret_type, namer)}:")
-    for b in func.bindings:
-        ann = format_type(b.var.type, namer)
-        lines.append(f"    {namer(b.var)}: {ann} = {_graph_expr(b.value, namer)}")
-    lines.append(f"    return {_graph_expr(func.ret, namer)}")
-    return "\n".join(lines) + "\n"
+    ret = format_type(func.ret_type, namer)
+    head = [_decorator("function", defname, name, kwargs, namer),
+            f"def {defname}({', '.join(params)}) -> {ret}:"]
+    return "\n".join(head + lines) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,6 +330,8 @@ def print_function(name: str, func: Function, defname: str | None = None) -> str
 
 
 class _PrimPrinter:
+    """Prints a PrimFunc's statements, one indented line at a time, into `lines`."""
+
     def __init__(self):
         self.namer = Namer()
         self.lines: list[str] = []
@@ -409,16 +339,16 @@ class _PrimPrinter:
     def expr(self, e) -> str:
         return format_expr(e, self.namer)
 
-    def buffer_decl(self, buf: Buffer) -> str:
+    def buffer_decl(self, buf: T.Buffer) -> str:
         scope = "" if buf.scope == "global" else f", scope={quote(buf.scope)}"
         return f"{_dims(buf.shape, self.namer)}, {quote(buf.dtype)}{scope}"
 
-    def region(self, r: BufferRegion) -> str:
+    def region(self, r: T.BufferRegion) -> str:
         parts = []
         for lo, ext in r.ranges:
-            if isinstance(ext, IntImm) and ext.value == 1 and ext.dtype == INDEX_DTYPE:
+            if isinstance(ext, E.IntImm) and ext.value == 1 and ext.dtype == INDEX_DTYPE:
                 parts.append(self.expr(lo))
-            elif isinstance(lo, IntImm) and lo.value == 0 and lo.dtype == INDEX_DTYPE:
+            elif isinstance(lo, E.IntImm) and lo.value == 0 and lo.dtype == INDEX_DTYPE:
                 parts.append(f"0:{self.expr(ext)}")
             else:  # the stop is written `min + extent`, so both read back unchanged
                 stop = f"{_wrap(lo, P_ADD, self.namer)} + {_wrap(ext, P_ADD + 1, self.namer)}"
@@ -426,23 +356,23 @@ class _PrimPrinter:
         index = ", ".join(parts) if len(parts) != 1 else parts[0]
         return f"{self.namer(r.buffer)}[{index or '()'}]"
 
-    def emit(self, s: Stmt, indent: int) -> None:
+    def emit(self, s: T.Stmt, indent: int) -> None:
         _STMT[type(s)](self, s, indent)
 
     def line(self, indent: int, text: str) -> None:
         self.lines.append("    " * indent + text)
 
-    def body(self, s: Stmt, indent: int) -> None:
-        if isinstance(s, SeqStmt) and not s.stmts:
+    def body(self, s: T.Stmt, indent: int) -> None:
+        if isinstance(s, T.SeqStmt) and not s.stmts:
             self.line(indent, "pass")
         else:
             self.emit(s, indent)
 
-    def seq(self, s: SeqStmt, indent: int) -> None:
+    def seq(self, s: T.SeqStmt, indent: int) -> None:
         for x in s.stmts:
             self.body(x, indent)
 
-    def for_(self, s: For, indent: int) -> None:
+    def for_(self, s: T.For, indent: int) -> None:
         var = self.namer.define(s.var, s.var.name)
         args = [self.expr(s.min), self.expr(s.extent)]
         if s.thread_tag is not None:
@@ -454,24 +384,24 @@ class _PrimPrinter:
         self.line(indent, f"for {var} in {s.kind.value}({', '.join(args)}):")
         self.body(s.body, indent + 1)
 
-    def if_(self, s: IfThenElse, indent: int) -> None:
+    def if_(self, s: T.IfThenElse, indent: int) -> None:
         self.line(indent, f"if {self.expr(s.cond)}:")
         self.body(s.then_case, indent + 1)
         if s.else_case is not None:
             self.line(indent, "else:")
             self.body(s.else_case, indent + 1)
 
-    def allocate(self, s: Allocate, indent: int) -> None:
+    def allocate(self, s: T.Allocate, indent: int) -> None:
         decl = self.buffer_decl(s.buffer)
         name = self.namer.define(s.buffer, s.buffer.name)
         self.line(indent, f"with allocate({decl}) as {name}:")
         self.body(s.body, indent + 1)
 
-    def store(self, s: BufferStore, indent: int) -> None:
+    def store(self, s: T.BufferStore, indent: int) -> None:
         index = _indices(s.indices, self.namer)
         self.line(indent, f"{self.namer(s.buffer)}[{index}] = {self.expr(s.value)}")
 
-    def block(self, s: Block, indent: int) -> None:
+    def block(self, s: T.Block, indent: int) -> None:
         self.line(indent, f"with block({quote(s.name)}):")
         inner = indent + 1
         for iv in s.iter_vars:  # the binding reads the loop variables outside the block
@@ -493,92 +423,37 @@ class _PrimPrinter:
 
 
 _STMT: dict[type, Callable[[_PrimPrinter, object, int], None]] = {
-    SeqStmt: _PrimPrinter.seq,
-    For: _PrimPrinter.for_,
-    IfThenElse: _PrimPrinter.if_,
-    Allocate: _PrimPrinter.allocate,
-    BufferStore: _PrimPrinter.store,
-    Evaluate: lambda p, s, indent: p.line(indent, f"evaluate({p.expr(s.value)})"),
-    Block: _PrimPrinter.block,
+    T.SeqStmt: _PrimPrinter.seq,
+    T.For: _PrimPrinter.for_,
+    T.IfThenElse: _PrimPrinter.if_,
+    T.Allocate: _PrimPrinter.allocate,
+    T.BufferStore: _PrimPrinter.store,
+    T.Evaluate: lambda p, s, indent: p.line(indent, f"evaluate({p.expr(s.value)})"),
+    T.Block: _PrimPrinter.block,
 }
 
 
-def _prim_sizes(func: PrimFunc, namer: Namer) -> list[Var]:
-    """Name the parameters and the size variables their shapes define; return the other
-    free size variables (those the body uses but nothing defines), to be declared."""
-    for p in func.params:
-        if isinstance(p, Var):
-            namer.define(p, p.name)
-    sizes = _SizeVars(namer)
-    for p in func.params:
-        if isinstance(p, Buffer):
-            namer.define(p, p.name)
-            sizes.see(list(p.shape), defines=True)
-    bound: set[int] = set()
-    _collect_bound(func.body, bound)
-    used = free_vars([_stmt_vars(func.body), [v for _, v in func.attrs]])
-    sizes.see([v for v in used if id(v) not in bound], defines=False)
-    return sizes.declared
-
-
-def _children(s: Stmt) -> list[Stmt]:
-    if isinstance(s, SeqStmt):
-        return list(s.stmts)
-    if isinstance(s, (For, Allocate)):
-        return [s.body]
-    if isinstance(s, IfThenElse):
-        return [s.then_case] + ([s.else_case] if s.else_case is not None else [])
-    if isinstance(s, Block):
-        return [s.body] + ([s.init] if s.init is not None else [])
-    return []
-
-
-def _collect_bound(s: Stmt, bound: set[int]) -> None:
-    if isinstance(s, For):
-        bound.add(id(s.var))
-    if isinstance(s, Block):
-        bound.update(id(iv.var) for iv in s.iter_vars)
-    for c in _children(s):
-        _collect_bound(c, bound)
-
-
-def _stmt_vars(s: Stmt) -> list:
-    """Every scalar expression and buffer shape a statement tree mentions."""
-    out: list = []
-    if isinstance(s, For):
-        out += [s.min, s.extent, *(v for _, v in s.annotations)]
-    elif isinstance(s, IfThenElse):
-        out.append(s.cond)
-    elif isinstance(s, Allocate):
-        out += list(s.buffer.shape)
-    elif isinstance(s, BufferStore):
-        out += [s.value, *s.indices]
-    elif isinstance(s, Evaluate):
-        out.append(s.value)
-    elif isinstance(s, Block):
-        out += [x for iv in s.iter_vars for x in (iv.extent, iv.binding)]
-        out += [v for _, v in s.annotations]
-        out += [d for b in s.alloc_buffers for d in b.shape]
-        out += [x for r in s.reads + s.writes for rng in r.ranges for x in rng]
-    for c in _children(s):
-        out += _stmt_vars(c)
-    return out
-
-
-def print_prim_func(name: str, func: PrimFunc, defname: str | None = None) -> str:
+def print_prim_func(name: str, func: T.PrimFunc, defname: str | None = None) -> str:
     """A PrimFunc as text; `defname` is its identifier in the text (default: from name)."""
     p = _PrimPrinter()
-    sizes = _prim_sizes(func, p.namer)
-    kwargs = [f"attrs={_attr_dict(func.attrs, p.namer)}"] if func.attrs else []
-    defname = defname or _identifier(name)
-    p.lines.append(_decorator("prim_func", defname, name, kwargs, sizes, p.namer))
+    for param in func.params:  # the parser defines scalar parameters first
+        if isinstance(param, E.Var):
+            p.namer.define(param, param.name)
     params = []
     for param in func.params:
-        ann = f"Buffer({p.buffer_decl(param)})" if isinstance(param, Buffer) else param.dtype
-        params.append(f"{p.namer(param)}: {ann}")
-    p.lines.append(f"def {defname}({', '.join(params)}):")
+        if isinstance(param, T.Buffer):
+            p.namer.defining = True
+            decl = p.buffer_decl(param)
+            p.namer.defining = False
+            params.append(f"{p.namer.define(param, param.name)}: Buffer({decl})")
+        else:
+            params.append(f"{p.namer(param)}: {param.dtype}")
     p.body(func.body, 1)
-    return "\n".join(p.lines) + "\n"
+    kwargs = [f"attrs={_attr_dict(func.attrs, p.namer)}"] if func.attrs else []
+    defname = defname or _identifier(name)
+    head = [_decorator("prim_func", defname, name, kwargs, p.namer),
+            f"def {defname}({', '.join(params)}):"]
+    return "\n".join(head + p.lines) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -596,7 +471,7 @@ def print_module(mod) -> str:
     globals_ = Namer()
     for name, func in mod.functions.items():
         defname = globals_.define(name, name)
-        if isinstance(func, Function):
+        if isinstance(func, G.Function):
             parts.append(print_function(name, func, defname))
         else:
             parts.append(print_prim_func(name, func, defname))

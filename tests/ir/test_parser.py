@@ -146,7 +146,7 @@ def _fn(*body: str, params: str = 'x: Tensor((n, 4), "float32")') -> str:
         ("@prim_func\ndef f(A: Buffer((4,), \"float32\")):\n    A[0] = A[0] < 1.0 < 2.0\n",
          "3:12", "not chained"),
         ("@prim_func\ndef f(n: index):\n    pass\n", "2:10", "unknown dtype 'index'"),
-        ("@jit\ndef f():\n    pass\n", "1:2", "unknown decorator"),
+        ("@jit\ndef f():\n    pass\n", "1:2", "expected one decorator, @function or @prim_func"),
     ],
 )
 def test_errors(text, where, message):

@@ -302,13 +302,21 @@ class Clip(OnnxOp):
 # casts
 
 
+def _cast(ctx, node, dtype: str):
+    """`saturate` (opset 19) and `round_mode` (opset 24) only matter for float8 targets;
+    absent, they take ONNX's defaults, which are the cast op's."""
+    rounding = {"round_mode": node.attrs["round_mode"]} if "round_mode" in node.attrs else {}
+    saturate = bool(node.attrs.get("saturate", 1))
+    return ctx.emit("cast", ctx.input(node, 0), dtype=dtype, saturate=saturate, **rounding)
+
+
 @converter("Cast")
 class Cast(OnnxOp):
     @classmethod
     def v1(cls, ctx, node):
         if "to" not in node.attrs:
             raise node.error("attribute 'to' is required")
-        return ctx.emit("cast", ctx.input(node, 0), dtype=_target_dtype(node, node.attrs["to"]))
+        return _cast(ctx, node, _target_dtype(node, node.attrs["to"]))
 
 
 @converter("CastLike")
@@ -318,7 +326,7 @@ class CastLike(OnnxOp):
         dtype = ctx.type_of(node, 1).dtype
         if dtype == "string" or ctx.type_of(node, 0).dtype == "string":
             raise node.error("string conversions are not supported")
-        return ctx.emit("cast", ctx.input(node, 0), dtype=dtype)
+        return _cast(ctx, node, dtype)
 
 
 @converter("BitCast")

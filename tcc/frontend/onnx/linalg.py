@@ -16,10 +16,7 @@ from tcc.frontend.onnx.base import (
 )
 from tcc.frontend.onnx.importer import convert_node
 from tcc.ir.errors import FrontendError, TccError
-
-# Integer types the quantization ops support; float8/float4 and sub-byte integers have no
-# tcc dtype.
-_QUANT_DTYPES = ("uint8", "int8", "uint16", "int16", "int32")
+from tcc.ir.ops.linalg import QUANT_DTYPES
 
 
 def _dtype_attr(node: OnnxNode, name: str) -> str | None:
@@ -92,18 +89,17 @@ class Det(OnnxOp):
 
 
 def _check_quant_dtype(node: OnnxNode, dtype: str) -> str:
-    if dtype not in _QUANT_DTYPES:
+    if dtype not in QUANT_DTYPES:
         raise node.error(
-            f"quantized type {dtype} is unsupported (float8, float4 and sub-byte integers "
-            f"have no tcc dtype); tcc supports {', '.join(_QUANT_DTYPES)}"
+            f"quantized type {dtype} is unsupported; tcc supports {', '.join(QUANT_DTYPES)}"
         )
     return dtype
 
 
 @converter("QuantizeLinear")
 class QuantizeLinear(OnnxOp):
-    """The output type is the zero point's, else `output_dtype`, else uint8; `saturate` only
-    concerns float8 outputs, which tcc does not support."""
+    """The output type is the zero point's, else `output_dtype`, else uint8; `saturate`
+    (opset 19) only concerns float8 outputs."""
 
     @classmethod
     def v10(cls, ctx, node):
@@ -116,6 +112,7 @@ class QuantizeLinear(OnnxOp):
             ctx.input(node, 2),
             axis=node.attrs.get("axis", 1),
             block_size=node.attrs.get("block_size", 0),
+            saturate=bool(node.attrs.get("saturate", 1)),
             out_dtype=_check_quant_dtype(node, out),
             precision=_dtype_attr(node, "precision"),
         )

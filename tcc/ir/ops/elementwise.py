@@ -16,7 +16,15 @@ import math
 
 import numpy as np
 
-from tcc.ir.dtype import FLOAT_DTYPES, INT_DTYPES, round_to_bfloat16, to_numpy
+from tcc.ir.dtype import (
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    LOW_PRECISION,
+    bit_width,
+    round_to_bfloat16,
+    to_low_precision,
+    to_numpy,
+)
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import prove_equal
 from tcc.ir.graph import TensorType
@@ -396,6 +404,9 @@ register(
 # dtype conversion
 
 
+_ROUND_MODES = ("up", "down", "nearest")
+
+
 def _cast_infer(args, attrs):
     x = tensor(args[0], "cast")
     if "string" in (x.dtype, attrs["dtype"]):
@@ -403,10 +414,40 @@ def _cast_infer(args, attrs):
             f"op cast: casting {x.dtype} to {attrs['dtype']} is not supported "
             "(tcc has no string conversions)"
         )
+    if attrs["round_mode"] not in _ROUND_MODES:
+        raise ShapeError(
+            f"op cast: round_mode {attrs['round_mode']!r} is not one of {', '.join(_ROUND_MODES)}"
+        )
     return TensorType(x.shape, attrs["dtype"])
 
 
-def _cast(x, dtype):
+def _to_float8_e8m0(x, saturate: bool, round_mode: str):
+    """Power-of-two scales: keep the float32 exponent and round the mantissa away up, down
+    or to the nearest power (ties up); NaN and inf become the NaN encoding 0xFF, and an
+    exponent rounded past the largest stays at it when saturating. The sign is dropped
+    (ONNX leaves negative inputs undefined)."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.uint16)
+    mantissa = bits & 0x7FFFFF
+    special = exponent == 0xFF
+    if round_mode == "up":
+        up = mantissa > 0
+    elif round_mode == "nearest":  # subnormals (exponent 0) round their ties down
+        half = mantissa >= 0x400000
+        up = np.where(exponent > 0, half, half & (mantissa > 0x400000))
+    else:
+        up = np.zeros(bits.shape, bool)
+    if saturate:
+        up &= exponent < 0xFE
+    codes = np.where(special, 0xFF, exponent + up).astype(np.uint8)
+    return codes.view(to_numpy("float8_e8m0fnu"))
+
+
+def _cast(x, dtype, saturate, round_mode):
+    if dtype == "float8_e8m0fnu":
+        return _to_float8_e8m0(x, saturate, round_mode)
+    if dtype in LOW_PRECISION:
+        return to_low_precision(x, dtype, saturate)
     out = x.astype(to_numpy(dtype))
     return round_to_bfloat16(out) if dtype == "bfloat16" else out
 
@@ -416,10 +457,12 @@ register(
         "cast",
         _cast_infer,
         _cast,
-        attrs={"dtype": REQUIRED},
+        attrs={"dtype": REQUIRED, "saturate": True, "round_mode": "up"},
         pattern=Pattern.ELEMWISE,
         doc="Convert values to `dtype`: floats to ints truncate, nonzero to bool is True, "
-        "ints wrap to narrower ints.",
+        "ints wrap to narrower ints, floats round to nearest even. Out-of-range values cast "
+        "to float8 clamp to its largest finite value with `saturate`, else become inf or "
+        "NaN; casts to float8_e8m0fnu round by `round_mode` (up, down or nearest).",
     )
 )
 
@@ -432,7 +475,7 @@ def _bitcast_infer(args, attrs):
                 f"op bitcast: {d} tensors cannot be reinterpreted (tcc does not hold them "
                 "in their own bit layout)"
             )
-    width, want = to_numpy(x.dtype).itemsize * 8, to_numpy(dtype).itemsize * 8
+    width, want = bit_width(x.dtype), bit_width(dtype)
     if width != want:
         raise ShapeError(
             f"op bitcast: {x.dtype} has {width} bits but {dtype} has {want}; "
@@ -441,11 +484,19 @@ def _bitcast_infer(args, attrs):
     return TensorType(x.shape, dtype)
 
 
+def _bitcast(x, dtype):
+    """Sub-byte values sit in the low bits of their byte, so those bits are the value."""
+    width = bit_width(dtype)
+    if width < 8:
+        return (x.view(np.uint8) & np.uint8((1 << width) - 1)).view(to_numpy(dtype))
+    return x.view(to_numpy(dtype))
+
+
 register(
     OpDef(
         "bitcast",
         _bitcast_infer,
-        lambda x, dtype: x.view(to_numpy(dtype)),
+        _bitcast,
         attrs={"dtype": REQUIRED},
         pattern=Pattern.ELEMWISE,
         doc="Reinterpret the bits of each element as `dtype` (same width, little endian).",

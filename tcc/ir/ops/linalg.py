@@ -12,7 +12,7 @@ import string
 
 import numpy as np
 
-from tcc.ir.dtype import is_float, round_to_bfloat16, to_numpy
+from tcc.ir.dtype import FLOAT8_DTYPES, is_float, round_to_bfloat16, to_low_precision, to_numpy
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Dim
 from tcc.ir.graph import TensorType
@@ -226,7 +226,22 @@ _QUANT_RANGE = {
     "uint16": (0, 65535),
     "int16": (-32768, 32767),
     "int32": (-(2**31), 2**31 - 1),
+    "uint4": (0, 15),
+    "int4": (-8, 7),
+    "uint2": (0, 3),
+    "int2": (-2, 1),
 }
+# Float types values are quantized to by rounding to nearest even; their saturation is the
+# conversion's (float4 has no inf or NaN, so it always saturates).
+_QUANT_FLOATS = FLOAT8_DTYPES | {"float4_e2m1fn"}
+QUANT_DTYPES = (*_QUANT_RANGE, *sorted(_QUANT_FLOATS))
+
+
+def _check_quantized(dtype: str, op: str, what: str) -> None:
+    if dtype not in QUANT_DTYPES:
+        raise ShapeError(
+            f"op {op}: unsupported {what} dtype {dtype}; expected one of {', '.join(QUANT_DTYPES)}"
+        )
 
 
 def _check_quant_params(x: TensorType, p: TensorType, attrs, op: str, what: str) -> None:
@@ -262,10 +277,7 @@ def expand_quant_param(p: np.ndarray, shape: tuple, axis: int, block_size: int) 
 def _quantize_infer(args, attrs):
     x, scale = tensor(args[0], "quantize_linear", "x"), tensor(args[1], "quantize_linear", "scale")
     out = attrs["out_dtype"]
-    if out not in _QUANT_RANGE:
-        raise ShapeError(
-            f"op quantize_linear: unsupported output dtype {out}; expected one of {', '.join(_QUANT_RANGE)}"
-        )
+    _check_quantized(out, "quantize_linear", "output")
     _check_quant_params(x, scale, attrs, "quantize_linear", "scale")
     if args[2] is not None:
         zp = tensor(args[2], "quantize_linear", "zero point")
@@ -281,11 +293,15 @@ def _quantize_ref(x, scale, zero_point, axis, block_size, saturate, out_dtype, p
     scale = expand_quant_param(scale, x.shape, axis, block_size)
     if precision is not None:
         x, scale = x.astype(to_numpy(precision)), scale.astype(to_numpy(precision))
-    q = np.rint(x / scale).astype(np.int64)
-    if zero_point is not None:
-        q = q + expand_quant_param(zero_point, x.shape, axis, block_size)
+    y = x / scale
+    zp = None if zero_point is None else expand_quant_param(zero_point, x.shape, axis, block_size)
+    if out_dtype in _QUANT_FLOATS:
+        return to_low_precision(y if zp is None else y + zp.astype(y.dtype), out_dtype, saturate)
+    q = np.rint(y).astype(np.int64)
+    if zp is not None:
+        q = q + zp.astype(np.int64)
     lo, hi = _QUANT_RANGE[out_dtype]
-    return np.clip(q, lo, hi).astype(out_dtype)
+    return np.clip(q, lo, hi).astype(to_numpy(out_dtype))
 
 
 register(
@@ -304,7 +320,9 @@ register(
         num_args=(2, 3),
         doc="saturate(round_half_even(x / scale) + zero_point) in `out_dtype`; scale and "
         "zero point per tensor, per `axis`, or per block of `block_size` along `axis`; "
-        "`precision` (a float dtype) is the type the division runs in.",
+        "`precision` (a float dtype) is the type the division runs in. Float8 and float4 "
+        "outputs round x / scale + zero_point to nearest even; `saturate` (float8 only) "
+        "clamps overflow to the largest finite value instead of inf/NaN.",
     )
 )
 
@@ -316,6 +334,7 @@ def _dequantize_infer(args, attrs):
     )
     if not is_float(scale.dtype):
         raise ShapeError(f"op dequantize_linear: scale must be floating point, got {scale.dtype}")
+    _check_quantized(x.dtype, "dequantize_linear", "input")
     _check_quant_params(x, scale, attrs, "dequantize_linear", "scale")
     if args[2] is not None:
         zp = tensor(args[2], "dequantize_linear", "zero point")
