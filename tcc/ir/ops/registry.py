@@ -8,6 +8,7 @@ exists) its loop program in the te DSL.
 
 from __future__ import annotations
 
+import difflib
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,7 +71,9 @@ def get_op(name: str) -> OpDef:
     _load_families()
     op = OPS.get(name)
     if op is None:
-        raise TccError(f"unknown op {name!r}; known ops are listed by tcc.ir.ops.OPS")
+        close = difflib.get_close_matches(name, OPS, n=3)
+        hint = f"did you mean {' or '.join(map(repr, close))}?" if close else "see tcc.ir.ops.OPS for the known ops"
+        raise TccError(f"unknown op {name!r}; {hint}")
     return op
 
 
