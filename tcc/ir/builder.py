@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tcc.ir.dtype import LOW_PRECISION
 from tcc.ir.errors import ShapeError
 from tcc.ir.graph import (
     Binding,
@@ -14,6 +15,7 @@ from tcc.ir.graph import (
     Expr,
     Function,
     ShapeExpr,
+    TensorType,
     Tuple,
     TupleGetItem,
     TupleType,
@@ -21,7 +23,7 @@ from tcc.ir.graph import (
     Var,
     type_of,
 )
-from tcc.ir.ops.registry import get_op, normalize_attrs
+from tcc.ir.ops.registry import Pattern, get_op, normalize_attrs
 
 
 def infer_call(op_name: str, args: Sequence[Expr | None], attrs: dict[str, Any]) -> tuple[dict, Type]:
@@ -33,6 +35,13 @@ def infer_call(op_name: str, args: Sequence[Expr | None], attrs: dict[str, Any])
         raise ShapeError(f"op {op_name}: expected {want} operands, got {len(args)}")
     attrs = normalize_attrs(op, attrs)
     types = [None if a is None else type_of(a) for a in args]
+    if op.pattern in (Pattern.COMM_REDUCE, Pattern.OUT_FUSABLE):
+        for t in types:
+            if isinstance(t, TensorType) and t.dtype in LOW_PRECISION:
+                raise ShapeError(
+                    f"op {op_name}: {t.dtype} is a storage type; dequantize or cast it to a "
+                    "wider type before computing with it"
+                )
     return attrs, op.infer(types, attrs)
 
 

@@ -72,10 +72,6 @@ def is_int(dtype: str) -> bool:
     return dtype in INT_DTYPES or dtype == "bool"
 
 
-def is_low_precision(dtype: str) -> bool:
-    return dtype in LOW_PRECISION
-
-
 def bit_width(dtype: str) -> int:
     """Bits of one value: the type's own width, also for sub-byte types held one per byte."""
     return _SUB_BYTE_BITS.get(dtype) or to_numpy(dtype).itemsize * 8

@@ -4,15 +4,23 @@ A `Function` has typed parameters, a list of bindings `var = value` in A-normal 
 operands of a call are variables, constants or None for an absent optional input) and a
 returned variable or tuple. Tensor types carry symbolic shapes: a dimension is an int or an
 integer PrimExpr over size variables, so one function serves every batch size.
+
+Control flow stays in the graph as `If`, `Loop` and `Scan` nodes, each calling other graph
+functions of the module by name (as Relax keeps `If` in the graph rather than lowering it to
+jumps). A callee takes every value it reads as a parameter: nothing is captured implicitly.
+`infer_control_flow` gives such a node's result type from its callees' signatures.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from tcc.ir.dtype import check_dtype
-from tcc.ir.expr import Dim, PrimExpr, as_dim
+from tcc.ir.errors import ShapeError
+from tcc.ir.expr import Dim, PrimExpr, as_dim, free_vars, fresh_var, prove_equal, substitute
+from tcc.ir.expr import Var as SizeVar
 
 # ---------------------------------------------------------------------------------------------
 # types
@@ -121,6 +129,65 @@ class ShapeExpr(Expr):
 
 
 @dataclass(frozen=True, eq=False)
+class If(Expr):
+    """Call graph function `then_branch` or `else_branch` with `args`, as the one-element
+    boolean tensor `cond` says. Both branches take the same parameters and return as many
+    values; a dimension on which they disagree is a fresh size variable of the result."""
+
+    cond: Expr
+    then_branch: str
+    else_branch: str
+    args: tuple[Expr, ...]
+
+    @property
+    def callees(self) -> tuple[str, ...]:
+        return (self.then_branch, self.else_branch)
+
+
+@dataclass(frozen=True, eq=False)
+class Loop(Expr):
+    """ONNX Loop. `body(i, cond, *carried, *captured) -> (cond, *carried, *scans)` runs while
+    `i < max_trip_count` (when given) and `cond` (when given; then the body's returned `cond`
+    decides the next iteration) hold. The result is the final carried values, then each scan
+    output stacked over the iterations along a new axis 0 (its length a fresh variable)."""
+
+    body: str
+    max_trip_count: Expr | None
+    cond: Expr | None
+    carried: tuple[Expr, ...]
+    captured: tuple[Expr, ...]
+
+    @property
+    def callees(self) -> tuple[str, ...]:
+        return (self.body,)
+
+
+@dataclass(frozen=True, eq=False)
+class Scan(Expr):
+    """ONNX Scan (opset 9+). `args` are the initial states then `num_scan_inputs` sequences;
+    `body(*states, *slices, *captured) -> (*states, *scan_elements)` runs once per slice of
+    the sequences along their `scan_input_axes` (last to first where a direction is 1). The
+    result is the final states, then each scan output stacked along its `scan_output_axes`
+    entry (in reverse iteration order where its direction is 1)."""
+
+    body: str
+    num_scan_inputs: int
+    args: tuple[Expr, ...]
+    captured: tuple[Expr, ...]
+    scan_input_axes: tuple[int, ...]
+    scan_input_directions: tuple[int, ...]
+    scan_output_axes: tuple[int, ...]
+    scan_output_directions: tuple[int, ...]
+
+    @property
+    def callees(self) -> tuple[str, ...]:
+        return (self.body,)
+
+
+CONTROL_FLOW = (If, Loop, Scan)
+
+
+@dataclass(frozen=True, eq=False)
 class Binding:
     var: Var
     value: Expr
@@ -166,3 +233,193 @@ def type_of(e: Expr) -> Type:
     if isinstance(e, CallTIR):
         return e.out_type
     raise TypeError(f"type of {type(e).__name__} is given by its binding")
+
+
+# ---------------------------------------------------------------------------------------------
+# result types of control flow
+
+
+def infer_control_flow(e: If | Loop | Scan, functions: Mapping[str, object]) -> Type:
+    """The result type of an If, Loop or Scan whose callees are in `functions`: one type for
+    one result, else a TupleType. Raises ShapeError when the operands do not fit a callee."""
+    if isinstance(e, If):
+        return _infer_if(e, functions)
+    if isinstance(e, Loop):
+        return _infer_loop(e, functions)
+    return _infer_scan(e, functions)
+
+
+def _infer_if(e: If, functions) -> Type:
+    _expect_flag(type_of(e.cond), "bool", "if_ condition")
+    args = [type_of(a) for a in e.args]
+    then = _apply(_callee(functions, e.then_branch), e.then_branch, args)
+    other = _apply(_callee(functions, e.else_branch), e.else_branch, args)
+    if len(then) != len(other):
+        raise ShapeError(f"if_: branch {e.then_branch!r} returns {len(then)} values but "
+                         f"{e.else_branch!r} returns {len(other)}")
+    return _pack([_join(a, b, f"if_ result {i}") for i, (a, b) in enumerate(zip(then, other))])
+
+
+def _infer_loop(e: Loop, functions) -> Type:
+    if e.max_trip_count is not None:
+        _expect_flag(type_of(e.max_trip_count), "int64", "loop max_trip_count")
+    if e.cond is not None:
+        _expect_flag(type_of(e.cond), "bool", "loop condition")
+    body = _callee(functions, e.body)
+    carried = [type_of(a) for a in e.carried]
+    flags = [TensorType((), "int64"), TensorType((), "bool")]
+    varying = _varying(body, 2, 1, len(carried))
+    outs = _apply(body, e.body, flags + carried + [type_of(a) for a in e.captured], varying)
+    n = len(carried)
+    if len(outs) < 1 + n:
+        raise ShapeError(f"loop body {e.body!r} returns {len(outs)} values; it must return "
+                         f"the condition and the {n} carried values first")
+    _expect_flag(outs[0], "bool", f"the condition {e.body!r} returns")
+    finals = [_join(a, b, f"loop-carried value {k}") for k, (a, b) in
+              enumerate(zip(carried, outs[1 : 1 + n]))]
+    trips = fresh_var("trips")
+    return _pack(finals + [_stacked(t, trips, 0, e.body) for t in outs[1 + n :]])
+
+
+def _infer_scan(e: Scan, functions) -> Type:
+    m = e.num_scan_inputs
+    n = len(e.args) - m
+    if m < 1 or n < 0:
+        raise ShapeError(f"scan: num_scan_inputs is {m} with {len(e.args)} operands")
+    if len(e.scan_input_axes) != m or len(e.scan_input_directions) != m:
+        raise ShapeError(f"scan: {m} scan inputs need {m} scan_input_axes and directions")
+    states = [type_of(a) for a in e.args[:n]]
+    slices, length = [], None
+    for j, (a, axis) in enumerate(zip(e.args[n:], e.scan_input_axes)):
+        t = _tensor(type_of(a), f"scan input {j}")
+        axis = _axis(axis, t.ndim, f"scan input {j}")
+        length = t.shape[axis] if length is None else length
+        slices.append(TensorType(t.shape[:axis] + t.shape[axis + 1 :], t.dtype))
+    body = _callee(functions, e.body)
+    varying = _varying(body, 0, 0, n)
+    outs = _apply(body, e.body, states + slices + [type_of(a) for a in e.captured], varying)
+    k = len(outs) - n
+    if k < 0 or len(e.scan_output_axes) != k or len(e.scan_output_directions) != k:
+        raise ShapeError(f"scan body {e.body!r} returns {len(outs)} values for {n} states; "
+                         f"each further value needs a scan_output_axes and direction entry")
+    finals = [_join(a, b, f"scan state {i}") for i, (a, b) in enumerate(zip(states, outs))]
+    scans = [_stacked(t, length, axis, e.body) for t, axis in zip(outs[n:], e.scan_output_axes)]
+    return _pack(finals + scans)
+
+
+def _callee(functions, name: str) -> Function:
+    f = functions.get(name)
+    if not isinstance(f, Function):
+        raise ShapeError(f"no graph function named {name!r} in the module")
+    return f
+
+
+def _apply(fn: Function, name: str, args: list[Type], varying=frozenset()) -> list[Type]:
+    """The types `fn` returns for arguments of types `args`, over the caller's size
+    variables: a parameter's size variable stands for the argument's dimension (unless it is
+    in `varying`, changing from one iteration to the next), and any other variable of the
+    callee becomes a fresh variable."""
+    if len(args) != len(fn.params):
+        raise ShapeError(f"function {name!r} takes {len(fn.params)} arguments, got {len(args)}")
+    mapping: dict = {}
+    for i, (p, t) in enumerate(zip(fn.params, args)):
+        _unify(p.type, t, mapping, varying, f"argument {i} of {name!r}")
+    visible = {id(v) for t in args for v in _type_vars(t)}
+    outs = [_subst(type_of(o), mapping) for o in fn.outputs]
+    fresh = {v: fresh_var("d") for t in outs for v in _type_vars(t) if id(v) not in visible}
+    return [_subst(t, fresh) for t in outs]
+
+
+def _unify(param: Type, arg: Type, mapping: dict, varying, where: str) -> None:
+    if isinstance(param, TupleType) and isinstance(arg, TupleType):
+        if len(param.fields) == len(arg.fields):
+            for p, a in zip(param.fields, arg.fields):
+                _unify(p, a, mapping, varying, where)
+            return
+    elif isinstance(param, TensorType) and isinstance(arg, TensorType):
+        if param.dtype == arg.dtype and param.ndim == arg.ndim:
+            for p, a in zip(param.shape, arg.shape):
+                if isinstance(p, SizeVar) and p not in mapping and p not in varying:
+                    mapping[p] = a
+                elif isinstance(p, int) and isinstance(a, int) and p != a:
+                    break  # a static dimension that cannot match
+            else:
+                return
+    elif param == arg:
+        return
+    raise ShapeError(f"{where}: expected {param}, got {arg}")
+
+
+def _varying(fn: Function, first_param: int, first_out: int, n: int) -> set:
+    """Size variables of the carried parameters whose dimension the body changes."""
+    if len(fn.params) < first_param + n or len(fn.outputs) < first_out + n:
+        return set()  # the arity error is reported by _apply
+    out = set()
+    for k in range(n):
+        p, o = fn.params[first_param + k].type, type_of(fn.outputs[first_out + k])
+        if isinstance(p, TensorType) and isinstance(o, TensorType) and p.ndim == o.ndim:
+            for a, b in zip(p.shape, o.shape):
+                if isinstance(a, SizeVar) and not prove_equal(a, b):
+                    out.add(a)
+    return out
+
+
+def _join(a: Type, b: Type, what: str) -> Type:
+    """The type of a value that is either of type `a` or of type `b`."""
+    if isinstance(a, TupleType) and isinstance(b, TupleType) and len(a.fields) == len(b.fields):
+        return TupleType(tuple(_join(x, y, what) for x, y in zip(a.fields, b.fields)))
+    if isinstance(a, TensorType) and isinstance(b, TensorType):
+        if a.dtype == b.dtype and a.ndim == b.ndim:
+            dims = [x if prove_equal(x, y) else fresh_var("d") for x, y in zip(a.shape, b.shape)]
+            return TensorType(tuple(dims), a.dtype)
+    elif a == b:
+        return a
+    raise ShapeError(f"{what} is {a} on one path and {b} on another; "
+                     "dtype and rank must agree")
+
+
+def _stacked(t: Type, length: Dim, axis: int, name: str) -> TensorType:
+    t = _tensor(t, f"a scan output of {name!r}")
+    axis = _axis(axis, t.ndim + 1, f"a scan output of {name!r}")
+    return TensorType(t.shape[:axis] + (length,) + t.shape[axis:], t.dtype)
+
+
+def _tensor(t: Type, what: str) -> TensorType:
+    if not isinstance(t, TensorType):
+        raise ShapeError(f"{what} must be a tensor, got {t}")
+    return t
+
+
+def _axis(axis: int, ndim: int, what: str) -> int:
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"{what}: axis {axis} out of range for rank {ndim}")
+    return axis % ndim
+
+
+def _expect_flag(t: Type, dtype: str, what: str) -> None:
+    """`t` is a one-element tensor of `dtype` (a scalar or a 1-element vector)."""
+    if not (isinstance(t, TensorType) and t.dtype == dtype and t.ndim <= 1
+            and all(isinstance(d, int) and d == 1 for d in t.shape)):
+        raise ShapeError(f"{what} must be a one-element {dtype} tensor, got {t}")
+
+
+def _pack(types: list[Type]) -> Type:
+    return types[0] if len(types) == 1 else TupleType(tuple(types))
+
+
+def _type_vars(t: Type) -> list:
+    if isinstance(t, TensorType):
+        return free_vars(list(t.shape))
+    if isinstance(t, TupleType):
+        return [v for f in t.fields for v in _type_vars(f)]
+    return []
+
+
+def _subst(t: Type, mapping: dict) -> Type:
+    if not mapping:
+        return t
+    if isinstance(t, TensorType):
+        return TensorType(tuple(as_dim(substitute(d, mapping)) for d in t.shape), t.dtype)
+    if isinstance(t, TupleType):
+        return TupleType(tuple(_subst(f, mapping) for f in t.fields))
+    return t

@@ -1,5 +1,10 @@
 """The reference interpreter: runs a graph function on numpy arrays through the op registry's
-numpy references. It defines what every later stage must compute."""
+numpy references. It defines what every later stage must compute.
+
+Control flow (If, Loop, Scan) runs its callees through the same entry point as the top-level
+function, so each call checks its arguments against the callee's signature and binds the
+callee's size variables afresh.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,9 @@ from tcc.ir.graph import (
     Constant,
     Expr,
     Function,
+    If,
+    Loop,
+    Scan,
     ShapeExpr,
     TensorType,
     Tuple,
@@ -108,7 +116,7 @@ class Interpreter:
         arrays, env = bind_inputs(func, inputs)
         values: dict = dict(zip(func.params, arrays))
         for b in func.bindings:
-            result = _round_bfloat16(b.var.type, self._eval(b.value, values, env))
+            result = _round_bfloat16(b.var.type, self._eval(b.value, values, env, b.var.type))
             self._check(b.var.name, b.var.type, result, env)
             values[b.var] = result
         outs = [self._value(o, values) for o in func.outputs]
@@ -130,7 +138,14 @@ class Interpreter:
             return self._value(e.value, values)[e.index]
         raise InternalError(f"unexpected operand {type(e).__name__}")
 
-    def _eval(self, e: Expr, values: dict, env: dict):
+    def _eval(self, e: Expr, values: dict, env: dict, rtype: Type):
+        if isinstance(e, If):
+            branch = e.then_branch if _flag(self._value(e.cond, values)) else e.else_branch
+            return _unpack(self.run(branch, [self._value(a, values) for a in e.args]))
+        if isinstance(e, Loop):
+            return self._loop(e, values, _result_types(rtype), env)
+        if isinstance(e, Scan):
+            return self._scan(e, values, _result_types(rtype), env)
         if isinstance(e, Call):
             op = get_op(e.op)
             args = [self._value(a, values) for a in e.args]
@@ -141,6 +156,48 @@ class Interpreter:
         if isinstance(e, CallTIR):
             raise TccError("the reference interpreter runs graph ops only; call_tir needs a compiled module")
         return self._value(e, values)
+
+    def _loop(self, e: Loop, values: dict, types: list[Type], env: dict):
+        """ONNX Loop semantics; without a `cond` operand the body's condition is ignored."""
+        trips = self._value(e.max_trip_count, values)
+        limit = None if trips is None else int(np.asarray(trips).reshape(-1)[0])
+        cond = True if e.cond is None else _flag(self._value(e.cond, values))
+        carried = [self._value(a, values) for a in e.carried]
+        captured = [self._value(a, values) for a in e.captured]
+        scans: list[list] = [[] for _ in types[len(carried) :]]
+        i = 0
+        while cond and (limit is None or i < limit):
+            flags = [np.array(i, np.int64), np.array(cond)]
+            outs = self.run(e.body, flags + carried + captured)
+            if e.cond is not None:
+                cond = _flag(outs[0])
+            carried = outs[1 : 1 + len(carried)]
+            for acc, out in zip(scans, outs[1 + len(carried) :]):
+                acc.append(out)
+            i += 1
+        stacked = [_stack(acc, 0, t, env) for acc, t in zip(scans, types[len(carried) :])]
+        return _unpack(carried + stacked)
+
+    def _scan(self, e: Scan, values: dict, types: list[Type], env: dict):
+        n = len(e.args) - e.num_scan_inputs
+        states = [self._value(a, values) for a in e.args[:n]]
+        sequences = [np.asarray(self._value(a, values)) for a in e.args[n:]]
+        axes = [axis % max(s.ndim, 1) for s, axis in zip(sequences, e.scan_input_axes)]
+        captured = [self._value(a, values) for a in e.captured]
+        length = sequences[0].shape[axes[0]]
+        scans: list[list] = [[] for _ in e.scan_output_axes]
+        for t in range(length):
+            slices = [np.take(s, length - 1 - t if rev else t, axis=axis)
+                      for s, axis, rev in zip(sequences, axes, e.scan_input_directions)]
+            outs = self.run(e.body, states + slices + captured)
+            states = outs[:n]
+            for acc, out in zip(scans, outs[n:]):
+                acc.append(out)
+        stacked = []
+        for acc, t, axis, rev in zip(scans, types[n:], e.scan_output_axes,
+                                     e.scan_output_directions):
+            stacked.append(_stack(acc[::-1] if rev else acc, axis, t, env))
+        return _unpack(states + stacked)
 
     def _check(self, name: str, t: Type, value, env: dict):
         if isinstance(t, TupleType):
@@ -159,6 +216,34 @@ class Interpreter:
             _match_shape(t.shape, arr.shape, env, lambda i, exp, got: InternalError(
                 f"{name}: dimension {i} is {got}, inferred {exp} (op inference and reference disagree)"
             ))
+
+
+def _flag(value) -> bool:
+    """The truth of a one-element tensor (an If or Loop condition)."""
+    return bool(np.asarray(value).reshape(-1)[0])
+
+
+def _result_types(t: Type) -> list[Type]:
+    return list(t.fields) if isinstance(t, TupleType) else [t]
+
+
+def _unpack(results: list):
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def _stack(items: list, axis: int, t: Type, env: dict) -> np.ndarray:
+    """Stack the per-iteration scan outputs along `axis`; with no iteration, an empty array
+    of the result type (dimensions only known at run time taken as 0)."""
+    if items:
+        return np.stack(items, axis=axis % (np.ndim(items[0]) + 1))
+    assert isinstance(t, TensorType)
+    shape = []
+    for d in t.shape:
+        try:
+            shape.append(int(evaluate(d, env)))
+        except KeyError:
+            shape.append(0)
+    return np.zeros(shape, to_numpy(t.dtype))
 
 
 def _round_bfloat16(t: Type, value):

@@ -19,7 +19,7 @@ from tcc.ir.builder import infer_call
 from tcc.ir.dtype import DTYPES, INDEX_DTYPE, is_float
 from tcc.ir.errors import ParseError, TccError
 from tcc.ir.module import IRModule
-from tcc.ir.printer import NON_FINITE, call_default_dtype, format_type
+from tcc.ir.printer import CONTROL_FLOW_SYNTAX, NON_FINITE, call_default_dtype, format_type
 
 _AST_BIN = {
     ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
@@ -27,6 +27,8 @@ _AST_BIN = {
 }  # fmt: skip
 _AST_CMP = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
 _ARITY = {"min": 2, "max": 2, "select": 3, "cast": 2}  # expression calls besides intrinsics
+_CONTROL_FLOW = {name: (cls, positional, fields)
+                 for cls, (name, positional, fields) in CONTROL_FLOW_SYNTAX.items()}
 _FOR_KINDS = {k.value: k for k in T.ForKind}
 _ITER_KINDS = {k.value: k for k in T.IterKind}
 
@@ -97,6 +99,9 @@ class Parser:
         # again in a later sibling scope is the same object, as it was when printed.
         self.bound: dict[str, object] = {}
         self.tir_calls: list[tuple[ast.AST, str]] = []
+        # Control-flow bindings, typed once every function they call is read:
+        # (call, annotation, declared type, node, size variables of the enclosing function).
+        self.control_flow: list[tuple[ast.Call, ast.AST, G.Type, Any, set[int]]] = []
 
     def error(self, node: ast.AST, msg: str) -> ParseError:
         line, col = getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1
@@ -124,7 +129,26 @@ class Parser:
         for node, func in self.tir_calls:
             if not isinstance(self.mod.functions.get(func), T.PrimFunc):
                 raise self.error(node, f"call_tir of {func!r}, which is not a prim_func here")
+        for call, annotation, declared, value, size_vars in self.control_flow:
+            self.check_control_flow(call, annotation, declared, value, size_vars)
         return self.mod
+
+    def check_control_flow(self, call: ast.Call, annotation: ast.AST, declared: G.Type,
+                           value, size_vars: set[int]) -> None:
+        """The functions an if_/loop/scan calls exist, and its annotated type fits them."""
+        name = _call_name(call)
+        for kw in call.keywords:
+            func = kw.value.value if isinstance(kw.value, ast.Constant) else None
+            if func in value.callees and not isinstance(self.mod.functions.get(func),
+                                                        G.Function):
+                raise self.error(kw.value, f"{name} calls {func!r}, which is not a graph "
+                                           "function here")
+        try:
+            inferred = G.infer_control_flow(value, self.mod.functions)
+        except TccError as e:
+            raise self.error(call, str(e)) from None
+        self.size_vars = size_vars
+        self.check_type(annotation, declared, inferred, f"{name} infers")
 
     def dict_items(self, node: ast.AST, what: str) -> list[tuple[str, ast.expr]]:
         if not isinstance(node, ast.Dict):
@@ -410,7 +434,11 @@ class Parser:
     def binding(self, stmt: ast.AnnAssign, scope: Scope) -> G.Binding:
         value, inferred, what = self.binding_value(stmt.value, scope)
         declared = self.type_(stmt.annotation, scope, define=True)
-        self.check_type(stmt.annotation, declared, inferred, what)
+        if isinstance(value, G.CONTROL_FLOW):
+            entry = (stmt.value, stmt.annotation, declared, value, self.size_vars)
+            self.control_flow.append(entry)
+        else:
+            self.check_type(stmt.annotation, declared, inferred, what)
         var = self.define(scope, stmt.target, stmt.target.id, G.Var(stmt.target.id, declared))
         return G.Binding(var, value)
 
@@ -422,6 +450,8 @@ class Parser:
         if name == "call_tir":
             value = self.call_tir(node, scope)
             return value, value.out_type, "call_tir declares"
+        if name in _CONTROL_FLOW:
+            return self.control_flow_node(node, scope), None, f"{name} infers"
         if name == "shape":
             value: Any = G.ShapeExpr(self.dims(ast.Tuple(node.args), scope, False))
         else:
@@ -458,6 +488,38 @@ class Parser:
         args = tuple(self.operand(a, scope) for a in node.args[1].elts)
         out = self.type_(kwargs["out"], scope, False)
         return G.CallTIR(func, args, out, tuple(self.expr(e, scope) for e in shape_args.elts))
+
+    def control_flow_node(self, node: ast.Call, scope: Scope):
+        """`if_(cond, then_branch="f", ...)`, `loop(body="f", ...)`, `scan(body="f", ...)`:
+        every field once, the first `positional` of them without their keyword."""
+        name = _call_name(node)
+        cls, positional, fields = _CONTROL_FLOW[name]
+        given = dict(zip([f for f, _ in fields], node.args))
+        given.update(self.kwargs(node, tuple(f for f, _ in fields[positional:])))
+        missing = [f for f, _ in fields if f not in given]
+        if len(node.args) > positional or missing:
+            usage = ", ".join(f if i < positional else f"{f}=..."
+                              for i, (f, _) in enumerate(fields))
+            raise self.error(node, f"expected {name}({usage})")
+        values = {f: self.control_flow_field(given[f], kind, scope, f)
+                  for f, kind in fields}
+        return cls(**values)
+
+    def control_flow_field(self, node: ast.AST, kind: str, scope: Scope, field: str):
+        if kind == "operand":
+            return self.operand(node, scope)
+        if kind == "function":
+            return self.string(node, field)
+        if kind == "int":
+            if _int(node) is None:
+                raise self.error(node, f"{field} must be an integer literal")
+            return _int(node)
+        if not isinstance(node, ast.List):
+            raise self.error(node, f"{field} must be a list")
+        if kind == "operands":
+            return tuple(self.operand(e, scope) for e in node.elts)
+        return tuple(self.control_flow_field(e, "int", scope, f"an entry of {field}")
+                     for e in node.elts)
 
     def operand(self, node: ast.AST, scope: Scope):
         """A graph value: a variable, const("name"), None, a tuple or a tuple item."""

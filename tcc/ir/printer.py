@@ -29,7 +29,8 @@ RESERVED = (
     frozenset(
         "op const call_tir shape Tensor Tuple Shape Buffer function prim_func constants float "
         "min max select cast axis reads writes block init alloc_buffer allocate evaluate "
-        "block_attr serial parallel vectorized unrolled thread_binding __debug__".split()
+        "block_attr serial parallel vectorized unrolled thread_binding if_ loop scan "
+        "__debug__".split()
     )
     | E.INTRINSICS
     | frozenset(DTYPES)
@@ -45,6 +46,20 @@ CMP_SYNTAX = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">
 NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 NameOf = Callable[[object], str]
+
+# Control-flow nodes print as `name(fields...)`: the first `positional` fields bare, the rest
+# as keywords. A field is an operand (a value or None), a list of operands, the name of a
+# graph function of the module, an int, or a list of ints.
+CONTROL_FLOW_SYNTAX: dict[type, tuple[str, int, tuple[tuple[str, str], ...]]] = {
+    G.If: ("if_", 1, (("cond", "operand"), ("then_branch", "function"),
+                      ("else_branch", "function"), ("args", "operands"))),
+    G.Loop: ("loop", 0, (("body", "function"), ("max_trip_count", "operand"),
+                         ("cond", "operand"), ("carried", "operands"), ("captured", "operands"))),
+    G.Scan: ("scan", 0, (("body", "function"), ("num_scan_inputs", "int"), ("args", "operands"),
+                         ("captured", "operands"), ("scan_input_axes", "ints"),
+                         ("scan_input_directions", "ints"), ("scan_output_axes", "ints"),
+                         ("scan_output_directions", "ints"))),
+}
 
 
 def quote(s: str) -> str:
@@ -211,7 +226,9 @@ def _identifier(hint: str) -> str:
     s = re.sub(r"[^0-9A-Za-z_]", "_", hint) or "_"
     if s[0].isdigit():
         s = "_" + s
-    return s + "_" if keyword.iskeyword(s) or s in RESERVED else s
+    while keyword.iskeyword(s) or s in RESERVED:  # `if` -> `if_`, itself reserved -> `if__`
+        s += "_"
+    return s
 
 
 class Namer:
@@ -289,6 +306,8 @@ def _graph_expr(e, namer: Namer) -> str:
         if odd:
             plain.append(f"**{_attr_dict(odd.items(), namer)}")
         return f"op.{e.op}({', '.join(args + plain)})"
+    if type(e) in CONTROL_FLOW_SYNTAX:
+        return _control_flow(e, namer)
     if isinstance(e, G.CallTIR):
         args = ", ".join(_graph_expr(a, namer) for a in e.args)
         text = f"call_tir({quote(e.func)}, [{args}], out={format_type(e.out_type, namer)}"
@@ -296,6 +315,25 @@ def _graph_expr(e, namer: Namer) -> str:
             text += f", shape_args=[{', '.join(format_expr(d, namer) for d in e.shape_args)}]"
         return text + ")"
     raise TypeError(f"cannot print graph expression {type(e).__name__}")
+
+
+def _control_flow(e, namer: Namer) -> str:
+    name, positional, fields = CONTROL_FLOW_SYNTAX[type(e)]
+    parts = []
+    for i, (field, kind) in enumerate(fields):
+        v = getattr(e, field)
+        if kind == "operand":
+            text = _graph_expr(v, namer)
+        elif kind == "operands":
+            text = f"[{', '.join(_graph_expr(a, namer) for a in v)}]"
+        elif kind == "function":
+            text = quote(v)
+        elif kind == "ints":
+            text = f"[{', '.join(str(int(x)) for x in v)}]"
+        else:
+            text = str(int(v))
+        parts.append(text if i < positional else f"{field}={text}")
+    return f"{name}({', '.join(parts)})"
 
 
 def _plain_kw(key: str) -> bool:

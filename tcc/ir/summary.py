@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tcc.ir.graph import Call, CallTIR, Function, TensorType, TupleType, Type
+from tcc.ir.graph import Call, CallTIR, Function, If, Loop, Scan, TensorType, TupleType, Type
+
+# The op-count name of each graph node that is not an op call.
+NODE_NAMES = {CallTIR: "call_tir", If: "if", Loop: "loop", Scan: "scan"}
 
 
 def format_shape(shape) -> str:
@@ -41,8 +44,8 @@ def module_summary(mod) -> dict:
         for b in f.bindings:
             if isinstance(b.value, Call):
                 ops[b.value.op] += 1
-            elif isinstance(b.value, CallTIR):
-                ops["call_tir"] += 1
+            elif type(b.value) in NODE_NAMES:
+                ops[NODE_NAMES[type(b.value)]] += 1
         functions[name] = {
             **signature(f),
             "bindings": len(f.bindings),

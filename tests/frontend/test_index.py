@@ -1,50 +1,23 @@
 """ONNX indexing converters: imported models match onnxruntime; sizes known at import time
 become static (or symbolic) shapes."""
 
+from functools import partial
+
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from tcc.frontend.onnx import from_onnx
 from tcc.ir.errors import FrontendError
 from tcc.ir.expr import Var
-from tcc.ir.interp import run
+from tests.helpers import assert_matches_ort, call_ops, onnx_model
 
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
 
-_DTYPES = {np.dtype("float32"): TensorProto.FLOAT, np.dtype("int64"): TensorProto.INT64}
-
-
-def make_model(node, inputs, outputs, initializers=(), opset=19, domain=""):
-    """`inputs`/`outputs`: (name, numpy dtype, shape) with str dims for symbolic sizes."""
-    graph = helper.make_graph(
-        [node],
-        "g",
-        [helper.make_tensor_value_info(n, _DTYPES[np.dtype(t)], s) for n, t, s in inputs],
-        [helper.make_tensor_value_info(n, _DTYPES[np.dtype(t)], s) for n, t, s in outputs],
-        initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in initializers],
-    )
-    opsets = [helper.make_opsetid("", opset)]
-    if domain:
-        opsets.append(helper.make_opsetid(domain, 1))
-    return helper.make_model(graph, opset_imports=opsets)
-
-
-def check_against_ort(model, feeds, rtol=1e-5, atol=1e-5):
-    """Import `model`, run it with the reference interpreter and compare with onnxruntime."""
-    mod = from_onnx(model)
-    got = run(mod, feeds)
-    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-    return mod
-
-
-def ops_of(mod):
-    return [b.value.op for b in mod.functions["main"].bindings if hasattr(b.value, "op")]
-
+# Inputs and outputs are (name, numpy dtype, shape) with str dims for symbolic sizes,
+# initializers (name, array) pairs.
+make_model = partial(onnx_model, opset=19)
+check_against_ort = partial(assert_matches_ort, rtol=1e-5, atol=1e-5)
 
 rng = np.random.default_rng(0)
 
@@ -109,7 +82,7 @@ def test_resize_static_scales_on_symbolic_batch(attrs, scales):
         node, [("x", "float32", ["n", 2, 4, 6])], [("y", "float32", None)], [("s", s)]
     )
     mod = check_against_ort(model, {"x": rng.standard_normal((3, 2, 4, 6)).astype(np.float32)})
-    assert ops_of(mod) == ["resize"]
+    assert call_ops(mod) == ["resize"]
     out_shape = mod.functions["main"].ret.type.shape
     assert isinstance(out_shape[0], Var)
     assert out_shape[1:] == (2, int(4 * float(s[2])), int(6 * float(s[3])))
@@ -128,7 +101,7 @@ def test_resize_sizes_with_axes_roi_and_aspect_policy():
     )
     inits = [("roi", np.array([0.2, 0.0, 1.3, 0.8], np.float32)), ("sz", np.array([5, 3]))]
     model = make_model(node, [("x", "float32", [1, 2, 4, 4])], [("y", "float32", None)], inits)
-    assert ops_of(check_against_ort(model, {"x": x})) == ["resize"]
+    assert call_ops(check_against_ort(model, {"x": x})) == ["resize"]
     node = helper.make_node(
         "Resize", ["x", "", "", "sz"], ["y"], axes=[2, 3], keep_aspect_ratio_policy="not_smaller"
     )
@@ -145,7 +118,7 @@ def test_resize_with_run_time_sizes_is_data_dependent():
         "sz": np.array([1, 1, 5, 4]),
     }
     mod = check_against_ort(model, feeds)
-    assert ops_of(mod) == ["resize_dynamic"]
+    assert call_ops(mod) == ["resize_dynamic"]
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
@@ -154,7 +127,7 @@ def test_resize10_and_upsample_use_asymmetric_sampling(mode):
     s = np.array([1.0, 1.0, 0.6, 1.7], np.float32)
     node = helper.make_node("Resize", ["x", "s"], ["y"], mode=mode)
     model = make_model(
-        node, [("x", "float32", [1, 1, 3, 4])], [("y", "float32", None)], [("s", s)], 10
+        node, [("x", "float32", [1, 1, 3, 4])], [("y", "float32", None)], [("s", s)], opset=10
     )
     check_against_ort(model, {"x": x})
     node = helper.make_node("Upsample", ["x"], ["y"], mode=mode, scales=[1.0, 1.0, 2.0, 3.0])
@@ -206,7 +179,9 @@ def test_nonzero_and_non_max_suppression_match_ort():
 
 def test_binarizer_ml_domain():
     node = helper.make_node("Binarizer", ["x"], ["y"], domain="ai.onnx.ml", threshold=0.5)
-    model = make_model(node, [("x", "float32", [3])], [("y", "float32", None)], domain="ai.onnx.ml")
+    model = make_model(
+        node, [("x", "float32", [3])], [("y", "float32", None)], extra_opsets=[("ai.onnx.ml", 1)]
+    )
     check_against_ort(model, {"x": np.array([0.2, 0.5, 0.7], np.float32)})
 
 
@@ -222,4 +197,4 @@ def test_scatter_alias_imports_as_scatter_elements():
             "u": np.ones((2, 1), np.float32),
         },
     )
-    assert ops_of(mod) == ["scatter_elements"]
+    assert call_ops(mod) == ["scatter_elements"]

@@ -1,50 +1,27 @@
 """ONNX nn converters: auto_pad resolution (also over symbolic sizes), opset forms, optional
 outputs and run-time shape operands, checked against onnxruntime."""
 
+from functools import partial
+
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto as TP
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from tcc.frontend.onnx import from_onnx
 from tcc.ir.errors import FrontendError
 from tcc.ir.expr import Var
-from tcc.ir.graph import Call
 from tcc.ir.interp import run
+from tests.helpers import assert_matches_ort, call_ops, node_model
 
 rng = np.random.default_rng(1)
+
+_model = partial(node_model, opset=21)
+_check = partial(assert_matches_ort, rtol=1e-5, atol=1e-5)
 
 
 def f32(*shape):
     return rng.standard_normal(shape).astype(np.float32)
-
-
-def _model(op_type, inputs, n_outputs=1, opset=21, inits=(), **attrs):
-    """A one-node model; `inputs` maps names to (elem type, shape) of graph inputs."""
-    vis = [helper.make_tensor_value_info(k, t, s) for k, (t, s) in inputs.items()]
-    names = list(inputs) + [t.name for t in inits]
-    outs = [f"y{i}" for i in range(n_outputs)]
-    node = helper.make_node(op_type, names, outs, **attrs)
-    graph = helper.make_graph(
-        [node], "g", vis, [helper.make_empty_tensor_value_info(o) for o in outs], list(inits)
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _check(model, feeds, tol=1e-5):
-    mod = from_onnx(model)
-    got = run(mod, feeds)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = sess.run(None, feeds)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
-    return mod
-
-
-def _ops(mod):
-    return [b.value.op for b in mod["main"].bindings if isinstance(b.value, Call)]
 
 
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
@@ -56,7 +33,7 @@ def test_conv_auto_pad_over_symbolic_sizes(auto_pad):
         strides=[2, 3],
     )
     mod = from_onnx(model)
-    assert _ops(mod) == ["conv2d"]
+    assert call_ops(mod) == ["conv2d"]
     assert any(isinstance(d, Var) for d in mod["main"].outputs[0].type.shape)
     w, b = f32(4, 2, 3, 2), f32(4)
     for size in [(7, 8), (6, 5)]:
@@ -78,13 +55,13 @@ def test_max_pool_indices_output_and_ceil_mode():
     model = _model(
         "MaxPool",
         {"x": (TP.FLOAT, [1, 2, 7, 7])},
-        n_outputs=2,
+        outputs=2,
         kernel_shape=[3, 3],
         strides=[2, 2],
         ceil_mode=1,
     )
     mod = _check(model, {"x": f32(1, 2, 7, 7)})
-    assert _ops(mod) == ["max_pool_with_indices"]
+    assert call_ops(mod) == ["max_pool_with_indices"]
 
 
 def test_pools_and_opset_forms():
@@ -104,19 +81,20 @@ def test_pools_and_opset_forms():
     _check(
         _model("LpPool", spec, opset=18, kernel_shape=[2, 2], p=3, auto_pad="SAME_UPPER"),
         {"x": x},
-        1e-4,
+        rtol=1e-4,
+        atol=1e-4,
     )
-    _check(_model("GlobalLpPool", spec, opset=2, p=3), {"x": x}, 1e-4)
+    _check(_model("GlobalLpPool", spec, opset=2, p=3), {"x": x}, rtol=1e-4, atol=1e-4)
     _check(_model("GlobalAveragePool", spec), {"x": x})
 
 
 def test_layer_norm_optional_outputs_and_stash_type():
     spec = {"x": (TP.FLOAT, ["N", 3, 4]), "s": (TP.FLOAT, [4]), "b": (TP.FLOAT, [4])}
     feeds = {"x": f32(2, 3, 4), "s": f32(4), "b": f32(4)}
-    mod = _check(_model("LayerNormalization", spec, n_outputs=3, opset=17, epsilon=1e-3), feeds)
-    assert _ops(mod) == ["layer_norm_with_stats"]
+    mod = _check(_model("LayerNormalization", spec, outputs=3, opset=17, epsilon=1e-3), feeds)
+    assert call_ops(mod) == ["layer_norm_with_stats"]
     mod = _check(_model("LayerNormalization", spec, opset=17), feeds)
-    assert _ops(mod) == ["layer_norm"]
+    assert call_ops(mod) == ["layer_norm"]
 
 
 def test_batch_norm_inference_and_training():
@@ -125,7 +103,7 @@ def test_batch_norm_inference_and_training():
     feeds = {"x": f32(2, 3, 4), "s": f32(3), "b": f32(3), "m": f32(3), "v": np.abs(f32(3)) + 1}
     _check(_model("BatchNormalization", spec, opset=9, epsilon=1e-3), feeds)
     mod = from_onnx(
-        _model("BatchNormalization", spec, n_outputs=3, opset=15, training_mode=1, momentum=0.7)
+        _model("BatchNormalization", spec, outputs=3, opset=15, training_mode=1, momentum=0.7)
     )
     y, rm, _ = run(mod, feeds)
     mean = feeds["x"].mean(axis=(0, 2))
@@ -154,7 +132,7 @@ def test_shape_operands_known_or_at_run_time():
     image, block = np.array([4, 6], np.int64), np.array([2, 2], np.int64)
     inits = [numpy_helper.from_array(image, "img"), numpy_helper.from_array(block, "blk")]
     static = from_onnx(
-        _model("Col2Im", {"c": (TP.FLOAT, [1, 8, 6])}, opset=18, inits=inits, strides=[2, 2])
+        _model("Col2Im", {"c": (TP.FLOAT, [1, 8, 6])}, opset=18, initializers=inits, strides=[2, 2])
     )
     assert static["main"].outputs[0].type.shape == (1, 2, 4, 6)
     dynamic = _model(
@@ -170,7 +148,8 @@ def test_shape_operands_known_or_at_run_time():
 def test_grid_sample_opset16_mode_names():
     spec = {"x": (TP.FLOAT, [1, 1, 4, 5]), "g": (TP.FLOAT, [1, 3, 2, 2])}
     feeds = {"x": f32(1, 1, 4, 5), "g": rng.uniform(-1, 1, (1, 3, 2, 2)).astype(np.float32)}
-    _check(_model("GridSample", spec, opset=16, mode="bicubic", align_corners=1), feeds, 1e-4)
+    model = _model("GridSample", spec, opset=16, mode="bicubic", align_corners=1)
+    _check(model, feeds, rtol=1e-4, atol=1e-4)
 
 
 def test_unsupported_attribute_values_are_reported():

@@ -1,23 +1,22 @@
 """ONNX converters for reductions, softmax family, scans, TopK, losses and signal ops,
 checked against onnxruntime (opset forms the node tests do not cover included)."""
 
+from functools import partial
+
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper
 
 from tcc.frontend.onnx import from_onnx
 from tcc.ir.errors import FrontendError
-from tcc.ir.graph import Call
 from tcc.ir.interp import run
+from tests.helpers import assert_matches_ort, calls, onnx_model
 
 RNG = np.random.default_rng(0)
 
-
-def _model(nodes, inputs, outputs, inits=(), opset=17):
-    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+_model = partial(onnx_model, ir_version=8)
+_check = partial(assert_matches_ort, rtol=1e-5, atol=1e-6)
 
 
 def _x(shape, dims=None, dtype=TP.FLOAT, name="x"):
@@ -28,28 +27,12 @@ def _out(name="y", dtype=TP.FLOAT):
     return helper.make_tensor_value_info(name, dtype, None)
 
 
-def _check(model, feeds, rtol=1e-5, atol=1e-6):
-    """Import, run on the interpreter, compare every output with onnxruntime."""
-    mod = from_onnx(model)
-    got = run(mod, feeds)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = sess.run(None, feeds)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-    return mod
-
-
-def _ops(mod):
-    return [b.value for b in mod["main"].bindings if isinstance(b.value, Call)]
-
-
 def test_reduce_axes_attribute_before_opset_13():
     node = helper.make_node("ReduceSum", ["x"], ["y"], axes=[0, -1], keepdims=0)
     model = _model([node], [_x((3, 4, 5), ["n", 4, 5])], [_out()], opset=11)
     x = RNG.standard_normal((3, 4, 5)).astype(np.float32)
     mod = _check(model, {"x": x})
-    (call,) = _ops(mod)
+    (call,) = calls(mod)
     assert call.attrs["axes"] == [0, -1] and len(call.args) == 1
 
 
@@ -59,7 +42,7 @@ def test_reduce_constant_axes_input_becomes_an_attribute(op_type):
     node = helper.make_node(op_type, ["x", "axes"], ["y"], keepdims=1)
     model = _model([node], [_x((2, 3, 4))], [_out()], [axes], opset=18)
     mod = _check(model, {"x": RNG.standard_normal((2, 3, 4)).astype(np.float32)})
-    (call,) = _ops(mod)
+    (call,) = calls(mod)
     assert call.attrs["axes"] == [1] and len(call.args) == 1
 
 
@@ -68,7 +51,7 @@ def test_empty_axes_with_noop_is_the_identity():
     node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], noop_with_empty_axes=1)
     model = _model([node], [_x((2, 3))], [_out()], [axes], opset=13)
     mod = _check(model, {"x": np.ones((2, 3), np.float32)})
-    assert [c.op for c in _ops(mod)] == ["identity"]
+    assert [c.op for c in calls(mod)] == ["identity"]
 
 
 def test_symbolic_dims_survive_a_reduction():
@@ -106,7 +89,7 @@ def test_softmax_default_axis_per_opset():
             ),
             {"x": x},
         )
-        assert _ops(mod)[0].attrs["axes"] == axes
+        assert calls(mod)[0].attrs["axes"] == axes
 
 
 def test_argmax_before_select_last_index():
@@ -120,7 +103,7 @@ def test_topk_constant_k_becomes_an_attribute():
     node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=0, largest=0)
     model = _model([node], [_x((4, 3))], [_out("v"), _out("i", TP.INT64)], [k], opset=11)
     mod = _check(model, {"x": RNG.standard_normal((4, 3)).astype(np.float32)})
-    (call,) = _ops(mod)
+    (call,) = calls(mod)
     assert call.attrs["k"] == 2 and len(call.args) == 1
 
 
@@ -137,7 +120,7 @@ def test_cumsum_constant_axis():
     node = helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=1, reverse=1)
     model = _model([node], [_x((2, 4))], [_out()], [axis], opset=14)
     mod = _check(model, {"x": RNG.standard_normal((2, 4)).astype(np.float32)})
-    assert _ops(mod)[0].attrs["axis"] == 1
+    assert calls(mod)[0].attrs["axis"] == 1
 
 
 @pytest.mark.parametrize("reduction", ["none", "sum", "mean"])

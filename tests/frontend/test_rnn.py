@@ -2,17 +2,18 @@
 names, packed alpha/beta), opset forms, symbolic batch/sequence sizes, checked against
 onnxruntime."""
 
+from functools import partial
+
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto as TP
-from onnx import helper
 
 from tcc.frontend.onnx import from_onnx
 from tcc.ir.errors import FrontendError
 from tcc.ir.expr import Var
 from tcc.ir.graph import Call
 from tcc.ir.interp import run
+from tests.helpers import assert_matches_ort, call_ops, node_model
 
 rng = np.random.default_rng(2)
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
@@ -22,35 +23,17 @@ def f32(*shape):
     return rng.standard_normal(shape).astype(np.float32)
 
 
-def _model(op_type, inputs, outputs, opset=14, **attrs):
-    """A one-node model; `inputs` maps names to shapes of graph inputs (None: absent), all
-    float but sequence_lens ("lens"), which is int32."""
-    vis = [
-        helper.make_tensor_value_info(k, TP.INT32 if k == "lens" else TP.FLOAT, s)
-        for k, s in inputs.items()
-        if s is not None
-    ]
-    names = [k if s is not None else "" for k, s in inputs.items()]
-    node = helper.make_node(op_type, names, outputs, **attrs)
-    outs = [helper.make_empty_tensor_value_info(o) for o in outputs if o]
-    graph = helper.make_graph([node], "g", vis, outs)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+def _model(op_type, shapes, outputs, opset=14, **attrs):
+    """A one-node model; `shapes` maps input names to shapes of graph inputs (None: absent),
+    all float but sequence_lens ("lens"), which is int32."""
+    inputs = {
+        k: None if s is None else (TP.INT32 if k == "lens" else TP.FLOAT, s)
+        for k, s in shapes.items()
+    }
+    return node_model(op_type, inputs, outputs, opset=opset, **attrs)
 
 
-def _check(model, feeds, tol=1e-5):
-    mod = from_onnx(model)
-    got = run(mod, feeds)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = sess.run(None, feeds)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
-    return mod
-
-
-def _ops(mod):
-    return [b.value.op for b in mod["main"].bindings if isinstance(b.value, Call)]
+_check = partial(assert_matches_ort, rtol=1e-5, atol=1e-5)
 
 
 def _weights(op_type, dirs, inp, hidden):
@@ -64,7 +47,7 @@ def test_only_the_used_outputs_are_returned(op_type):
     outputs = ["", "yh", "yc"] if op_type == "LSTM" else ["", "yh"]
     model = _model(op_type, {k: v.shape for k, v in feeds.items()}, outputs, hidden_size=5)
     mod = _check(model, feeds)
-    assert _ops(mod) == [op_type.lower()]
+    assert call_ops(mod) == [op_type.lower()]
     assert len(mod["main"].outputs) == len(outputs) - 1
 
 

@@ -1,8 +1,9 @@
 """ONNX data-movement converters: static, symbolic and run-time shape operands, checked
 against onnxruntime."""
 
+from functools import partial
+
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper
@@ -10,35 +11,12 @@ from onnx import helper
 from tcc.frontend.onnx import from_onnx
 from tcc.ir.errors import FrontendError
 from tcc.ir.expr import Var, prove_equal
-from tcc.ir.graph import Call
 from tcc.ir.interp import run
+from tests.helpers import assert_matches_ort, call_ops, onnx_model, value_info
 
 INT64_MAX = 2**63 - 1
 
-
-def _model(nodes, inputs, outputs, inits=(), opset=17):
-    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _vi(name, elem, shape):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _check_against_ort(model, feeds):
-    """Import `model`, run it on `feeds` and compare every output with onnxruntime."""
-    mod = from_onnx(model)
-    got = run(mod, feeds)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = sess.run(None, feeds)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=1e-6)
-    return mod
-
-
-def _ops(mod):
-    return [b.value.op for b in mod["main"].bindings if isinstance(b.value, Call)]
+_check_against_ort = partial(assert_matches_ort, rtol=1e-6, atol=0)
 
 
 def _x(*shape):
@@ -46,10 +24,10 @@ def _x(*shape):
 
 
 def test_reshape_zero_and_minus_one_on_a_symbolic_batch():
-    m = _model(
+    m = onnx_model(
         [helper.make_node("Reshape", ["x", "s"], ["y"])],
-        [_vi("x", TP.FLOAT, ["n", 12, 64])],
-        [_vi("y", TP.FLOAT, None)],
+        [value_info("x", TP.FLOAT, ["n", 12, 64])],
+        [value_info("y", TP.FLOAT, None)],
         [helper.make_tensor("s", TP.INT64, [2], [0, -1])],
     )
     mod = _check_against_ort(m, {"x": _x(3, 12, 64)})
@@ -58,38 +36,38 @@ def test_reshape_zero_and_minus_one_on_a_symbolic_batch():
 
 
 def test_reshape_with_a_run_time_shape():
-    m = _model(
+    m = onnx_model(
         [helper.make_node("Reshape", ["x", "s"], ["y"])],
-        [_vi("x", TP.FLOAT, [2, 3, 4]), _vi("s", TP.INT64, [2])],
-        [_vi("y", TP.FLOAT, None)],
+        [value_info("x", TP.FLOAT, [2, 3, 4]), value_info("s", TP.INT64, [2])],
+        [value_info("y", TP.FLOAT, None)],
     )
     mod = _check_against_ort(m, {"x": _x(2, 3, 4), "s": np.array([0, -1], np.int64)})
-    assert _ops(mod) == ["dyn_reshape"]
+    assert call_ops(mod) == ["dyn_reshape"]
 
 
 def test_static_reshape_and_transpose_of_constants_fold():
-    m = _model(
+    m = onnx_model(
         [
             helper.make_node("Reshape", ["c", "s"], ["r"]),
             helper.make_node("Transpose", ["r"], ["y"]),
         ],
         [],
-        [_vi("y", TP.FLOAT, [3, 2])],
+        [value_info("y", TP.FLOAT, [3, 2])],
         [
             helper.make_tensor("c", TP.FLOAT, [6], np.arange(6.0)),
             helper.make_tensor("s", TP.INT64, [2], [2, 3]),
         ],
     )
     mod = from_onnx(m)
-    assert _ops(mod) == ["identity"]
+    assert call_ops(mod) == ["identity"]
     np.testing.assert_array_equal(run(mod, [])[0], np.arange(6.0, dtype=np.float32).reshape(2, 3).T)
 
 
 def test_slice_to_int64_max_on_a_symbolic_axis_keeps_the_axis():
-    m = _model(
+    m = onnx_model(
         [helper.make_node("Slice", ["x", "b", "e", "a"], ["y"])],
-        [_vi("x", TP.FLOAT, ["n", 6])],
-        [_vi("y", TP.FLOAT, None)],
+        [value_info("x", TP.FLOAT, ["n", 6])],
+        [value_info("y", TP.FLOAT, None)],
         [
             helper.make_tensor("b", TP.INT64, [2], [0, 1]),
             helper.make_tensor("e", TP.INT64, [2], [INT64_MAX, -1]),
@@ -103,10 +81,11 @@ def test_slice_to_int64_max_on_a_symbolic_axis_keeps_the_axis():
 
 
 def test_slice_with_run_time_bounds_and_negative_steps():
-    m = _model(
+    m = onnx_model(
         [helper.make_node("Slice", ["x", "b", "e", "a", "st"], ["y"])],
-        [_vi("x", TP.FLOAT, [5, 6])] + [_vi(k, TP.INT64, [2]) for k in ("b", "e", "a", "st")],
-        [_vi("y", TP.FLOAT, None)],
+        [value_info("x", TP.FLOAT, [5, 6])]
+        + [value_info(k, TP.INT64, [2]) for k in ("b", "e", "a", "st")],
+        [value_info("y", TP.FLOAT, None)],
     )
     feeds = {
         "x": _x(5, 6),
@@ -115,18 +94,18 @@ def test_slice_with_run_time_bounds_and_negative_steps():
         "a": np.array([0, 1], np.int64),
         "st": np.array([-2, -1], np.int64),
     }
-    assert _ops(_check_against_ort(m, feeds)) == ["dyn_strided_slice"]
+    assert call_ops(_check_against_ort(m, feeds)) == ["dyn_strided_slice"]
 
 
 def test_range_over_a_symbolic_length():
-    m = _model(
+    m = onnx_model(
         [
             helper.make_node("Shape", ["x"], ["s"]),
             helper.make_node("Gather", ["s", "i"], ["n"], axis=0),
             helper.make_node("Range", ["z", "n", "one"], ["y"]),
         ],
-        [_vi("x", TP.FLOAT, ["n", 2])],
-        [_vi("y", TP.INT64, None)],
+        [value_info("x", TP.FLOAT, ["n", 2])],
+        [value_info("y", TP.INT64, None)],
         [
             helper.make_tensor("i", TP.INT64, [], [0]),
             helper.make_tensor("z", TP.INT64, [], [0]),
@@ -139,21 +118,21 @@ def test_range_over_a_symbolic_length():
 
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
 def test_pad_modes_with_run_time_pads(mode):
-    inputs = [_vi("x", TP.FLOAT, [3, 4]), _vi("p", TP.INT64, [4])]
-    m = _model(
+    inputs = [value_info("x", TP.FLOAT, [3, 4]), value_info("p", TP.INT64, [4])]
+    m = onnx_model(
         [helper.make_node("Pad", ["x", "p"], ["y"], mode=mode)],
         inputs,
-        [_vi("y", TP.FLOAT, None)],
+        [value_info("y", TP.FLOAT, None)],
         opset=19,
     )
     _check_against_ort(m, {"x": _x(3, 4), "p": np.array([1, 2, 2, 1], np.int64)})
 
 
 def test_pad_with_constant_pads_value_and_axes():
-    m = _model(
+    m = onnx_model(
         [helper.make_node("Pad", ["x", "p", "v", "a"], ["y"])],
-        [_vi("x", TP.FLOAT, ["n", 4])],
-        [_vi("y", TP.FLOAT, None)],
+        [value_info("x", TP.FLOAT, ["n", 4])],
+        [value_info("y", TP.FLOAT, None)],
         [
             helper.make_tensor("p", TP.INT64, [2], [1, 3]),
             helper.make_tensor("v", TP.FLOAT, [], [2.5]),
@@ -161,21 +140,21 @@ def test_pad_with_constant_pads_value_and_axes():
         ],
         opset=18,
     )
-    assert _ops(_check_against_ort(m, {"x": _x(2, 4)})) == ["pad"]
+    assert call_ops(_check_against_ort(m, {"x": _x(2, 4)})) == ["pad"]
 
 
 def test_split_uneven_opset18_and_attribute_sizes_opset11():
-    out = [_vi(k, TP.FLOAT, None) for k in "abc"]
-    m = _model(
+    out = [value_info(k, TP.FLOAT, None) for k in "abc"]
+    m = onnx_model(
         [helper.make_node("Split", ["x"], list("abc"), axis=1, num_outputs=3)],
-        [_vi("x", TP.FLOAT, [2, 7])],
+        [value_info("x", TP.FLOAT, [2, 7])],
         out,
         opset=18,
     )
     _check_against_ort(m, {"x": _x(2, 7)})
-    m = _model(
+    m = onnx_model(
         [helper.make_node("Split", ["x"], list("abc"), axis=0, split=[1, 0, 3])],
-        [_vi("x", TP.FLOAT, [4, 2])],
+        [value_info("x", TP.FLOAT, [4, 2])],
         out,
         opset=11,
     )
@@ -188,7 +167,9 @@ def test_squeeze_unsqueeze_flatten_in_attribute_opsets():
         helper.make_node("Squeeze", ["u"], ["s"], axes=[0]),
         helper.make_node("Flatten", ["s"], ["y"], axis=-1),
     ]
-    m = _model(nodes, [_vi("x", TP.FLOAT, [2, 3])], [_vi("y", TP.FLOAT, None)], opset=11)
+    m = onnx_model(
+        nodes, [value_info("x", TP.FLOAT, [2, 3])], [value_info("y", TP.FLOAT, None)], opset=11
+    )
     _check_against_ort(m, {"x": _x(2, 3)})
 
 
@@ -197,17 +178,17 @@ def test_expand_and_tile_with_known_operands():
         helper.make_node("Expand", ["x", "s"], ["e"]),
         helper.make_node("Tile", ["e", "r"], ["y"]),
     ]
-    m = _model(
+    m = onnx_model(
         nodes,
-        [_vi("x", TP.FLOAT, ["n", 1])],
-        [_vi("y", TP.FLOAT, None)],
+        [value_info("x", TP.FLOAT, ["n", 1])],
+        [value_info("y", TP.FLOAT, None)],
         [
             helper.make_tensor("s", TP.INT64, [3], [2, 1, 3]),
             helper.make_tensor("r", TP.INT64, [3], [1, 2, 1]),
         ],
     )
     mod = _check_against_ort(m, {"x": _x(4, 1)})
-    assert _ops(mod) == ["broadcast_to", "tile"]
+    assert call_ops(mod) == ["broadcast_to", "tile"]
 
 
 def test_constant_of_shape_trilu_eyelike():
@@ -218,10 +199,10 @@ def test_constant_of_shape_trilu_eyelike():
         helper.make_node("Trilu", ["c", "k"], ["t"], upper=0),
         helper.make_node("EyeLike", ["t"], ["e"], k=1, dtype=TP.INT32),
     ]
-    m = _model(
+    m = onnx_model(
         nodes,
-        [_vi("k", TP.INT64, [])],
-        [_vi("t", TP.FLOAT, None), _vi("e", TP.INT32, None)],
+        [value_info("k", TP.INT64, [])],
+        [value_info("t", TP.FLOAT, None), value_info("e", TP.INT32, None)],
         [helper.make_tensor("s", TP.INT64, [2], [3, 4])],
     )
     _check_against_ort(m, {"k": np.array(1, np.int64)})
@@ -232,10 +213,14 @@ def test_compress_and_reverse_sequence():
         helper.make_node("Compress", ["x", "c"], ["p"], axis=1),
         helper.make_node("ReverseSequence", ["x", "l"], ["r"], batch_axis=0, time_axis=1),
     ]
-    m = _model(
+    m = onnx_model(
         nodes,
-        [_vi("x", TP.FLOAT, [2, 4]), _vi("c", TP.BOOL, [4]), _vi("l", TP.INT64, [2])],
-        [_vi("p", TP.FLOAT, None), _vi("r", TP.FLOAT, None)],
+        [
+            value_info("x", TP.FLOAT, [2, 4]),
+            value_info("c", TP.BOOL, [4]),
+            value_info("l", TP.INT64, [2]),
+        ],
+        [value_info("p", TP.FLOAT, None), value_info("r", TP.FLOAT, None)],
     )
     feeds = {"x": _x(2, 4), "c": np.array([1, 0, 1, 1], bool), "l": np.array([3, 1], np.int64)}
     _check_against_ort(m, feeds)
@@ -246,13 +231,13 @@ def test_constant_attributes_and_unsupported_forms():
         helper.make_node("Constant", [], ["a"], value_floats=[1.0, 2.0]),
         helper.make_node("Constant", [], ["b"], value_int=3),
     ]
-    m = _model(nodes, [], [_vi("a", TP.FLOAT, [2]), _vi("b", TP.INT64, [])])
+    m = onnx_model(nodes, [], [value_info("a", TP.FLOAT, [2]), value_info("b", TP.INT64, [])])
     a, b = run(from_onnx(m), [])
     assert a.dtype == np.float32 and a.tolist() == [1.0, 2.0] and b.dtype == np.int64 and b == 3
-    m = _model(
+    m = onnx_model(
         [helper.make_node("Constant", [], ["s"], value_strings=["x"])],
         [],
-        [_vi("s", TP.STRING, [1])],
+        [value_info("s", TP.STRING, [1])],
     )
     with pytest.raises(FrontendError, match="string constants are unsupported"):
         from_onnx(m)
@@ -261,10 +246,10 @@ def test_constant_attributes_and_unsupported_forms():
         helper.make_tensor("i", TP.INT64, [1], [0]),
         [2],
     )
-    m = _model(
+    m = onnx_model(
         [helper.make_node("Constant", [], ["s"], sparse_value=sparse)],
         [],
-        [_vi("s", TP.FLOAT, [2])],
+        [value_info("s", TP.FLOAT, [2])],
     )
     with pytest.raises(FrontendError, match="sparse_value is unsupported"):
         from_onnx(m)

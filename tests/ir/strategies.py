@@ -3,8 +3,9 @@
 Graph functions: symbolic shapes (including a non-int64 size variable), op calls whose
 types come from the op registry (so the parser's re-inference agrees), data-dependent
 dims (topk with a run-time k), None operands, tuples and tuple items, constants,
-call_tir with shape_args, shape values, aliases, and names no Python identifier could
-hold. PrimFuncs: nested For of every kind (thread_binding with a thread tag, annotated
+call_tir with shape_args, shape values, aliases, control flow (if_/loop/scan calling
+callee functions added to the module, with fresh result dims), and names no Python
+identifier could hold. PrimFuncs: nested For of every kind (thread_binding with a thread tag, annotated
 loops, int32 loop variables), Blocks with spatial/reduce iteration variables, regions,
 init, alloc_buffers and annotations, BufferStore, IfThenElse, Allocate, Evaluate, the
 same statement used twice (so a loop variable is bound in two sibling loops), and every
@@ -34,7 +35,7 @@ from tcc.ir.expr import (
     Select,
     Var,
 )
-from tcc.ir.graph import CallTIR, TensorType
+from tcc.ir.graph import CallTIR, If, Loop, Scan, TensorType, infer_control_flow
 from tcc.ir.module import IRModule
 from tcc.ir.tir import (
     Allocate,
@@ -268,6 +269,43 @@ def _shapes(draw, sizes: list):
     return tuple(draw(st.lists(dims, min_size=1, max_size=3)))
 
 
+def _callee(mod: IRModule, params: list[TensorType], body) -> str:
+    """Add a graph function of `params` returning `body(builder, *params)` to `mod`; its
+    name is longer than any drawn global name, so it never clashes with one."""
+    bb = FunctionBuilder()
+    args = [bb.param(f"p{i}", t) for i, t in enumerate(params)]
+    outs = body(bb, *args)
+    name = f"control.flow.{len(mod.functions)}"
+    mod.functions[name] = bb.finish(outs, [f"o{i}" for i in range(len(outs))])
+    return name
+
+
+def _control_flow(draw, mod: IRModule, bb: FunctionBuilder, x, flag):
+    """An if_, loop or scan over `x` (its callees added to `mod`); returns its values of
+    rank 1 or more (the other steps need an axis)."""
+    kind = draw(st.sampled_from(["if", "loop", "scan"] if flag is not None else ["loop", "scan"]))
+    t = x.type
+    if kind == "if":
+        then = _callee(mod, [t], lambda b, p: [b.emit("relu", p), p])
+        other = _callee(mod, [t], lambda b, p: [p, b.emit("exp", p)])
+        node = If(flag, then, other, (x,))
+    elif kind == "loop":
+        flags = [TensorType((), "int64"), TensorType((), "bool")]
+        body = _callee(mod, flags + [t], lambda b, i, c, p: [c, b.emit("relu", p), p])
+        trips = mod.add_constant(mod.unique_constant_name("trips"), np.array(2, np.int64))
+        node = Loop(body, trips, flag, (x,), ())
+    else:
+        state = bb.emit("reduce_sum", x, None, axes=[0], keepdims=False, name="state")
+        body = _callee(mod, [state.type, state.type],
+                       lambda b, acc, item: [b.emit("add", acc, item), acc])
+        rev = draw(st.integers(0, 1))
+        node = Scan(body, 1, (state, x), (), (0,), (rev,), (0,), (1 - rev,))
+    rtype = infer_control_flow(node, mod.functions)
+    out = bb.bind(node, rtype, draw(names))
+    items = [bb.get_item(out, i, name=draw(names)) for i in range(len(rtype.fields))]
+    return [v for v in items if v.type.ndim]
+
+
 @st.composite
 def graph_functions(draw, mod: IRModule, prim_names: list[str]):
     """A graph function whose calls are typed by the op registry; constants go into `mod`."""
@@ -276,9 +314,11 @@ def graph_functions(draw, mod: IRModule, prim_names: list[str]):
     values = [bb.param(draw(names), TensorType(draw(_shapes(sizes)), "float32"))
               for _ in range(draw(st.integers(1, 3)))]
     k = bb.param(draw(names), TensorType((1,), "int64")) if draw(st.booleans()) else None
+    flag = bb.param(draw(names), TensorType((), "bool")) if draw(st.booleans()) else None
     for _ in range(draw(st.integers(1, 8))):
         step = draw(st.sampled_from(["unary", "binary", "reduce", "topk", "reshape", "tuple",
-                                     "call_tir", "shape", "alias", "const", "softmax"]))
+                                     "call_tir", "shape", "alias", "const", "softmax",
+                                     "control_flow"]))
         x = draw(st.sampled_from(values))
         name = draw(names)
         if step == "unary":
@@ -296,6 +336,8 @@ def graph_functions(draw, mod: IRModule, prim_names: list[str]):
             values.append(bb.get_item(t, 0, name=draw(names)))  # the values; 1 holds indices
         elif step == "reshape":
             values.append(bb.emit("reshape", x, shape=list(x.type.shape), name=name))
+        elif step == "control_flow":
+            values.extend(_control_flow(draw, mod, bb, x, flag))
         elif step == "softmax":
             values.append(bb.emit("softmax", x, axes=[-1], name=name))
         elif step == "tuple":

@@ -1,6 +1,7 @@
 """ONNX frontend: `from_onnx(model) -> IRModule`, one converter class per ONNX op."""
 
 from tcc.frontend.onnx import (  # noqa: F401  (registers converters)
+    control_flow,
     elementwise,
     index,
     linalg,

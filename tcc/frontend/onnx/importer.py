@@ -6,6 +6,12 @@ and shapes computed from other shapes) are tracked beside the graph: a converter
 them with `const_value` / `shape_value`, so Shape->Gather->Concat->Reshape chains fold to a
 static or symbolic reshape; such a value only becomes a graph value when an op needs it
 as a tensor. Calls whose operands are all small constants are evaluated at import time.
+
+A subgraph (the branches of If, the body of Loop and Scan) is imported by a nested context
+into a graph function of its own: the module (so constants are module-wide) and the
+size-variable table are shared, outer constants are used directly, and every other outer
+value the subgraph reads becomes an extra parameter (`captured`), since tcc functions
+capture nothing implicitly.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from tcc.ir.builder import FunctionBuilder, infer_call
 from tcc.ir.dtype import from_numpy, to_numpy
 from tcc.ir.errors import FrontendError, InternalError, TccError
 from tcc.ir.expr import Dim, PrimExpr, Var, as_dim
-from tcc.ir.graph import Constant, Expr, TensorType, Type, type_of
+from tcc.ir.graph import Constant, Expr, Function, TensorType, Type, type_of
 from tcc.ir.module import IRModule
 from tcc.ir.ops.registry import get_op
 
@@ -35,18 +41,28 @@ FOLD_MAX_ELEMENTS = 4096
 
 
 class ImportContext:
-    """State of one graph import: the builder, the value table and the known values."""
+    """State of one graph import: the builder, the value table and the known values.
 
-    def __init__(self, graph: onnx.GraphProto, opsets: dict[str, int]):
-        self.mod = IRModule()
+    `parent` is the context of the enclosing graph when this one imports a subgraph into
+    the graph function `name`; `captured` lists the outer values it takes as parameters.
+    """
+
+    def __init__(self, graph: onnx.GraphProto, opsets: dict[str, int],
+                 parent: ImportContext | None = None, name: str = "main"):
+        self.mod = parent.mod if parent else IRModule()
         self.bb = FunctionBuilder()
         self.opsets = opsets
         self.values: dict[str, Expr] = {}
         self.known: dict[str, np.ndarray] = {}
         self.sym: dict[str, tuple[list[Dim], bool, str]] = {}  # name -> (dims, is_scalar, dtype)
         self.initializers = {t.name: t for t in graph.initializer}
-        self.size_vars: dict[str, Var] = {}
+        self.size_vars: dict[str, Var] = parent.size_vars if parent else {}
         self.node: OnnxNode | None = None
+        self.graph = graph
+        self.parent = parent
+        self.name = name
+        self.captured: dict[str, Expr] = {}  # outer name -> outer value, in parameter order
+        self._subgraphs: dict[str, int] = {}  # kind -> how many function names were handed out
 
     # -- reading operands -----------------------------------------------------------------
 
@@ -74,6 +90,8 @@ class ImportContext:
         elif name in self.initializers:
             self.known[name] = _initializer_array(self.initializers[name])
             return self.value(name)
+        elif self.parent is not None and self.parent.defines(name):
+            return self._from_outer(name)
         else:
             where = f" (input of {self.node.where()})" if self.node else ""
             raise FrontendError(f"value {name!r} is used before it is defined{where}; the graph is not topologically sorted or is malformed")
@@ -84,7 +102,10 @@ class ImportContext:
         """The value of operand `i` when known at import time, else None."""
         if not node.has_input(i):
             return None
-        name = node.inputs[i]
+        return self.known_array(node.inputs[i])
+
+    def known_array(self, name: str) -> np.ndarray | None:
+        """The value of `name` when known at import time here or in an enclosing graph."""
         if name in self.known:
             return self.known[name]
         if name in self.initializers and name not in self.values:
@@ -98,7 +119,94 @@ class ImportContext:
         v = self.values.get(name)
         if isinstance(v, Constant):
             return self.mod.const_values[v.name]
+        if self.parent is not None and not self._defines_here(name):
+            return self.parent.known_array(name)
         return None
+
+    def defines(self, name: str) -> bool:
+        """True when `name` is a value of this graph or of an enclosing one."""
+        return self._defines_here(name) or (self.parent is not None and self.parent.defines(name))
+
+    def _defines_here(self, name: str) -> bool:
+        return (name in self.values or name in self.known or name in self.sym
+                or name in self.initializers)
+
+    # -- subgraphs ------------------------------------------------------------------------
+
+    def _from_outer(self, name: str) -> Expr:
+        """An outer value read by this subgraph: outer constants are referenced directly
+        (constants are module-wide; small known vectors are copied), any other outer value
+        becomes a captured parameter."""
+        arr = self.parent.known_array(name)
+        if arr is not None:
+            owner = self.parent
+            while not owner._defines_here(name):
+                owner = owner.parent
+            if name in owner.sym:
+                self.known[name] = arr
+                return self.value(name)
+            return owner.value(name)
+        return self.capture(name)
+
+    def capture(self, name: str) -> Expr:
+        """Make the outer value `name` a parameter of this subgraph's function."""
+        if name not in self.captured:
+            outer = self.parent.value(name)
+            self.captured[name] = outer
+            self.values[name] = self.bb.param(name, type_of(outer))
+        return self.values[name]
+
+    def function_name(self, kind: str) -> str:
+        """A new global name for the functions of one control-flow node of this graph."""
+        while True:
+            k = self._subgraphs.get(kind, 0)
+            self._subgraphs[kind] = k + 1
+            name = f"{self.name}_{kind}{k}"
+            if not any(f.startswith(name + "_") for f in self.mod.functions):
+                return name
+
+    def subgraph(self, graph: onnx.GraphProto, name: str,
+                 formals: Sequence[Type] = ()) -> ImportContext:
+        """A context importing `graph` as function `name`, its formal inputs of `formals`."""
+        if len(graph.input) != len(formals):
+            raise self.node.error(f"subgraph {graph.name!r} has {len(graph.input)} inputs, "
+                                  f"expected {len(formals)}")
+        _check_tensor_values(self.node, graph)
+        sub = ImportContext(graph, self.opsets, parent=self, name=name)
+        for vi, t in zip(graph.input, formals):
+            sub.values[vi.name] = sub.bb.param(vi.name, t)
+        return sub
+
+    def convert_nodes(self) -> None:
+        """Convert every node of this context's graph, in order."""
+        for i, proto in enumerate(self.graph.node):
+            domain = normalize_domain(proto.domain)
+            convert_node(self, OnnxNode.from_proto(proto, self.opsets.get(domain, 1), i))
+
+    def outputs(self) -> list[Expr]:
+        """The values of the graph's outputs (reading an outer one may capture it)."""
+        return [self.value(vi.name) for vi in self.graph.output]
+
+    def function(self, outputs: Sequence[Expr]) -> Function:
+        """The finished graph function of this subgraph (not yet added to the module)."""
+        return self.bb.finish(outputs, [vi.name for vi in self.graph.output])
+
+    def snapshot(self) -> tuple[set, set]:
+        return set(self.mod.const_types), set(self.mod.functions)
+
+    def discard_since(self, snapshot: tuple[set, set]) -> None:
+        """Drop the constants and functions a discarded subgraph import added, except the
+        constants an enclosing graph refers to."""
+        consts, funcs = snapshot
+        keep, ctx = set(), self
+        while ctx is not None:
+            keep.update(v.name for v in ctx.values.values() if isinstance(v, Constant))
+            ctx = ctx.parent
+        for name in set(self.mod.const_types) - consts - keep:
+            del self.mod.const_types[name]
+            self.mod.const_values.pop(name, None)
+        for name in set(self.mod.functions) - funcs:
+            del self.mod.functions[name]
 
     def shape_value(self, node: OnnxNode, i: int) -> list[Dim] | None:
         """Operand `i` as a list of (possibly symbolic) integers when known, else None."""
@@ -111,13 +219,7 @@ class ImportContext:
         """(dims, is_scalar) of a small integer vector or scalar known at import time."""
         if name in self.sym:
             return self.sym[name][:2]
-        arr = None
-        if name in self.known or name in self.initializers:
-            arr = self.known.get(name)
-            if arr is None:
-                arr = self.known[name] = _initializer_array(self.initializers[name])
-        elif isinstance(self.values.get(name), Constant):
-            arr = self.mod.const_values[self.values[name].name]
+        arr = self.known_array(name)
         if arr is not None and arr.dtype.kind in "iub" and arr.ndim <= 1 and arr.size <= 64:
             return [int(x) for x in arr.reshape(-1)], arr.ndim == 0
         return None
@@ -169,6 +271,15 @@ class ImportContext:
         if name not in self.size_vars:
             self.size_vars[name] = Var(_identifier(name))
         return self.size_vars[name]
+
+
+def _check_tensor_values(node: OnnxNode, graph: onnx.GraphProto) -> None:
+    """Subgraph inputs and outputs must be tensors (or untyped, inferred from their uses)."""
+    for vi in [*graph.input, *graph.output]:
+        kind = vi.type.WhichOneof("value")
+        if kind not in (None, "tensor_type"):
+            raise node.error(f"subgraph {graph.name!r} value {vi.name!r} has type "
+                             f"{kind.removesuffix('_type')}; tcc supports tensor values only")
 
 
 def _data_dependent(t: TensorType) -> bool:
@@ -237,7 +348,7 @@ def find_unsupported(model: onnx.ModelProto) -> list[tuple[str, str, int, list[s
     """Every op type the importer cannot convert: (domain, op_type, opset, node names)."""
     opsets = model_opsets(model)
     found: dict[tuple[str, str], list[str]] = {}
-    for i, node in enumerate(model.graph.node):
+    for i, node in enumerate(_all_nodes(model.graph)):
         domain = normalize_domain(node.domain)
         opset = opsets.get(domain, 1)
         conv = CONVERTERS.get((domain, node.op_type))
@@ -246,6 +357,21 @@ def find_unsupported(model: onnx.ModelProto) -> list[tuple[str, str, int, list[s
         ):
             found.setdefault((domain, node.op_type), []).append(node.name or f"{node.op_type}_{i}")
     return [(d, op, opsets.get(d, 1), names) for (d, op), names in found.items()]
+
+
+# Ops whose subgraphs the importer converts node by node (into functions of the module). Other
+# ops' graph attributes are interpreted by their converters, which report what they reject.
+CONTROL_FLOW_OPS = ("If", "Loop", "Scan")
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    """The nodes of `graph` and, after each control-flow node, those of its subgraphs."""
+    for node in graph.node:
+        yield node
+        if normalize_domain(node.domain) == "" and node.op_type in CONTROL_FLOW_OPS:
+            for a in node.attribute:
+                if a.HasField("g"):
+                    yield from _all_nodes(a.g)
 
 
 def format_unsupported(unsupported) -> str:
@@ -286,15 +412,12 @@ def from_onnx(model_or_path, name: str = "main") -> IRModule:
     if unsupported:
         raise FrontendError(format_unsupported(unsupported) + "; run `tcc check` for the full report")
     graph = model.graph
-    ctx = ImportContext(graph, model_opsets(model))
+    ctx = ImportContext(graph, model_opsets(model), name=name)
     for vi in graph.input:
         if vi.name in ctx.initializers:
             continue
         ctx.values[vi.name] = ctx.bb.param(vi.name, graph_input_type(ctx, vi))
-    for i, proto in enumerate(graph.node):
-        domain = normalize_domain(proto.domain)
-        node = OnnxNode.from_proto(proto, ctx.opsets.get(domain, 1), i)
-        convert_node(ctx, node)
+    ctx.convert_nodes()
     outputs = []
     for vi in graph.output:
         v = ctx.value(vi.name)

@@ -422,24 +422,25 @@ def _cast_infer(args, attrs):
 
 
 def _to_float8_e8m0(x, saturate: bool, round_mode: str):
-    """Power-of-two scales: keep the float32 exponent and round the mantissa away up, down
-    or to the nearest power (ties up); NaN and inf become the NaN encoding 0xFF, and an
-    exponent rounded past the largest stays at it when saturating. The sign is dropped
-    (ONNX leaves negative inputs undefined)."""
-    bits = np.asarray(x, np.float32).view(np.uint32)
-    exponent = ((bits >> 23) & 0xFF).astype(np.uint16)
-    mantissa = bits & 0x7FFFFF
-    special = exponent == 0xFF
+    """Power-of-two scales 2**-127 .. 2**127 (biased exponent codes 0 .. 254; 255 is NaN).
+
+    The exponent rounds up, down or to the nearest power (ties up, as ONNX's reference
+    does). Values outside that range (zero and infinities included) clamp to the smallest or
+    largest power when saturating and are NaN otherwise, as the ONNX Cast table specifies.
+    The sign is dropped: ONNX leaves negative inputs undefined.
+    """
+    x = np.abs(np.asarray(x).astype(np.float64))  # exact for every dtype cast accepts
+    mantissa, exponent = np.frexp(x)  # x = mantissa * 2**exponent, mantissa in [0.5, 1)
+    e = exponent.astype(np.int64) - 1
     if round_mode == "up":
-        up = mantissa > 0
-    elif round_mode == "nearest":  # subnormals (exponent 0) round their ties down
-        half = mantissa >= 0x400000
-        up = np.where(exponent > 0, half, half & (mantissa > 0x400000))
-    else:
-        up = np.zeros(bits.shape, bool)
-    if saturate:
-        up &= exponent < 0xFE
-    codes = np.where(special, 0xFF, exponent + up).astype(np.uint8)
+        e += mantissa > 0.5
+    elif round_mode == "nearest":
+        e += mantissa >= 0.75
+    e = np.clip(np.where(x == 0, -127, np.where(np.isinf(x), 127, e)), -127, 127)
+    bad = np.isnan(x)
+    if not saturate:
+        bad |= (x < 2.0**-127) | (x > 2.0**127)
+    codes = np.where(bad, 0xFF, e + 127).astype(np.uint8)
     return codes.view(to_numpy("float8_e8m0fnu"))
 
 

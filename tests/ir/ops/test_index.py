@@ -7,20 +7,10 @@ from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Var, prove_equal
 from tcc.ir.graph import TensorType, TupleType
 from tcc.ir.ops.index import resize_plan, scaled_dim
-from tcc.ir.ops.registry import get_op, normalize_attrs
+from tests.helpers import infer, ref, same_shape
 
 n = Var("n")
 m = Var("m")
-
-
-def infer(name, *types, **attrs):
-    op = get_op(name)
-    return op.infer(list(types), normalize_attrs(op, attrs))
-
-
-def ref(name, *arrays, **attrs):
-    op = get_op(name)
-    return op.ref(*arrays, **normalize_attrs(op, attrs))
 
 
 def f32(*shape):
@@ -29,10 +19,6 @@ def f32(*shape):
 
 def i64(*shape):
     return TensorType(shape, "int64")
-
-
-def same_shape(got, want):
-    return len(got) == len(want) and all(prove_equal(a, b) for a, b in zip(got, want))
 
 
 # -- gathers ----------------------------------------------------------------------------------

@@ -4,52 +4,19 @@ det, quantization, attention, rotary embedding, linear attention)."""
 import numpy as np
 import pytest
 
-from tcc.ir.builder import FunctionBuilder, infer_call
-from tcc.ir.dtype import from_numpy
 from tcc.ir.errors import ShapeError
-from tcc.ir.expr import Var, prove_equal
-from tcc.ir.graph import TensorType, TupleType
-from tcc.ir.interp import run
-from tcc.ir.module import IRModule
+from tcc.ir.expr import Var
+from tcc.ir.graph import TensorType
 from tcc.ir.ops.linalg import parse_einsum
+from tests.helpers import infer, run_op, same_shape
 
 N = Var("n")
 S = Var("s")
 RNG = np.random.default_rng(0)
 
 
-def _infer(op, *types, **attrs):
-    bb = FunctionBuilder()
-    args = [None if t is None else bb.param(f"a{i}", t) for i, t in enumerate(types)]
-    return infer_call(op, args, attrs)[1]
-
-
-def _run(op, *arrays, **attrs):
-    """Run one call of `op` through the interpreter; a tuple result comes back as a list."""
-    bb = FunctionBuilder()
-    args, feeds = [], []
-    for i, a in enumerate(arrays):
-        if a is None:
-            args.append(None)
-            continue
-        args.append(bb.param(f"a{i}", TensorType(a.shape, from_numpy(a.dtype))))
-        feeds.append(a)
-    out = bb.emit(op, *args, **attrs)
-    outs = [out]
-    if isinstance(out.type, TupleType):
-        outs = [bb.get_item(out, i) for i in range(len(out.type.fields))]
-    mod = IRModule()
-    mod.functions["main"] = bb.finish(outs, [f"y{i}" for i in range(len(outs))])
-    result = run(mod, feeds)
-    return result if isinstance(out.type, TupleType) else result[0]
-
-
 def _f32(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
-
-
-def _same(shape, want):
-    return len(shape) == len(want) and all(prove_equal(a, b) for a, b in zip(shape, want))
 
 
 # --- matmul / gemm ---------------------------------------------------------------------------
@@ -66,34 +33,34 @@ def _same(shape, want):
     ],
 )
 def test_matmul_shapes_follow_numpy(a, b, want):
-    t = _infer("matmul", TensorType(a, "float32"), TensorType(b, "float32"))
-    assert _same(t.shape, want)
+    t = infer("matmul", TensorType(a, "float32"), TensorType(b, "float32"))
+    assert same_shape(t.shape, want)
 
 
 def test_matmul_rejects_mismatched_contraction():
     with pytest.raises(ShapeError, match="contracted dimensions must match, got 3 and 4"):
-        _infer("matmul", TensorType((2, 3), "float32"), TensorType((4, 5), "float32"))
+        infer("matmul", TensorType((2, 3), "float32"), TensorType((4, 5), "float32"))
 
 
 @pytest.mark.parametrize("sa, sb", [((4,), (2, 4, 3)), ((3, 1, 2, 4), (2, 4, 5)), ((5, 4), (4,))])
 def test_matmul_numerics(sa, sb):
     a, b = _f32(*sa), _f32(*sb)
-    np.testing.assert_allclose(_run("matmul", a, b), np.matmul(a, b), rtol=1e-6)
+    np.testing.assert_allclose(run_op("matmul", a, b), np.matmul(a, b), rtol=1e-6)
 
 
 @pytest.mark.parametrize("trans_a, trans_b", [(False, False), (True, False), (False, True), (True, True)])
 def test_gemm_numerics(trans_a, trans_b):
     a, b, c = _f32(3, 4), _f32(4, 5), _f32(1, 5)
     a_in, b_in = (a.T.copy() if trans_a else a), (b.T.copy() if trans_b else b)
-    y = _run("gemm", a_in, b_in, c, alpha=0.5, beta=2.0, trans_a=trans_a, trans_b=trans_b)
+    y = run_op("gemm", a_in, b_in, c, alpha=0.5, beta=2.0, trans_a=trans_a, trans_b=trans_b)
     np.testing.assert_allclose(y, 0.5 * a @ b + 2.0 * c, rtol=1e-5)
 
 
 def test_gemm_symbolic_rows_and_bias_check():
-    t = _infer("gemm", TensorType((N, 8), "float32"), TensorType((4, 8), "float32"), TensorType((4,), "float32"), trans_b=True)
-    assert _same(t.shape, (N, 4))
+    t = infer("gemm", TensorType((N, 8), "float32"), TensorType((4, 8), "float32"), TensorType((4,), "float32"), trans_b=True)
+    assert same_shape(t.shape, (N, 4))
     with pytest.raises(ShapeError, match="C dimensions must match"):
-        _infer("gemm", TensorType((2, 8), "float32"), TensorType((8, 4), "float32"), TensorType((3,), "float32"))
+        infer("gemm", TensorType((2, 8), "float32"), TensorType((8, 4), "float32"), TensorType((3,), "float32"))
 
 
 # --- einsum / det ----------------------------------------------------------------------------
@@ -119,20 +86,20 @@ def test_parse_einsum_expands_ellipsis_and_implicit_output():
 )
 def test_einsum_matches_numpy(eq, shapes):
     xs = [_f32(*s) for s in shapes]
-    np.testing.assert_allclose(_run("einsum", *xs, equation=eq), np.einsum(eq, *xs), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(run_op("einsum", *xs, equation=eq), np.einsum(eq, *xs), rtol=1e-5, atol=1e-6)
 
 
 def test_einsum_symbolic_batch():
-    t = _infer("einsum", TensorType((N, 3, 4), "float32"), TensorType((N, 4, 5), "float32"), equation="bij,bjk->bik")
-    assert _same(t.shape, (N, 3, 5))
+    t = infer("einsum", TensorType((N, 3, 4), "float32"), TensorType((N, 4, 5), "float32"), equation="bij,bjk->bik")
+    assert same_shape(t.shape, (N, 3, 5))
     with pytest.raises(ShapeError, match="labelled 'j' must match"):
-        _infer("einsum", TensorType((3, 4), "float32"), TensorType((5, 2), "float32"), equation="ij,jk->ik")
+        infer("einsum", TensorType((3, 4), "float32"), TensorType((5, 2), "float32"), equation="ij,jk->ik")
 
 
 def test_det_numerics_and_shape():
     x = _f32(3, 4, 4)
-    np.testing.assert_allclose(_run("det", x), np.linalg.det(x), rtol=1e-4)
-    assert _same(_infer("det", TensorType((N, 2, 2), "float32")).shape, (N,))
+    np.testing.assert_allclose(run_op("det", x), np.linalg.det(x), rtol=1e-4)
+    assert same_shape(infer("det", TensorType((N, 2, 2), "float32")).shape, (N,))
 
 
 # --- quantization ----------------------------------------------------------------------------
@@ -140,33 +107,33 @@ def test_det_numerics_and_shape():
 
 def test_quantize_rounds_half_to_even_and_saturates():
     x = np.array([0.5, 1.5, 2.5, -300.0, 300.0], np.float32)
-    y = _run("quantize_linear", x, np.array(1.0, np.float32), np.array(0, np.int8), out_dtype="int8")
+    y = run_op("quantize_linear", x, np.array(1.0, np.float32), np.array(0, np.int8), out_dtype="int8")
     np.testing.assert_array_equal(y, np.array([0, 2, 2, -128, 127], np.int8))
 
 
 def test_quantize_per_axis_and_blocked():
     x = _f32(2, 3, 4)
     scale = np.array([0.1, 0.2, 0.3], np.float32)
-    y = _run("quantize_linear", x, scale, None, axis=1)
+    y = run_op("quantize_linear", x, scale, None, axis=1)
     want = np.clip(np.rint(x / scale.reshape(1, 3, 1)), 0, 255).astype(np.uint8)
     np.testing.assert_array_equal(y, want)
     bscale = np.abs(_f32(2, 3, 2)) + 0.1  # blocks of 3 along the last axis (4 -> 2 blocks)
     zp = np.full((2, 3, 2), 7, np.int16)
-    y = _run("quantize_linear", x, bscale, zp, axis=2, block_size=3, out_dtype="int16")
+    y = run_op("quantize_linear", x, bscale, zp, axis=2, block_size=3, out_dtype="int16")
     full = np.repeat(bscale, 3, axis=2)[..., :4]
     np.testing.assert_array_equal(y, (np.rint(x / full) + 7).astype(np.int16))
 
 
 def test_quantize_checks_scale_layout():
     with pytest.raises(ShapeError, match="scale length and the input's axis 1 must match"):
-        _infer("quantize_linear", TensorType((2, 3), "float32"), TensorType((4,), "float32"), None)
+        infer("quantize_linear", TensorType((2, 3), "float32"), TensorType((4,), "float32"), None)
 
 
 def test_dequantize_per_axis_output_dtype():
     x = np.arange(12, dtype=np.uint8).reshape(3, 4)
     scale = np.array([0.5, 1.0, 2.0], np.float32)
     zp = np.array([1, 2, 3], np.uint8)
-    y = _run("dequantize_linear", x, scale, zp, axis=0, out_dtype="float16")
+    y = run_op("dequantize_linear", x, scale, zp, axis=0, out_dtype="float16")
     want = ((x.astype(np.float32) - zp[:, None]) * scale[:, None]).astype(np.float16)
     assert y.dtype == np.float16
     np.testing.assert_array_equal(y, want)
@@ -174,7 +141,7 @@ def test_dequantize_per_axis_output_dtype():
 
 def test_dynamic_quantize_linear():
     x = np.array([0.0, 2.0, -3.0, -2.5, 1.34, 0.5], np.float32)
-    y, scale, zp = _run("dynamic_quantize_linear", x)
+    y, scale, zp = run_op("dynamic_quantize_linear", x)
     assert scale.shape == () and zp.dtype == np.uint8
     np.testing.assert_allclose(scale, 5.0 / 255, rtol=1e-6)
     assert zp == 153
@@ -185,7 +152,7 @@ def test_matmul_integer_per_row_zero_point():
     a = RNG.integers(0, 255, (3, 4), dtype=np.uint8)
     b = RNG.integers(0, 255, (4, 2), dtype=np.uint8)
     a_zp = np.array([1, 2, 3], np.uint8)
-    y = _run("matmul_integer", a, b, a_zp, np.array(5, np.uint8))
+    y = run_op("matmul_integer", a, b, a_zp, np.array(5, np.uint8))
     want = (a.astype(np.int32) - a_zp[:, None]) @ (b.astype(np.int32) - 5)
     assert y.dtype == np.int32
     np.testing.assert_array_equal(y, want)
@@ -196,7 +163,7 @@ def test_qlinear_matmul_requantizes():
     b = RNG.integers(-128, 127, (3, 4), dtype=np.int8)
     f = lambda v: np.array([v], np.float32)  # noqa: E731
     z = lambda v: np.array([v], np.int8)  # noqa: E731
-    y = _run("qlinear_matmul", a, f(0.05), z(1), b, f(0.02), z(-2), f(0.5), z(3))
+    y = run_op("qlinear_matmul", a, f(0.05), z(1), b, f(0.02), z(-2), f(0.5), z(3))
     acc = (a.astype(np.int32) - 1) @ (b.astype(np.int32) + 2)
     want = np.clip(np.rint(acc * (np.float32(0.05) * np.float32(0.02) / np.float32(0.5)) + 3), -128, 127)
     np.testing.assert_array_equal(y, want.astype(np.int8))
@@ -222,7 +189,7 @@ def _naive_attention(q, k, v, bias, scale):
 def test_attention_gqa_causal_with_past_matches_naive():
     q, k, v = _f32(2, 4, 3, 8), _f32(2, 2, 3, 8), _f32(2, 2, 3, 6)
     pk, pv = _f32(2, 2, 2, 8), _f32(2, 2, 2, 6)
-    y, present_k, present_v = _run("attention", q, k, v, None, pk, pv, is_causal=True, num_outputs=3)
+    y, present_k, present_v = run_op("attention", q, k, v, None, pk, pv, is_causal=True, num_outputs=3)
     kk, vv = np.concatenate([pk, k], 2), np.concatenate([pv, v], 2)
     np.testing.assert_array_equal(present_k, kk)
     allowed = np.arange(5)[None, :] <= np.arange(3)[:, None] + 2  # bottom-right aligned
@@ -232,14 +199,14 @@ def test_attention_gqa_causal_with_past_matches_naive():
 
 def test_attention_3d_inputs_and_shapes():
     types = [TensorType((N, S, 24), "float32"), TensorType((N, 5, 8), "float32"), TensorType((N, 5, 4), "float32")]
-    t = _infer("attention", *types, q_num_heads=6, kv_num_heads=2, num_outputs=4)
+    t = infer("attention", *types, q_num_heads=6, kv_num_heads=2, num_outputs=4)
     y, pk, pv, qk = (f.shape for f in t.fields)
-    assert _same(y, (N, S, 12)) and _same(pk, (N, 2, 5, 4)) and _same(pv, (N, 2, 5, 2))
-    assert _same(qk, (N, 6, S, 5))
+    assert same_shape(y, (N, S, 12)) and same_shape(pk, (N, 2, 5, 4)) and same_shape(pv, (N, 2, 5, 2))
+    assert same_shape(qk, (N, 6, S, 5))
     with pytest.raises(ShapeError, match="3-D inputs need the number of heads"):
-        _infer("attention", *types)
+        infer("attention", *types)
     q, k, v = _f32(2, 3, 24), _f32(2, 5, 8), _f32(2, 5, 4)
-    y = _run("attention", q, k, v, q_num_heads=6, kv_num_heads=2, scale=0.3)[0]
+    y = run_op("attention", q, k, v, q_num_heads=6, kv_num_heads=2, scale=0.3)[0]
     split = lambda x, h: x.reshape(2, x.shape[1], h, -1).transpose(0, 2, 1, 3)  # noqa: E731
     want = _naive_attention(split(q, 6), split(k, 2), split(v, 2), np.zeros((3, 5)), 0.3)
     np.testing.assert_allclose(y, want.transpose(0, 2, 1, 3).reshape(2, 3, 12), rtol=1e-4, atol=1e-5)
@@ -248,7 +215,7 @@ def test_attention_3d_inputs_and_shapes():
 def test_attention_fully_masked_row_is_zero_and_bool_mask_pads():
     q, k, v = _f32(1, 1, 2, 4), _f32(1, 1, 3, 4), _f32(1, 1, 3, 4)
     mask = np.array([[False, False], [True, False]])  # padded with False to 3 keys
-    y, _, _, probs = _run("attention", q, k, v, mask, qk_matmul_output_mode=3, num_outputs=4)
+    y, _, _, probs = run_op("attention", q, k, v, mask, qk_matmul_output_mode=3, num_outputs=4)
     assert not np.isnan(y).any()
     np.testing.assert_array_equal(y[0, 0, 0], 0)
     np.testing.assert_allclose(probs[0, 0, 1], [1, 0, 0])
@@ -258,7 +225,7 @@ def test_attention_fully_masked_row_is_zero_and_bool_mask_pads():
 def test_attention_softcap_window_and_nonpad():
     q, k, v = _f32(2, 1, 3, 4), _f32(2, 1, 5, 4), _f32(2, 1, 5, 4)
     nonpad = np.array([5, 4], np.int64)
-    y, qk = _run("attention", q, k, v, None, None, None, nonpad, is_causal=True, softcap=2.0,
+    y, qk = run_op("attention", q, k, v, None, None, None, nonpad, is_causal=True, softcap=2.0,
                  left_window_size=1, num_outputs=4)[::3]  # fmt: skip
     for b, n in enumerate(nonpad):
         pos = np.arange(3)[:, None] + (n - 3)  # absolute query positions
@@ -272,10 +239,10 @@ def test_attention_softcap_window_and_nonpad():
 
 def test_attention_scores_and_values_gqa():
     q, k, v = _f32(1, 4, 3, 8), _f32(1, 2, 5, 8), _f32(1, 2, 5, 6)
-    s = _run("attention_scores", q, k, scale=0.25, out_dtype="float64")
+    s = run_op("attention_scores", q, k, scale=0.25, out_dtype="float64")
     assert s.dtype == np.float64 and s.shape == (1, 4, 3, 5)
     np.testing.assert_allclose(s[0, 3], q[0, 3] @ k[0, 1].T * 0.25, rtol=1e-5)
-    y = _run("attention_values", s, v)
+    y = run_op("attention_values", s, v)
     assert y.dtype == np.float32
     np.testing.assert_allclose(y[0, 1], s[0, 1] @ v[0, 0], rtol=1e-5)
 
@@ -287,7 +254,7 @@ def test_attention_scores_and_values_gqa():
 def test_rotary_embedding_rotates_pairs(interleaved):
     x, pos = _f32(1, 2, 3, 6), np.array([[0, 2, 5]], np.int64)
     theta = RNG.uniform(0, 3, (8, 2)).astype(np.float32)  # rotary dim 4 of head size 6
-    y = _run("rotary_embedding", x, np.cos(theta), np.sin(theta), pos, interleaved=interleaved,
+    y = run_op("rotary_embedding", x, np.cos(theta), np.sin(theta), pos, interleaved=interleaved,
              rotary_embedding_dim=4)  # fmt: skip
     idx = ([0, 2], [1, 3]) if interleaved else ([0, 1], [2, 3])
     z = (x[..., idx[0]] + 1j * x[..., idx[1]]) * np.exp(1j * theta[pos])[:, None]
@@ -297,14 +264,14 @@ def test_rotary_embedding_rotates_pairs(interleaved):
 
 
 def test_rotary_embedding_3d_symbolic():
-    t = _infer("rotary_embedding", TensorType((N, S, 16), "float32"), TensorType((N, S, 2), "float32"),
+    t = infer("rotary_embedding", TensorType((N, S, 16), "float32"), TensorType((N, S, 2), "float32"),
                TensorType((N, S, 2), "float32"), num_heads=4)  # fmt: skip
-    assert _same(t.shape, (N, S, 16))
+    assert same_shape(t.shape, (N, S, 16))
 
 
 def test_linear_attention_linear_rule_is_causal_linear_attention():
     q, k, v = _f32(1, 4, 6), _f32(1, 4, 6), _f32(1, 4, 6)
-    y, state = _run("linear_attention", q, k, v, q_num_heads=2, kv_num_heads=2, update_rule="linear")
+    y, state = run_op("linear_attention", q, k, v, q_num_heads=2, kv_num_heads=2, update_rule="linear")
     split = lambda x: x.reshape(1, 4, 2, 3).transpose(0, 2, 1, 3)[0]  # noqa: E731
     qh, kh, vh = split(q), split(k), split(v)
     for h in range(2):
@@ -313,12 +280,12 @@ def test_linear_attention_linear_rule_is_causal_linear_attention():
         np.testing.assert_allclose(y[0, :, h * 3 : h * 3 + 3], want, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(state[0, h], kv[-1], rtol=1e-5, atol=1e-6)
     with pytest.raises(ShapeError, match="needs decay"):
-        _infer("linear_attention", *[TensorType((1, 4, 6), "float32")] * 3, q_num_heads=2, kv_num_heads=2)
+        infer("linear_attention", *[TensorType((1, 4, 6), "float32")] * 3, q_num_heads=2, kv_num_heads=2)
 
 
 def test_attention_bfloat16_rounds_every_step():
     q, k, v = _f32(1, 1, 3, 4), _f32(1, 1, 3, 4), _f32(1, 1, 3, 4)
-    exact = _run("attention", q, k, v)[0]
-    y = _run("attention", q, k, v, bfloat16=True)[0]
+    exact = run_op("attention", q, k, v)[0]
+    y = run_op("attention", q, k, v, bfloat16=True)[0]
     assert np.array_equal(y.view(np.uint32) & 0xFFFF, np.zeros(y.shape, np.uint32))
     np.testing.assert_allclose(y, exact, rtol=3e-2, atol=1e-2)

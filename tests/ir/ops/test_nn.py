@@ -2,28 +2,15 @@
 references checked against onnxruntime on small random inputs."""
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from onnx import helper
 
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Var, evaluate
 from tcc.ir.graph import TensorType, TupleType
-from tcc.ir.ops import get_op
-from tcc.ir.ops.registry import normalize_attrs
+from tests.helpers import assert_close, infer, node_model, ref, run_ort
 
 rng = np.random.default_rng(0)
 n, h, w = Var("n"), Var("h"), Var("w")
-
-
-def infer(op, types, **attrs):
-    opdef = get_op(op)
-    return opdef.infer(types, normalize_attrs(opdef, attrs))
-
-
-def ref(op, *arrays, **attrs):
-    opdef = get_op(op)
-    return opdef.ref(*arrays, **normalize_attrs(opdef, attrs))
 
 
 def f32(*shape):
@@ -32,24 +19,12 @@ def f32(*shape):
 
 def ort_run(op_type, feeds, n_outputs=1, opset=21, **attrs):
     """Run one ONNX node on onnxruntime; `feeds` maps input names (in order) to arrays."""
-    inputs = [
-        helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-        for k, v in feeds.items()
-    ]
-    outs = [f"y{i}" for i in range(n_outputs)]
-    node = helper.make_node(op_type, list(feeds), outs, **attrs)
-    graph = helper.make_graph(
-        [node], "g", inputs, [helper.make_empty_tensor_value_info(o) for o in outs]
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    got = sess.run(None, feeds)
+    got = run_ort(node_model(op_type, feeds, n_outputs, opset=opset, **attrs), feeds)
     return got[0] if n_outputs == 1 else got
 
 
 def close(a, b, tol=1e-5):
-    assert a.dtype == b.dtype and a.shape == b.shape
-    np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+    assert_close(a, b, rtol=tol, atol=tol)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -59,7 +34,7 @@ def close(a, b, tol=1e-5):
 def test_conv_infer_symbolic_batch_and_spatial():
     x = TensorType((n, 3, h, w), "float32")
     wt = TensorType((8, 3, 3, 3), "float32")
-    t = infer("conv2d", [x, wt, None], strides=[2, 2], padding=[1, 1, 1, 1])
+    t = infer("conv2d", x, wt, None, strides=[2, 2], padding=[1, 1, 1, 1])
     assert t.shape[:2] == (n, 8)
     assert evaluate(t.shape[2], {h: 224}) == 112 and evaluate(t.shape[3], {w: 7}) == 4
 
@@ -67,17 +42,18 @@ def test_conv_infer_symbolic_batch_and_spatial():
 def test_conv_infer_static_and_groups():
     t = infer(
         "conv1d",
-        [TensorType((2, 4, 10), "float32"), TensorType((6, 2, 3), "float32")],
+        TensorType((2, 4, 10), "float32"),
+        TensorType((6, 2, 3), "float32"),
         groups=2,
         dilation=[2],
     )
     assert t == TensorType((2, 6, 6), "float32")
     with pytest.raises(ShapeError, match="input channels"):
-        infer("conv1d", [TensorType((2, 4, 10), "float32"), TensorType((6, 3, 3), "float32")])
+        infer("conv1d", TensorType((2, 4, 10), "float32"), TensorType((6, 3, 3), "float32"))
     with pytest.raises(ShapeError, match="rank 5"):
-        infer("conv3d", [TensorType((2, 4, 10), "float32"), TensorType((6, 4, 3), "float32")])
+        infer("conv3d", TensorType((2, 4, 10), "float32"), TensorType((6, 4, 3), "float32"))
     with pytest.raises(ShapeError, match="non-positive"):
-        infer("conv1d", [TensorType((1, 1, 2), "float32"), TensorType((1, 1, 5), "float32")])
+        infer("conv1d", TensorType((1, 1, 2), "float32"), TensorType((1, 1, 5), "float32"))
 
 
 def test_conv_transpose_infer():
@@ -85,7 +61,8 @@ def test_conv_transpose_infer():
     wt = TensorType((4, 3, 3, 3), "float32")
     t = infer(
         "conv2d_transpose",
-        [x, wt],
+        x,
+        wt,
         strides=[2, 2],
         padding=[1, 1, 1, 1],
         output_padding=[1, 1],
@@ -96,13 +73,11 @@ def test_conv_transpose_infer():
 
 def test_pool_infer_ceil_mode_symbolic_matches_static():
     x = TensorType((n, 3, h, w), "float32")
-    t = infer(
-        "max_pool2d", [x], kernel=[3, 3], strides=[2, 2], ceil_mode=True, padding=[1, 1, 1, 1]
-    )
+    t = infer("max_pool2d", x, kernel=[3, 3], strides=[2, 2], ceil_mode=True, padding=[1, 1, 1, 1])
     for size in range(2, 12):
         static = infer(
             "max_pool2d",
-            [TensorType((1, 3, size, size), "float32")],
+            TensorType((1, 3, size, size), "float32"),
             kernel=[3, 3],
             strides=[2, 2],
             ceil_mode=True,
@@ -113,23 +88,23 @@ def test_pool_infer_ceil_mode_symbolic_matches_static():
 
 def test_pool_with_indices_and_global_infer():
     x = TensorType((n, 3, h, w), "float32")
-    t = infer("max_pool_with_indices", [x], kernel=[2, 2], strides=[2, 2])
+    t = infer("max_pool_with_indices", x, kernel=[2, 2], strides=[2, 2])
     assert isinstance(t, TupleType) and t.fields[1].dtype == "int64"
-    assert infer("global_avg_pool", [x]).shape == (n, 3, 1, 1)
+    assert infer("global_avg_pool", x).shape == (n, 3, 1, 1)
 
 
 def test_norm_and_rearrange_infer():
     x = TensorType((n, 8, h, w), "float32")
     c = TensorType((8,), "float32")
-    assert infer("batch_norm", [x, c, c, c, c]) == x
-    ln = infer("layer_norm_with_stats", [x, TensorType((w,), "float32")], axis=-1)
+    assert infer("batch_norm", x, c, c, c, c) == x
+    ln = infer("layer_norm_with_stats", x, TensorType((w,), "float32"), axis=-1)
     assert ln.fields[1].shape == (n, 8, h, 1)
-    assert infer("depth_to_space", [x], block_size=2).shape == (n, 2, h * 2, w * 2)
-    assert infer("space_to_depth", [x], block_size=2).shape == (n, 32, h // 2, w // 2)
+    assert infer("depth_to_space", x, block_size=2).shape == (n, 2, h * 2, w * 2)
+    assert infer("space_to_depth", x, block_size=2).shape == (n, 32, h // 2, w // 2)
     with pytest.raises(ShapeError, match="scale length"):
-        infer("group_norm", [x, TensorType((4,), "float32"), c], num_groups=4)
+        infer("group_norm", x, TensorType((4,), "float32"), c, num_groups=4)
     g = TensorType((4,), "float32")
-    assert infer("group_norm", [x, g, g], num_groups=4, group_affine=True) == x
+    assert infer("group_norm", x, g, g, num_groups=4, group_affine=True) == x
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,30 +2,17 @@
 and the numpy references checked against onnxruntime on small random inputs."""
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from onnx import helper
 
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Var
 from tcc.ir.graph import TensorType, TupleType
-from tcc.ir.ops import get_op
-from tcc.ir.ops.registry import normalize_attrs
+from tests.helpers import assert_close, infer, node_model, ref, run_ort
 
 rng = np.random.default_rng(0)
 s, n = Var("s"), Var("n")
 GATES = {"rnn": 1, "gru": 3, "lstm": 4}
 ONNX_NAME = {"rnn": "RNN", "gru": "GRU", "lstm": "LSTM"}
-
-
-def infer(op, types, **attrs):
-    opdef = get_op(op)
-    return opdef.infer(types, normalize_attrs(opdef, attrs))
-
-
-def ref(op, *arrays, **attrs):
-    opdef = get_op(op)
-    return opdef.ref(*arrays, **normalize_attrs(opdef, attrs))
 
 
 def f32(*shape):
@@ -34,25 +21,6 @@ def f32(*shape):
 
 def t(*shape, dtype="float32"):
     return TensorType(shape, dtype)
-
-
-def ort_run(op_type, feeds, n_outputs, **attrs):
-    """Run one ONNX node on onnxruntime; `feeds` maps input names (in order, None for an
-    absent optional input) to arrays."""
-    present = {k: v for k, v in feeds.items() if v is not None}
-    inputs = [
-        helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-        for k, v in present.items()
-    ]
-    names = [k if v is not None else "" for k, v in feeds.items()]
-    outs = [f"y{i}" for i in range(n_outputs)]
-    node = helper.make_node(op_type, names, outs, **attrs)
-    graph = helper.make_graph(
-        [node], "g", inputs, [helper.make_empty_tensor_value_info(o) for o in outs]
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, present)
 
 
 def operands(op, dirs, seq=4, batch=3, inp=2, hidden=3, lens=None, state=True):
@@ -76,11 +44,9 @@ def check(op, feeds, onnx_attrs=None, tol=1e-5, **attrs):
     """Compare the reference with onnxruntime running the ONNX op with `onnx_attrs`."""
     got = ref(op, *feeds.values(), **attrs)
     hidden = feeds["R"].shape[2]
-    want = ort_run(ONNX_NAME[op], feeds, len(got), hidden_size=hidden, **(onnx_attrs or attrs))
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+    onnx_attrs = onnx_attrs or attrs
+    model = node_model(ONNX_NAME[op], feeds, len(got), opset=14, hidden_size=hidden, **onnx_attrs)
+    assert_close(got, run_ort(model, feeds), rtol=tol, atol=tol)
 
 
 # -- inference ----------------------------------------------------------------------------
@@ -90,20 +56,20 @@ def check(op, feeds, onnx_attrs=None, tol=1e-5, **attrs):
 def test_infer_symbolic_seq_and_batch(op):
     g = GATES[op]
     args = [t(s, n, 7), t(2, g * 5, 7), t(2, g * 5, 5)]
-    out = infer(op, args, direction="bidirectional")
+    out = infer(op, *args, direction="bidirectional")
     states = 2 if op == "lstm" else 1
     assert out == TupleType((t(s, 2, n, 5),) + (t(2, n, 5),) * states)
 
 
 def test_infer_layout_1_puts_batch_first():
     args = [t(n, s, 7), t(1, 12, 7), t(1, 12, 3), None, t(n, dtype="int32"), t(n, 1, 3)]
-    out = infer("lstm", args, layout=1)
+    out = infer("lstm", *args, layout=1)
     assert out == TupleType((t(n, s, 1, 3), t(n, 1, 3), t(n, 1, 3)))
 
 
 def test_infer_passes_dtype_through():
     f64 = [t(2, 3, 4, dtype="float64"), t(1, 9, 4, dtype="float64"), t(1, 9, 3, dtype="float64")]
-    out = infer("gru", f64)
+    out = infer("gru", *f64)
     assert out.fields[0] == t(2, 1, 3, 3, dtype="float64")
 
 
@@ -124,14 +90,16 @@ def test_infer_passes_dtype_through():
 )
 def test_infer_rejects_bad_operands(args, attrs, message):
     with pytest.raises(ShapeError, match=message):
-        infer("gru", args, **attrs)
+        infer("gru", *args, **attrs)
 
 
 def test_infer_rejects_misaligned_activation_alpha():
     with pytest.raises(ShapeError, match="one value per activation"):
         infer(
             "rnn",
-            [t(2, 3, 4), t(1, 3, 4), t(1, 3, 3)],
+            t(2, 3, 4),
+            t(1, 3, 4),
+            t(1, 3, 3),
             activations=["LeakyRelu"],
             activation_alpha=[0.1, 0.2],
         )
