@@ -6,6 +6,7 @@ are held beside it as numpy arrays and stored outside the text in a .tcir file.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,37 @@ class IRModule:
     @property
     def prim_funcs(self) -> dict[str, PrimFunc]:
         return {k: f for k, f in self.functions.items() if isinstance(f, PrimFunc)}
+
+    def referenced_constants(self) -> set[str]:
+        """Names of the constants some graph function refers to."""
+        found: set[str] = set()
+        seen: set[int] = set()
+
+        def walk(x):
+            if isinstance(x, Constant):
+                found.add(x.name)
+            elif isinstance(x, (list, tuple)):
+                for y in x:
+                    walk(y)
+            elif isinstance(x, dict):
+                for y in x.values():
+                    walk(y)
+            elif dataclasses.is_dataclass(x) and not isinstance(x, type) and id(x) not in seen:
+                seen.add(id(x))
+                for f in dataclasses.fields(x):
+                    walk(getattr(x, f.name))
+
+        for f in self.graph_functions.values():
+            walk(f.bindings)
+            walk(f.ret)
+        return found
+
+    def prune_constants(self) -> None:
+        """Drop the constants no graph function refers to."""
+        keep = self.referenced_constants()
+        for name in [n for n in self.const_types if n not in keep]:
+            del self.const_types[name]
+            self.const_values.pop(name, None)
 
     def constant_bytes(self) -> int:
         return int(sum(v.nbytes for v in self.const_values.values()))

@@ -117,3 +117,14 @@ def test_loaded_from_path(tmp_path):
     onnx.save(m, tmp_path / "m.onnx")
     (y,) = run(from_onnx(tmp_path / "m.onnx"), [np.array([-1.0, 2.0], np.float32)])
     np.testing.assert_array_equal(y, [0.0, 2.0])
+
+
+def test_constants_used_only_at_import_time_are_not_kept():
+    """A Reshape's shape initializer is folded into an attribute: the module does not keep it."""
+    m = _model([helper.make_node("Reshape", ["x", "shape"], ["y"])],
+               [helper.make_tensor_value_info("x", TP.FLOAT, [2, 3])],
+               [helper.make_tensor_value_info("y", TP.FLOAT, [3, 2])],
+               [helper.make_tensor("shape", TP.INT64, [2], [3, 2]),
+                helper.make_tensor("unused", TP.FLOAT, [1000], [0.0] * 1000)])
+    mod = from_onnx(m)
+    assert mod.const_types == {} and mod.const_values == {}

@@ -95,6 +95,8 @@ def expand(node: onnx.NodeProto, opset: int, fp: onnx.FunctionProto) -> tuple[li
         n.output.extend(rename.setdefault(x, prefix + x) for x in body_node.output)
         new_attrs = []
         for a in body_node.attribute:
+            if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                a = _renamed_attribute(a, rename)
             if a.ref_attr_name:
                 src = attrs.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
                 if src is None:
@@ -110,3 +112,29 @@ def expand(node: onnx.NodeProto, opset: int, fp: onnx.FunctionProto) -> tuple[li
         nodes.append(n)
     opsets = {normalize_domain(o.domain): o.version for o in fp.opset_import}
     return nodes, opsets
+
+
+def _renamed_attribute(a: onnx.AttributeProto, rename: dict[str, str]) -> onnx.AttributeProto:
+    """A copy of a graph-valued attribute whose subgraphs read the renamed outer values."""
+    b = onnx.AttributeProto()
+    b.CopyFrom(a)
+    for g in [b.g] if b.type == onnx.AttributeProto.GRAPH else list(b.graphs):
+        _rename_captures(g, rename)
+    return b
+
+
+def _rename_captures(g: onnx.GraphProto, rename: dict[str, str]) -> None:
+    """Rename, in place, the outer-scope values a subgraph reads (its own names shadow)."""
+    local = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+    local |= {out for node in g.node for out in node.output}
+    outer = {k: v for k, v in rename.items() if k and k not in local}
+    for node in g.node:
+        for i, name in enumerate(node.input):
+            if name in outer:
+                node.input[i] = outer[name]
+        for a in node.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+                _rename_captures(sub, outer)
+    for vi in g.output:
+        if vi.name in outer:
+            vi.name = outer[vi.name]

@@ -425,6 +425,7 @@ def from_onnx(model_or_path, name: str = "main") -> IRModule:
             v = ctx.bb.emit("identity", v, name=vi.name)
         outputs.append(v)
     ctx.mod.functions[name] = ctx.bb.finish(outputs, [vi.name for vi in graph.output])
+    ctx.mod.prune_constants()  # values folded away during import (e.g. shape arithmetic)
     return ctx.mod
 
 
