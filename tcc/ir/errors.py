@@ -1,8 +1,17 @@
 """User-facing error types. Every user error is a TccError subclass with a one-line message."""
 
 
-class TccError(Exception):
-    """A user error: bad input, malformed file, unsupported feature. The CLI prints it and exits 2."""
+from tcc.errors import TccError
+
+__all__ = [
+    "FrontendError",
+    "IRFileError",
+    "InputError",
+    "InternalError",
+    "ParseError",
+    "ShapeError",
+    "TccError",
+]
 
 
 class IRFileError(TccError):
