@@ -197,3 +197,36 @@ def calls(mod: IRModule, fn: str = "main") -> list[Call]:
 def call_ops(mod: IRModule, fn: str = "main") -> list[str]:
     """The op names of the calls bound in `mod[fn]`, in order."""
     return [c.op for c in calls(mod, fn)]
+
+
+def run_compute(op: str, *arrays, **attrs) -> list[np.ndarray]:
+    """Run `op`'s loop program (te -> PrimFunc -> tcc.ir.tir_eval) on numpy arrays (None for
+    an absent optional operand); returns the outputs, shaped as the op's inference says."""
+    from tcc.ir.expr import Var, evaluate
+    from tcc.ir.tir_eval import run_prim_func
+    from tcc.lower.legalize import op_prim_func
+
+    types = [None if a is None else TensorType(np.shape(a), from_numpy(np.asarray(a).dtype)) for a in arrays]
+    attrs = normalize_attrs(get_op(op), attrs)
+    result = get_op(op).infer(types, attrs)
+    func = op_prim_func(op, types, attrs)
+    assert func is not None, f"op {op} has no loop program"
+    out_types = list(result.fields) if isinstance(result, TupleType) else [result]
+    inputs = [np.ascontiguousarray(a) for a in arrays if a is not None]
+    env: dict = {}
+    for t, a in zip([t for t in types if t is not None], inputs):
+        for d, n in zip(t.shape, a.shape):
+            if isinstance(d, Var):
+                env[d] = n
+    from tcc.ir.dtype import to_numpy
+
+    outs = [np.zeros([evaluate(d, env) for d in t.shape], to_numpy(t.dtype)) for t in out_types]
+    run_prim_func(func, inputs + outs)
+    return outs
+
+
+def assert_compute_matches_ref(op: str, *arrays, rtol: float = 1e-5, atol: float = 1e-6, **attrs) -> None:
+    """The op's loop program computes what its numpy reference computes."""
+    want = ref(op, *arrays, **attrs)
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    assert_close(run_compute(op, *arrays, **attrs), want, rtol=rtol, atol=atol)

@@ -1,1 +1,127 @@
-"""tcc.rt."""
+"""tcc.rt: the Python loader for `.tvmpack` files (numpy only; ships without the compiler).
+
+    import tcc.rt
+    with tcc.rt.load("model.tvmpack") as m:
+        (y,) = m["main"](x)            # or m.main(x), or m["main"]({"input": x})
+        m.signature("main")            # inputs/outputs with symbolic shapes
+
+A pack is verified completely when it is opened (tcc.rt.pack); its kernels are loaded from
+the pack's shared object (tcc.rt.kernels) and its bytecode is run by tcc.rt.vm.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from tcc.rt.errors import KernelError, PackError, RunInputError
+from tcc.rt.pack import PackContents, read_pack
+from tcc.rt.vm import VirtualMachine
+
+__all__ = ["KernelError", "Module", "PackError", "RunInputError", "load"]
+
+
+def load(path, kernel_library=None) -> Module:
+    """Open a pack. `kernel_library` (an object with `.call(symbol, arrays)`) replaces the
+    pack's own kernels; tests use it to run bytecode against numpy kernels."""
+    contents = read_pack(path)
+    try:
+        owns = kernel_library is None
+        if owns:
+            kernel_library = _load_kernels(contents)
+        return Module(contents, kernel_library, owns_library=owns)
+    except BaseException:
+        contents.close()
+        raise
+
+
+def _load_kernels(contents: PackContents):
+    if not contents.kernel_symbols:
+        return None
+    if contents.shared_object is None:
+        raise PackError(f"{contents.path}: the pack has no shared object for target "
+                        f"{contents.target!r}; rebuild it where a linker is available")
+    from tcc.rt.kernels import load_cpu_library
+
+    return load_cpu_library(contents.shared_object)
+
+
+class Function:
+    """One entry function of a loaded module: call it with arrays, get a list back."""
+
+    def __init__(self, module: Module, name: str):
+        self._module, self.name = module, name
+
+    def __call__(self, *arrays, **named):
+        if len(arrays) == 1 and isinstance(arrays[0], dict) and not named:
+            arrays, named = (), arrays[0]
+        return self._module._vm().run(self.name, arrays, named or None)
+
+    def __repr__(self):
+        return f"<tcc.rt.Function {self.name}>"
+
+
+class Module:
+    """A loaded pack: entry functions by name, signatures, thread count, close()."""
+
+    def __init__(self, contents: PackContents, kernel_library, owns_library: bool = False):
+        self._contents = contents
+        self._lib = kernel_library
+        self._owns = owns_library
+        self._machine: VirtualMachine | None = VirtualMachine(contents, kernel_library)
+
+    @property
+    def entry_functions(self) -> list[str]:
+        return list(self._contents.signatures)
+
+    @property
+    def target(self) -> str:
+        return self._contents.target
+
+    @property
+    def executable(self):
+        return self._contents.executable
+
+    def signature(self, name: str = "main") -> dict:
+        """{"inputs": [{"name", "dtype", "shape"}], "outputs": [...]}; a symbolic
+        dimension is a string naming its size variable (or expression)."""
+        if name not in self._contents.signatures:
+            raise RunInputError(f"no entry function {name!r}; the pack has {self.entry_functions}")
+        return copy.deepcopy(self._contents.signatures[name])
+
+    def __getitem__(self, name: str) -> Function:
+        if name not in self._contents.signatures:
+            raise KeyError(f"no entry function {name!r}; the pack has {self.entry_functions}")
+        return Function(self, name)
+
+    def __getattr__(self, name: str) -> Function:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"no entry function {name!r}") from None
+
+    def set_num_threads(self, n: int) -> None:
+        """Threads the kernels may use (default: the machine's cores)."""
+        if int(n) < 1:
+            raise ValueError(f"the thread count must be at least 1, got {n}")
+        if self._lib is not None and hasattr(self._lib, "set_num_threads"):
+            self._lib.set_num_threads(int(n))
+
+    def _vm(self) -> VirtualMachine:
+        if self._machine is None:
+            raise PackError(f"{self._contents.path}: the module is closed")
+        return self._machine
+
+    def close(self) -> None:
+        self._machine = None
+        if self._owns and self._lib is not None and hasattr(self._lib, "close"):
+            self._lib.close()
+        self._lib = None
+        self._contents.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from tcc.frontend.onnx.base import OnnxOp, converter
-from tcc.ir.ops.index import (
+from tcc.ir.ops.index import REDUCTIONS
+from tcc.ir.ops.resize import (
     ASPECT_POLICIES,
     COORDINATE_MODES,
     MODES,
     NEAREST_MODES,
-    REDUCTIONS,
     full_roi,
     resize_plan,
 )

@@ -16,7 +16,7 @@ from tcc.frontend.onnx.base import (
 )
 from tcc.frontend.onnx.importer import convert_node
 from tcc.ir.errors import FrontendError, TccError
-from tcc.ir.ops.linalg import QUANT_DTYPES
+from tcc.ir.ops.quantize import QUANT_DTYPES
 
 
 def _dtype_attr(node: OnnxNode, name: str) -> str | None:

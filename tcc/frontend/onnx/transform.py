@@ -15,8 +15,9 @@ from tcc.frontend.onnx.base import OnnxOp, converter, onnx_dtype
 from tcc.frontend.onnx.importer import FOLD_MAX_ELEMENTS
 from tcc.ir.dtype import from_numpy, to_numpy
 from tcc.ir.expr import Dim, PrimExpr
+from tcc.ir.ops._util import known_nonneg
 from tcc.ir.ops.registry import broadcast_shapes, get_op, normalize_attrs, normalize_axis, prod
-from tcc.ir.ops.transform import equal_split_sizes, known_nonneg, onnx_reshape_shape
+from tcc.ir.ops.transform import equal_split_sizes, onnx_reshape_shape
 
 # ---------------------------------------------------------------------------------------------
 # operand helpers

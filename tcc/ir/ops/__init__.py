@@ -1,6 +1,26 @@
 """Op families; importing this package registers every op record in `OPS`."""
 
-from tcc.ir.ops import elementwise, index, linalg, nn, reduce, rnn, transform  # noqa: F401
+from tcc.ir.ops import (  # noqa: F401
+    attention,
+    cast,
+    conv,
+    elementwise,
+    generate,
+    image,
+    index,
+    matmul,
+    norm,
+    pool,
+    quantize,
+    reduce,
+    resize,
+    rnn,
+    select,
+    signal,
+    slicing,
+    softmax,
+    transform,
+)
 from tcc.ir.ops.registry import OPS, REQUIRED, OpDef, Pattern, get_op, register
 
 __all__ = ["OPS", "REQUIRED", "OpDef", "Pattern", "get_op", "register"]

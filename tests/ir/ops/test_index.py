@@ -6,7 +6,7 @@ import pytest
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Var, prove_equal
 from tcc.ir.graph import TensorType, TupleType
-from tcc.ir.ops.index import resize_plan, scaled_dim
+from tcc.ir.ops.resize import resize_plan, scaled_dim
 from tests.helpers import infer, ref, same_shape
 
 n = Var("n")

@@ -7,7 +7,7 @@ import pytest
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Var
 from tcc.ir.graph import TensorType
-from tcc.ir.ops.linalg import parse_einsum
+from tcc.ir.ops.matmul import parse_einsum
 from tests.helpers import infer, run_op, same_shape
 
 N = Var("n")

@@ -8,13 +8,8 @@ import pytest
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Var, evaluate, prove_equal
 from tcc.ir.graph import TensorType
-from tcc.ir.ops.transform import (
-    SLICE_BOUND,
-    equal_split_sizes,
-    onnx_reshape_shape,
-    resolve_reshape,
-    slice_length,
-)
+from tcc.ir.ops.slicing import SLICE_BOUND, slice_length
+from tcc.ir.ops.transform import equal_split_sizes, onnx_reshape_shape, resolve_reshape
 from tests.helpers import infer, run_op
 
 N = Var("n")

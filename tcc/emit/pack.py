@@ -1,0 +1,165 @@
+"""Writing a `.tvmpack` (docs/tvmpack.md): an uncompressed POSIX tar a standard `tar` reads.
+
+Everything that could vary between two builds of the same model is fixed: members are
+sorted by name, every header has mtime 0, uid/gid 0, no owner names and mode 0644, the
+manifest is JSON with sorted keys, and weights are laid out in name order. So the same
+inputs give the same bytes. Tar puts member data at 512-byte boundaries, so 64-byte aligned
+offsets inside weights.bin are 64-byte aligned in the file, and the loader maps them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import tarfile
+import tempfile
+from collections.abc import Mapping
+
+import numpy as np
+
+from tcc.errors import TccError
+from tcc.rt.format import (
+    BYTECODE,
+    BYTECODE_VERSION,
+    KERNELS_DIR,
+    MANIFEST,
+    MANIFEST_HASH_FIELD,
+    OBJECT_SUFFIX,
+    PACK_FORMAT,
+    PACK_VERSION,
+    SHARED_SUFFIX,
+    TAR_BLOCK,
+    WEIGHT_ALIGN,
+    WEIGHTS,
+    Executable,
+    FuncKind,
+    Op,
+)
+
+
+class PackWriteError(TccError):
+    """The inputs to the pack writer do not fit together (a missing weight or kernel)."""
+
+
+def pack_bytes(
+    executable: Executable,
+    kernels=None,
+    target: str = "llvm",
+    weights: Mapping[str, np.ndarray] | None = None,
+    signatures: Mapping[str, dict] | None = None,
+) -> bytes:
+    """The pack's bytes. `kernels` has `.object_code`, `.shared_object` (or None) and
+    `.symbols` (a CpuModule), or is None for a program without kernels; `signatures`
+    defaults to the executable's own."""
+    weights = dict(weights or {})
+    signatures = dict(signatures if signatures is not None else executable.signatures)
+    symbols = sorted(kernels.symbols) if kernels is not None else []
+    _check_references(executable, symbols, weights, signatures)
+
+    members: dict[str, bytes] = {BYTECODE: executable.encode()}
+    kind = re.sub(r"[^A-Za-z0-9_.-]", "_", target.split()[0] if target.split() else "cpu")
+    obj = so = None
+    if kernels is not None and kernels.object_code is not None:
+        obj = f"{KERNELS_DIR}{kind}{OBJECT_SUFFIX}"
+        members[obj] = bytes(kernels.object_code)
+    if kernels is not None and getattr(kernels, "shared_object", None) is not None:
+        so = f"{KERNELS_DIR}{kind}{SHARED_SUFFIX}"
+        members[so] = bytes(kernels.shared_object)
+    blob, index = _weights_blob(weights)
+    if index:
+        members[WEIGHTS] = blob
+
+    manifest = {
+        "format": PACK_FORMAT,
+        "format_version": PACK_VERSION,
+        MANIFEST_HASH_FIELD: "0" * 64,
+        "target": target,
+        "bytecode": {"member": BYTECODE, "version": BYTECODE_VERSION},
+        "kernels": {"object": obj, "shared_object": so, "symbols": symbols},
+        "weights": {"member": WEIGHTS if index else None, "alignment": WEIGHT_ALIGN, "arrays": index},
+        "entry_functions": signatures,
+        "members": {n: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
+                    for n, d in sorted(members.items())},
+    }
+    text = json.dumps(manifest, sort_keys=True, indent=1).encode("utf-8") + b"\n"
+    digest = hashlib.sha256(text).hexdigest()
+    members[MANIFEST] = text.replace(b'"' + b"0" * 64 + b'"', f'"{digest}"'.encode(), 1)
+    return _tar(members)
+
+
+def write_pack(path, executable: Executable, kernels=None, target: str = "llvm",
+               weights: Mapping[str, np.ndarray] | None = None,
+               signatures: Mapping[str, dict] | None = None) -> None:
+    """Write the pack to `path` atomically (a temp file in the same folder, then rename)."""
+    data = pack_bytes(executable, kernels, target, weights, signatures)
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tvmpack-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _check_references(exe: Executable, symbols, weights, signatures) -> None:
+    kernels = sorted({n for k, n in exe.table if k == FuncKind.KERNEL} - set(symbols))
+    if kernels:
+        raise PackWriteError(f"the bytecode calls kernels the kernel library lacks: {', '.join(kernels)}; "
+                             "compile every PrimFunc the module calls")
+    load = (FuncKind.BUILTIN, "load_constant")
+    loaded = {exe.constants[v] for f in exe.functions for ins in f.code
+              if ins.op == Op.CALL and exe.table[ins.a] == load for _, v in ins.args}
+    missing = sorted(loaded - set(weights))
+    if missing:
+        raise PackWriteError(f"the bytecode loads weights that were not given: {', '.join(missing)}")
+    for name in signatures:
+        if not any(f.name == name for f in exe.functions):
+            raise PackWriteError(f"signature for {name!r}, which the bytecode does not define")
+
+
+def _le_bytes(a: np.ndarray) -> bytes:
+    a = np.asarray(a)
+    if a.dtype.kind in "OUSV":
+        raise PackWriteError(f"a weight of dtype {a.dtype} cannot be stored in a pack")
+    return a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes(order="C")
+
+
+def _weights_blob(weights: Mapping[str, np.ndarray]) -> tuple[bytes, dict]:
+    out = bytearray()
+    index = {}
+    for name in sorted(weights):
+        a = np.asarray(weights[name])
+        data = _le_bytes(a)
+        out += b"\0" * (-len(out) % WEIGHT_ALIGN)
+        index[name] = {"dtype": a.dtype.name, "shape": [int(d) for d in a.shape],
+                       "offset": len(out), "nbytes": len(data)}
+        out += data
+    return bytes(out), index
+
+
+def _tar(members: Mapping[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    end = 0
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for name in sorted(members):
+            data = members[name]
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.type = tarfile.REGTYPE
+            tf.addfile(info, io.BytesIO(data))
+            end = tf.offset
+    # tar pads the archive to a 10 KiB record; drop that padding (keeping the two zero blocks
+    # that end the archive) so a reader can tell a truncated pack by its length alone
+    return buf.getvalue()[: end + 2 * TAR_BLOCK]

@@ -1,0 +1,311 @@
+"""The VM bytecode compiler: legalized graph functions -> `tcc.rt.format.Executable`.
+
+Every graph function becomes one VM function of straight-line register code (an `If`
+adds two forward jumps), so the verifier can reject any backward jump and any recursion and
+a verified program always terminates. Size variables live in a per-frame shape heap: the
+prologue's `match_shape` calls check each parameter against the signature and bind its
+variables; every later shape (an output to allocate, a view's new shape) is a postfix
+program over that heap evaluated by `make_shape` at run time, so one executable serves
+every batch size. Spec: docs/vm.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tcc.errors import TccError
+from tcc.ir import expr as E
+from tcc.ir import graph as G
+from tcc.ir.module import IRModule
+from tcc.ir.printer import format_expr
+from tcc.rt.format import (
+    NO_REG,
+    SHAPE_BINOPS,
+    ArgKind,
+    DimMode,
+    Executable,
+    FuncKind,
+    Instr,
+    Op,
+    ShapeOp,
+    VMFunction,
+)
+
+# Graph ops the VM runs itself: each keeps the data in row-major order, so its result is a
+# view with the shape of the binding's type.
+VIEW_OPS = frozenset({"reshape", "squeeze", "unsqueeze", "flatten"})
+
+
+class VMCompileError(TccError):
+    """A graph function the VM cannot run (an op left unlegalized, an unsupported node)."""
+
+
+def compile_module(
+    mod: IRModule,
+    symbols: Mapping[str, str] | None = None,
+    entries: list[str] | None = None,
+) -> Executable:
+    """Compile every graph function of a legalized module. `symbols` maps a PrimFunc's name
+    to its kernel symbol (default: the same name); `entries` defaults to the graph
+    functions no other function calls."""
+    graph = mod.graph_functions
+    callees = {c for f in graph.values() for b in f.bindings
+               if isinstance(b.value, G.CONTROL_FLOW) for c in b.value.callees}
+    entries = entries if entries is not None else [n for n in graph if n not in callees]
+    unlegalized = sorted({b.value.op for f in graph.values() for b in f.bindings
+                          if isinstance(b.value, G.Call) and b.value.op not in VIEW_OPS
+                          and b.value.op != "identity"})
+    if unlegalized:
+        raise VMCompileError(f"ops without a loop program left in the graph: "
+                             f"{', '.join(unlegalized)}; legalize the module before emitting")
+    b = _ExeBuilder(mod, dict(symbols or {}))
+    for name in graph:
+        b.exe.functions.append(_FunctionCompiler(b, name, graph[name]).compile())
+    for name in entries:
+        if name not in graph:
+            raise VMCompileError(f"entry function {name!r} is not a graph function of the module")
+        b.exe.signatures[name] = signature(graph[name], name)
+    return b.exe
+
+
+def signature(fn: G.Function, name: str = "main") -> dict:
+    """The JSON description of an entry function: names, dtypes, symbolic shapes."""
+    def one(pub: str, t: G.Type, what: str) -> dict:
+        if not isinstance(t, G.TensorType):
+            raise VMCompileError(f"entry function {name!r}: {what} {pub!r} is not a tensor; "
+                                 "only tensor inputs and outputs are supported by the VM yet")
+        return {"name": pub, "dtype": t.dtype,
+                "shape": [d if isinstance(d, int) else format_expr(d) for d in t.shape]}
+
+    outs = fn.outputs
+    out_names = fn.output_names or tuple(f"output_{i}" for i in range(len(outs)))
+    return {
+        "inputs": [one(n, p.type, "input") for n, p in zip(fn.input_names, fn.params)],
+        "outputs": [one(n, G.type_of(o), "output") for n, o in zip(out_names, outs)],
+    }
+
+
+class _ExeBuilder:
+    """Interns function-table entries and constants so equal ones share one index."""
+
+    def __init__(self, mod: IRModule, symbols: dict[str, str]):
+        self.mod, self.symbols = mod, symbols
+        self.exe = Executable()
+        self._table: dict[tuple, int] = {}
+        self._consts: dict[tuple, int] = {}
+
+    def func(self, kind: FuncKind, name: str) -> int:
+        key = (kind, name)
+        if key not in self._table:
+            self._table[key] = len(self.exe.table)
+            self.exe.table.append(key)
+        return self._table[key]
+
+    def const(self, value: tuple[int, ...] | str) -> int:
+        key = (type(value).__name__, value)
+        if key not in self._consts:
+            self._consts[key] = len(self.exe.constants)
+            self.exe.constants.append(value)
+        return self._consts[key]
+
+
+class _FunctionCompiler:
+    def __init__(self, b: _ExeBuilder, name: str, fn: G.Function):
+        self.b, self.name, self.fn = b, name, fn
+        self.code: list[Instr] = []
+        self.regs: dict[int, int] = {}  # id(graph Var) -> register
+        self.num_regs = 0
+        self.slots: dict[E.Var, int] = {}  # size variable -> heap slot
+        self.heap_names: list[str] = []
+        self.constants: dict[str, int] = {}  # weight name -> register holding it
+
+    # -- emission helpers ------------------------------------------------------------------
+
+    def new_reg(self) -> int:
+        self.num_regs += 1
+        return self.num_regs - 1
+
+    def builtin(self, name: str, *args: tuple[int, int], result: bool = True) -> int:
+        dst = self.new_reg() if result else NO_REG
+        self.code.append(Instr(Op.CALL, self.b.func(FuncKind.BUILTIN, name), dst, tuple(args)))
+        return dst
+
+    @staticmethod
+    def reg(r: int) -> tuple[int, int]:
+        return (ArgKind.REG, r)
+
+    def cst(self, value) -> tuple[int, int]:
+        return (ArgKind.CONST, self.b.const(value))
+
+    # -- the function ----------------------------------------------------------------------
+
+    def compile(self) -> VMFunction:
+        params = self.fn.params
+        for p in params:
+            self.regs[id(p)] = self.new_reg()
+        names = self.fn.input_names
+        deferred: list = []
+        for p, pub in zip(params, names):
+            what = f"input {pub!r} of {self.name!r}"
+            self.match(self.regs[id(p)], p.type, what, deferred)
+        self.finish_match(deferred)
+        for binding in self.fn.bindings:
+            self.regs[id(binding.var)] = self.binding(binding)
+        ret = self.fn.ret
+        reg = self.make_tuple(ret.fields) if isinstance(ret, G.Tuple) else self.value(ret)
+        self.code.append(Instr(Op.RET, reg))
+        return VMFunction(self.name, len(params), self.num_regs, tuple(self.heap_names), self.code)
+
+    def binding(self, binding: G.Binding) -> int:
+        v, t = binding.value, binding.var.type
+        if isinstance(v, G.CallTIR):
+            return self.call_tir(v)
+        if isinstance(v, (G.Var, G.Constant)):
+            return self.value(v)
+        if isinstance(v, G.Tuple):
+            return self.make_tuple(v.fields)
+        if isinstance(v, G.TupleGetItem):
+            return self.builtin("tuple_get_item", self.reg(self.value(v.value)), (ArgKind.IMM, v.index))
+        if isinstance(v, G.ShapeExpr):
+            return self.builtin("make_shape", self.cst(self.shape_program(v.dims, "a shape value")))
+        if isinstance(v, G.If):
+            return self.call_if(v, binding.var)
+        if isinstance(v, G.Call):
+            x = self.reg(self.value(v.args[0]))
+            if v.op == "identity":
+                return self.builtin("copy", x)
+            assert isinstance(t, G.TensorType)
+            shape = self.builtin("make_shape", self.cst(self.shape_program(t.shape, f"the result of {v.op}")))
+            return self.builtin("reshape", x, self.reg(shape))
+        kind = type(v).__name__
+        raise VMCompileError(f"function {self.name!r}: {kind} is not supported by the VM yet; "
+                             f"rewrite the {kind} before emitting")
+
+    def value(self, e: G.Expr) -> int:
+        if isinstance(e, G.Constant):
+            if e.name not in self.constants:
+                self.constants[e.name] = self.builtin("load_constant", self.cst(e.name))
+            return self.constants[e.name]
+        if isinstance(e, G.Var) and id(e) in self.regs:
+            return self.regs[id(e)]
+        raise VMCompileError(f"function {self.name!r}: operand {e!r} is not a variable or constant "
+                             "bound earlier; the function must be in A-normal form")
+
+    def make_tuple(self, fields) -> int:
+        return self.builtin("make_tuple", *(self.reg(self.value(f)) for f in fields))
+
+    def call_tir(self, v: G.CallTIR) -> int:
+        args = [self.reg(self.value(a)) for a in v.args]
+        out_types = v.out_type.fields if isinstance(v.out_type, G.TupleType) else (v.out_type,)
+        outs = []
+        for t in out_types:
+            if not isinstance(t, G.TensorType):
+                raise VMCompileError(f"function {self.name!r}: kernel {v.func!r} has an output of "
+                                     f"type {t}; kernel outputs must be tensors")
+            prog = self.shape_program(t.shape, f"an output of kernel {v.func!r}")
+            shape = self.builtin("make_shape", self.cst(prog))
+            outs.append(self.builtin("alloc_tensor", self.reg(shape), self.cst(t.dtype)))
+        extra = []
+        if v.shape_args:
+            prog = self.shape_program(v.shape_args, f"the shape arguments of kernel {v.func!r}")
+            extra.append(self.reg(self.builtin("make_shape", self.cst(prog))))
+        symbol = self.b.symbols.get(v.func, v.func)
+        func = self.b.func(FuncKind.KERNEL, symbol)
+        self.code.append(Instr(Op.CALL, func, NO_REG, tuple(args + [self.reg(o) for o in outs] + extra)))
+        if isinstance(v.out_type, G.TupleType):
+            return self.builtin("make_tuple", *(self.reg(o) for o in outs))
+        return outs[0]
+
+    def call_if(self, v: G.If, var: G.Var) -> int:
+        cond = self.builtin("read_bool", self.reg(self.value(v.cond)))
+        args = tuple(self.reg(self.value(a)) for a in v.args)
+        dst = self.new_reg()
+        then_f = self.b.func(FuncKind.VM, v.then_branch)
+        else_f = self.b.func(FuncKind.VM, v.else_branch)
+        at_if = len(self.code)
+        self.code.append(Instr(Op.IF, cond, 0))  # patched below
+        self.code.append(Instr(Op.CALL, then_f, dst, args))
+        at_goto = len(self.code)
+        self.code.append(Instr(Op.GOTO, 0))
+        self.code.append(Instr(Op.CALL, else_f, dst, args))
+        self.code[at_if] = Instr(Op.IF, cond, at_goto + 1 - at_if)
+        self.code[at_goto] = Instr(Op.GOTO, len(self.code) - at_goto)
+        # a dimension the branches disagree on is a fresh variable: bind it from the result
+        deferred: list = []
+        self.match(dst, var.type, f"the result of if_ {var.name!r} in {self.name!r}", deferred)
+        self.finish_match(deferred)
+        return dst
+
+    # -- shapes ----------------------------------------------------------------------------
+
+    def slot(self, v: E.Var) -> int:
+        if v not in self.slots:
+            self.slots[v] = len(self.heap_names)
+            self.heap_names.append(v.name)
+        return self.slots[v]
+
+    def match(self, reg: int, t: G.Type, what: str, deferred: list) -> None:
+        """Check `reg` against `t`, binding the size variables it shows for the first time;
+        dimensions that are expressions wait in `deferred` until every plain one is bound."""
+        if isinstance(t, G.TupleType):
+            for i, f in enumerate(t.fields):
+                item = self.builtin("tuple_get_item", self.reg(reg), (ArgKind.IMM, i))
+                self.match(item, f, f"{what}[{i}]", deferred)
+            return
+        if not isinstance(t, G.TensorType):
+            return  # a shape value: nothing to bind
+        pattern = [t.ndim]
+        exprs = []
+        for d in t.shape:
+            if isinstance(d, int):
+                pattern += [DimMode.STATIC, d]
+            elif isinstance(d, E.Var):
+                mode = DimMode.CHECK if d in self.slots else DimMode.BIND
+                pattern += [mode, self.slot(d)]
+            else:
+                pattern += [DimMode.ANY, 0]
+                exprs.append(d)
+        self.builtin("match_shape", self.reg(reg), self.cst(what), self.cst(t.dtype),
+                     self.cst(tuple(int(x) for x in pattern)), result=False)
+        if exprs:
+            deferred.append((reg, t, what))
+
+    def finish_match(self, deferred: list) -> None:
+        for reg, t, what in deferred:
+            pattern = [t.ndim]
+            for d in t.shape:
+                if isinstance(d, int) or isinstance(d, E.Var):
+                    pattern += [DimMode.ANY, 0]
+                elif all(v in self.slots for v in E.free_vars(d)):
+                    prog = self.shape_program((d,), what)
+                    pattern += [DimMode.EXPR, self.b.const(prog)]
+                else:
+                    pattern += [DimMode.ANY, 0]  # nothing binds its variable; a use will say so
+            self.builtin("match_shape", self.reg(reg), self.cst(what), self.cst(t.dtype),
+                         self.cst(tuple(int(x) for x in pattern)), result=False)
+
+    def shape_program(self, dims, what: str) -> tuple[int, ...]:
+        """[ndim, then per dimension: word count, postfix words] (docs/vm.md)."""
+        out = [len(dims)]
+        for d in dims:
+            words: list[int] = []
+            self.postfix(d, words, what)
+            out += [len(words), *words]
+        return tuple(out)
+
+    def postfix(self, d, words: list[int], what: str) -> None:
+        if isinstance(d, int) or isinstance(d, E.IntImm):
+            words += [ShapeOp.PUSH_INT, int(d if isinstance(d, int) else d.value)]
+        elif isinstance(d, E.Var):
+            if d not in self.slots:
+                raise VMCompileError(
+                    f"function {self.name!r}: {what} depends on size variable {d.name!r}, which no "
+                    "input binds; data-dependent shapes are not supported by the VM yet")
+            words += [ShapeOp.PUSH_VAR, self.slots[d]]
+        elif isinstance(d, E.BinOp) and d.op in SHAPE_BINOPS:
+            self.postfix(d.a, words, what)
+            self.postfix(d.b, words, what)
+            words.append(SHAPE_BINOPS[d.op])
+        else:
+            raise VMCompileError(f"function {self.name!r}: {what} has dimension {format_expr(d)}, "
+                                 "which the VM's shape arithmetic cannot compute")

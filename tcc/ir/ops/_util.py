@@ -1,0 +1,267 @@
+"""Helpers shared by several op families: optional and run-time operands, axis and
+dimension checks, dimension arithmetic, and the spatial building blocks (padding, sliding
+window views, window scatter) of the convolution, pooling and image ops.
+
+Spatial helpers assume channels-first layouts (NC + spatial dims); `padding` lists every
+spatial axis's begin pad, then every axis's end pad (ONNX order).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from tcc.ir.dtype import is_int
+from tcc.ir.errors import ShapeError
+from tcc.ir.expr import BinOp, Dim, Var, as_dim, fresh_var, max_expr, min_expr
+from tcc.ir.graph import TensorType
+from tcc.ir.ops.registry import OpDef, Pattern, normalize_axis, register, tensor
+
+# ---------------------------------------------------------------------------------------------
+# operands
+
+
+def operand(args, i: int):
+    """Optional operand `i` (None when absent or not passed at all)."""
+    return args[i] if i < len(args) else None
+
+
+def optional_tensor(args, i: int, op: str, what: str) -> TensorType | None:
+    """Operand `i` when present (trailing optional operands may be left out)."""
+    return tensor(args[i], op, what) if i < len(args) and args[i] is not None else None
+
+
+def ints(a) -> list[int]:
+    """A run-time integer operand as a list of Python ints."""
+    return [int(v) for v in np.asarray(a).reshape(-1)]
+
+
+def scalar_value(a):
+    """The single value (as a Python scalar) of a run-time scalar or 1-element operand."""
+    return np.asarray(a).reshape(-1)[0].item()
+
+
+def scalar_int(arr) -> int:
+    """The single integer held by a run-time scalar or 1-element operand."""
+    return int(np.asarray(arr).reshape(-1)[0])
+
+
+def vector_length(t, op: str, what: str) -> int:
+    """Static length of a 1-D integer operand that holds a shape-like vector."""
+    t = tensor(t, op, what)
+    if t.ndim != 1 or not isinstance(t.shape[0], int):
+        raise ShapeError(f"op {op}: {what} must be a 1-D tensor of static length, got {t}")
+    if not is_int(t.dtype):
+        raise ShapeError(f"op {op}: {what} must have an integer dtype, got {t.dtype}")
+    return t.shape[0]
+
+
+def static_length(t: TensorType, op: str, what: str) -> int:
+    """Length of a 1-D (or scalar) integer operand whose values are only known at run time."""
+    if not is_int(t.dtype) or t.ndim > 1:
+        raise ShapeError(f"op {op}: {what} must be a 1-D integer tensor, got {t}")
+    n = t.shape[0] if t.ndim == 1 else 1
+    if not isinstance(n, int):
+        raise ShapeError(f"op {op}: {what} must have a static length, got {t}; make it a constant")
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+# shape checks
+
+
+def normalize_axes(axes, ndim: int, op: str) -> list[int]:
+    """Non-negative `axes` of a rank-`ndim` input; repeated axes are an error."""
+    out = [normalize_axis(int(a), ndim, op) for a in axes]
+    if len(set(out)) != len(out):
+        raise ShapeError(f"op {op}: repeated axis in {list(axes)}")
+    return out
+
+
+def check_rank(op: str, t: TensorType, rank: int, what: str = "input") -> None:
+    """Reject a tensor whose rank is not `rank`."""
+    if t.ndim != rank:
+        raise ShapeError(f"op {op}: {what} must have rank {rank}, got shape {t}")
+
+
+def nonscalar(t: TensorType, op: str, what: str = "data") -> TensorType:
+    """`t`, after rejecting a scalar."""
+    if t.ndim == 0:
+        raise ShapeError(f"op {op}: {what} must have rank >= 1, got a scalar")
+    return t
+
+
+def check_dim(a: Dim, b: Dim, op: str, what: str) -> None:
+    """Reject two dimensions that must match but provably differ (symbolic ones are trusted)."""
+    if isinstance(a, int) and isinstance(b, int) and a != b:
+        raise ShapeError(f"op {op}: {what}: dimension {b} does not match {a}")
+
+
+def match_dim(a: Dim, b: Dim, op: str, what: str) -> Dim:
+    """`a`, after checking it can equal `b` (symbolic dims are trusted to match at run time)."""
+    if isinstance(a, int) and isinstance(b, int) and a != b:
+        raise ShapeError(f"op {op}: {what} must match, got {a} and {b}")
+    return a if isinstance(a, int) or not isinstance(b, int) else b
+
+
+def channels_match(op: str, a: Dim, b: Dim, what: str) -> None:
+    """Reject two static sizes that differ; symbolic ones are checked when the program runs."""
+    if isinstance(a, int) and isinstance(b, int) and a != b:
+        raise ShapeError(f"op {op}: {what}: {a} vs {b}")
+
+
+def check_vector(op: str, t: TensorType | None, length: Dim, what: str) -> None:
+    """Reject a present per-channel operand `t` that is not 1-D of `length` entries."""
+    if t is None:
+        return
+    if t.ndim != 1:
+        raise ShapeError(f"op {op}: {what} must be 1-D, got {t}")
+    channels_match(op, t.shape[0], length, f"{what} length must equal the channel count")
+
+
+# ---------------------------------------------------------------------------------------------
+# dimension arithmetic and registration
+
+
+def fresh_vars(n: int, hint: str) -> tuple[Var, ...]:
+    """`n` fresh size variables named after `hint`."""
+    return tuple(fresh_var(hint) for _ in range(n))
+
+
+def known_nonneg(e: Dim) -> bool:
+    """True when `e` is provably >= 0 (size variables are never negative)."""
+    if isinstance(e, int):
+        return e >= 0
+    if isinstance(e, Var):
+        return True
+    if isinstance(e, BinOp) and e.op in ("add", "mul", "floordiv", "min"):
+        return known_nonneg(e.a) and known_nonneg(e.b)
+    if isinstance(e, BinOp) and e.op == "max":
+        return known_nonneg(e.a) or known_nonneg(e.b)
+    return False
+
+
+def nonneg(e: Dim) -> Dim:
+    """max(e, 0), without the max when it provably changes nothing."""
+    if isinstance(e, int):
+        return max(e, 0)
+    return e if known_nonneg(e) else max_expr(e, 0)
+
+
+def ceil_div(a: Dim, b: int) -> Dim:
+    """ceil(a / b) for a positive int `b`."""
+    return a if b == 1 else as_dim((a + (b - 1)) // b)
+
+
+def register_op(name, infer, ref, attrs=None, num_args=(1, 1), pattern=Pattern.INJECTIVE, doc=""):
+    """Register an `OpDef` given positionally; the pattern defaults to INJECTIVE."""
+    return register(OpDef(name, infer, ref, attrs or {}, pattern, num_args, doc=doc))
+
+
+# ---------------------------------------------------------------------------------------------
+# spatial (window) helpers of the convolution, pooling and image ops
+
+
+def spatial_params(attrs: dict, nd: int) -> tuple[list, list, list]:
+    """(strides, padding, dilation) with `None` filled by their identity values."""
+    strides = list(attrs.get("strides") or [1] * nd)
+    padding = list(attrs.get("padding") or [0] * (2 * nd))
+    dilation = list(attrs.get("dilation") or [1] * nd)
+    return strides, padding, dilation
+
+
+def check_lengths(op: str, nd: int, strides, padding, dilation, kernel=None) -> None:
+    """Reject spatial attribute lists whose lengths do not fit `nd` spatial axes."""
+    if len(strides) != nd or len(dilation) != nd or len(padding) != 2 * nd:
+        raise ShapeError(
+            f"op {op}: expected {nd} strides/dilations and {2 * nd} pads for {nd} spatial "
+            f"axes, got {len(strides)}/{len(dilation)}/{len(padding)}"
+        )
+    if kernel is not None and len(kernel) != nd:
+        raise ShapeError(f"op {op}: kernel has {len(kernel)} axes, input has {nd} spatial axes")
+
+
+def window_out_dim(size: Dim, k: Dim, s: int, pb: Dim, pe: Dim, d: int, ceil: bool = False) -> Dim:
+    """Number of sliding windows along one axis; symbolic sizes give a symbolic count.
+
+    In ceil mode a last partial window counts, unless it would start in the end padding.
+    """
+    span = size + pb + pe - d * (k - 1) - 1
+    if not ceil:
+        return as_dim(span // s + 1)
+    out = as_dim((span + s - 1) // s + 1)
+    starts_in_input = as_dim((size + pb - 1) // s + 1)
+    if isinstance(out, int) and isinstance(starts_in_input, int):
+        return min(out, starts_in_input)
+    return min_expr(out, starts_in_input)
+
+
+def check_positive(op: str, dims) -> None:
+    """Reject an output spatial shape with a static dim <= 0."""
+    for d in dims:
+        if isinstance(d, int) and d <= 0:
+            raise ShapeError(f"op {op}: output spatial shape {list(dims)} has a non-positive dim")
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    """Half floats are computed in float32 (numpy has no fast float16 matmul)."""
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+def pad_spatial(x: np.ndarray, padding, value=0) -> np.ndarray:
+    """Pad the spatial axes; negative pads crop."""
+    nd = x.ndim - 2
+    begin, end = padding[:nd], padding[nd:]
+    if any(p < 0 for p in padding):
+        crop = tuple(
+            slice(max(-b, 0), x.shape[2 + i] - max(-e, 0))
+            for i, (b, e) in enumerate(zip(begin, end))
+        )
+        x = x[(slice(None), slice(None)) + crop]
+        begin, end = [max(b, 0) for b in begin], [max(e, 0) for e in end]
+    if not any(begin) and not any(end):
+        return x
+    widths = [(0, 0), (0, 0)] + list(zip(begin, end))
+    return np.pad(x, widths, mode="constant", constant_values=value)
+
+
+def sliding_windows(x: np.ndarray, kernel, strides, dilation, out) -> np.ndarray:
+    """Read-only view (N, C, *out, *kernel) of the sliding windows of padded `x`."""
+    nd = len(kernel)
+    st = x.strides
+    shape = x.shape[:2] + tuple(out) + tuple(kernel)
+    steps = (
+        st[:2]
+        + tuple(st[2 + i] * strides[i] for i in range(nd))
+        + tuple(st[2 + i] * dilation[i] for i in range(nd))
+    )
+    return as_strided(x, shape, steps, writeable=False)
+
+
+def scatter_windows(cols, full, strides, dilation):
+    """Inverse of `sliding_windows`: sum (N, C, *k, *blocks) window values into (N, C, *full)."""
+    nd = len(full)
+    kernel, blocks = cols.shape[2 : 2 + nd], cols.shape[2 + nd :]
+    y = np.zeros(cols.shape[:2] + tuple(full), dtype=cols.dtype)
+    for kidx in itertools.product(*(range(k) for k in kernel)):
+        dst = tuple(
+            slice(
+                kidx[i] * dilation[i],
+                kidx[i] * dilation[i] + strides[i] * (blocks[i] - 1) + 1,
+                strides[i],
+            )
+            for i in range(nd)
+        )
+        y[(slice(None), slice(None)) + dst] += cols[(slice(None), slice(None)) + kidx]
+    return y
+
+
+def crop_spatial(y: np.ndarray, padding, out) -> np.ndarray:
+    """y[..., pb : pb + out] per spatial axis, zero-extended where that leaves y."""
+    nd = y.ndim - 2
+    full = y.shape[2:]
+    return pad_spatial(
+        y, [-padding[i] for i in range(nd)] + [out[i] + padding[i] - full[i] for i in range(nd)]
+    )

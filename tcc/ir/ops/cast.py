@@ -1,0 +1,115 @@
+"""Dtype conversion ops: cast and bitcast (elementwise).
+
+cast follows the ONNX Cast table, including the low-precision float types (float8, float4,
+float8_e8m0fnu) with their saturation and rounding modes; bitcast reinterprets the bits of
+each element as another dtype of the same width.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tcc.ir.dtype import LOW_PRECISION, bit_width, round_to_bfloat16, to_low_precision, to_numpy
+from tcc.ir.errors import ShapeError
+from tcc.ir.graph import TensorType
+from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, register, tensor
+
+_ROUND_MODES = ("up", "down", "nearest")
+
+
+def _cast_infer(args, attrs):
+    x = tensor(args[0], "cast")
+    if "string" in (x.dtype, attrs["dtype"]):
+        raise ShapeError(
+            f"op cast: casting {x.dtype} to {attrs['dtype']} is not supported "
+            "(tcc has no string conversions)"
+        )
+    if attrs["round_mode"] not in _ROUND_MODES:
+        raise ShapeError(
+            f"op cast: round_mode {attrs['round_mode']!r} is not one of {', '.join(_ROUND_MODES)}"
+        )
+    return TensorType(x.shape, attrs["dtype"])
+
+
+def _to_float8_e8m0(x, saturate: bool, round_mode: str):
+    """Power-of-two scales 2**-127 .. 2**127 (biased exponent codes 0 .. 254; 255 is NaN).
+
+    The exponent rounds up, down or to the nearest power (ties up, as ONNX's reference
+    does). Values outside that range (zero and infinities included) clamp to the smallest or
+    largest power when saturating and are NaN otherwise, as the ONNX Cast table specifies.
+    The sign is dropped: ONNX leaves negative inputs undefined.
+    """
+    x = np.abs(np.asarray(x).astype(np.float64))  # exact for every dtype cast accepts
+    mantissa, exponent = np.frexp(x)  # x = mantissa * 2**exponent, mantissa in [0.5, 1)
+    e = exponent.astype(np.int64) - 1
+    if round_mode == "up":
+        e += mantissa > 0.5
+    elif round_mode == "nearest":
+        e += mantissa >= 0.75
+    e = np.clip(np.where(x == 0, -127, np.where(np.isinf(x), 127, e)), -127, 127)
+    bad = np.isnan(x)
+    if not saturate:
+        bad |= (x < 2.0**-127) | (x > 2.0**127)
+    codes = np.where(bad, 0xFF, e + 127).astype(np.uint8)
+    return codes.view(to_numpy("float8_e8m0fnu"))
+
+
+def _cast(x, dtype, saturate, round_mode):
+    if dtype == "float8_e8m0fnu":
+        return _to_float8_e8m0(x, saturate, round_mode)
+    if dtype in LOW_PRECISION:
+        return to_low_precision(x, dtype, saturate)
+    out = x.astype(to_numpy(dtype))
+    return round_to_bfloat16(out) if dtype == "bfloat16" else out
+
+
+register(
+    OpDef(
+        "cast",
+        _cast_infer,
+        _cast,
+        attrs={"dtype": REQUIRED, "saturate": True, "round_mode": "up"},
+        pattern=Pattern.ELEMWISE,
+        doc="Convert values to `dtype`: floats to ints truncate, nonzero to bool is True, "
+        "ints wrap to narrower ints, floats round to nearest even. Out-of-range values cast "
+        "to float8 clamp to its largest finite value with `saturate`, else become inf or "
+        "NaN; casts to float8_e8m0fnu round by `round_mode` (up, down or nearest).",
+    )
+)
+
+
+def _bitcast_infer(args, attrs):
+    x, dtype = tensor(args[0], "bitcast"), attrs["dtype"]
+    for d in (x.dtype, dtype):
+        if d in ("string", "bfloat16"):
+            raise ShapeError(
+                f"op bitcast: {d} tensors cannot be reinterpreted (tcc does not hold them "
+                "in their own bit layout)"
+            )
+    width, want = bit_width(x.dtype), bit_width(dtype)
+    if width != want:
+        raise ShapeError(
+            f"op bitcast: {x.dtype} has {width} bits but {dtype} has {want}; "
+            "both types must have the same width"
+        )
+    return TensorType(x.shape, dtype)
+
+
+def _bitcast(x, dtype):
+    """Sub-byte values sit in the low bits of their byte, so those bits are the value."""
+    width = bit_width(dtype)
+    if width < 8:
+        return (x.view(np.uint8) & np.uint8((1 << width) - 1)).view(to_numpy(dtype))
+    return x.view(to_numpy(dtype))
+
+
+register(
+    OpDef(
+        "bitcast",
+        _bitcast_infer,
+        _bitcast,
+        attrs={"dtype": REQUIRED},
+        pattern=Pattern.ELEMWISE,
+        doc="Reinterpret the bits of each element as `dtype` (same width, little endian).",
+    )
+)

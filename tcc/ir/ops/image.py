@@ -1,0 +1,385 @@
+"""Image ops: depth/space rearrangement, col2im, and the sampling ops roi_align,
+grid_sample and affine_grid.
+
+Layouts are channels-first (NC + spatial dims). Pure data movement (depth_to_space,
+space_to_depth) is INJECTIVE; col2im and the ops that sample at data-dependent positions
+are OPAQUE.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from tcc.ir.errors import ShapeError
+from tcc.ir.expr import as_dim, fresh_var
+from tcc.ir.graph import TensorType
+from tcc.ir.ops._util import (
+    check_rank,
+    compute_dtype,
+    crop_spatial,
+    scatter_windows,
+    spatial_params,
+)
+from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, prod, register, tensor
+
+# ---------------------------------------------------------------------------------------------
+# depth <-> space rearrangement
+
+
+def _depth_to_space_infer(args, attrs):
+    x = tensor(args[0], "depth_to_space")
+    check_rank("depth_to_space", x, 4)
+    b = attrs["block_size"]
+    if isinstance(x.shape[1], int) and x.shape[1] % (b * b):
+        raise ShapeError(f"op depth_to_space: {x.shape[1]} channels are not divisible by {b}*{b}")
+    n, c, h, w = x.shape
+    return TensorType((n, as_dim(c // (b * b)), as_dim(h * b), as_dim(w * b)), x.dtype)
+
+
+def _depth_to_space_ref(x, *, block_size, mode):
+    n, c, h, w = x.shape
+    b = block_size
+    if mode == "DCR":
+        t = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        t = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return t.reshape(n, c // (b * b), h * b, w * b)
+
+
+def _space_to_depth_infer(args, attrs):
+    x = tensor(args[0], "space_to_depth")
+    check_rank("space_to_depth", x, 4)
+    b = attrs["block_size"]
+    n, c, h, w = x.shape
+    for d in (h, w):
+        if isinstance(d, int) and d % b:
+            raise ShapeError(f"op space_to_depth: spatial dims {h}x{w} are not divisible by {b}")
+    return TensorType((n, as_dim(c * b * b), as_dim(h // b), as_dim(w // b)), x.dtype)
+
+
+def _space_to_depth_ref(x, *, block_size, mode):
+    n, c, h, w = x.shape
+    b = block_size
+    order = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+    t = x.reshape(n, c, h // b, b, w // b, b).transpose(order)
+    return t.reshape(n, c * b * b, h // b, w // b)
+
+
+register(
+    OpDef(
+        "depth_to_space",
+        _depth_to_space_infer,
+        _depth_to_space_ref,
+        {"block_size": REQUIRED, "mode": "DCR"},
+        Pattern.INJECTIVE,
+        doc="Move channel blocks into b x b spatial blocks; mode DCR (depth-column-row) or CRD.",
+    )
+)
+register(
+    OpDef(
+        "space_to_depth",
+        _space_to_depth_infer,
+        _space_to_depth_ref,
+        {"block_size": REQUIRED, "mode": "DCR"},
+        Pattern.INJECTIVE,
+        doc="Move b x b spatial blocks into channels (inverse of depth_to_space in the same mode).",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# col2im
+
+
+def _col2im_infer(args, attrs):
+    x = tensor(args[0], "col2im")
+    check_rank("col2im", x, 3)
+    image, block = attrs["image_shape"], attrs["block_shape"]
+    if block is not None:
+        ksize = prod(block)
+        if isinstance(x.shape[1], int) and isinstance(ksize, int) and x.shape[1] % ksize:
+            raise ShapeError(
+                f"op col2im: input dim 1 ({x.shape[1]}) is not divisible by the block size {ksize}"
+            )
+        c = as_dim(x.shape[1] // ksize)
+    else:
+        c = fresh_var("col2im_c")
+    nd = len(image) if image is not None else tensor(args[1], "col2im", "image_shape").shape[0]
+    if not isinstance(nd, int):
+        raise ShapeError("op col2im: the rank of image_shape must be known")
+    dims = list(image) if image is not None else [fresh_var("col2im") for _ in range(nd)]
+    return TensorType((x.shape[0], c, *dims), x.dtype)
+
+
+def _col2im_ref(x, image=None, block=None, *, image_shape, block_shape, strides, padding, dilation):
+    image = list(image_shape) if image_shape is not None else [int(v) for v in image]
+    kernel = list(block_shape) if block_shape is not None else [int(v) for v in block]
+    nd = len(image)
+    s, p, d = spatial_params({"strides": strides, "padding": padding, "dilation": dilation}, nd)
+    padded = [image[i] + p[i] + p[nd + i] for i in range(nd)]
+    blocks = [(padded[i] - d[i] * (kernel[i] - 1) - 1) // s[i] + 1 for i in range(nd)]
+    n = x.shape[0]
+    cols = x.reshape((n, -1, *kernel, *blocks))
+    y = scatter_windows(cols, padded, s, d)
+    return crop_spatial(y, p, image)
+
+
+register(
+    OpDef(
+        "col2im",
+        _col2im_infer,
+        _col2im_ref,
+        {
+            "image_shape": None,
+            "block_shape": None,
+            "strides": None,
+            "padding": None,
+            "dilation": None,
+        },
+        Pattern.OPAQUE,
+        (1, 3),
+        doc="Sum the columns (N, C*prod(block), L) back into image blocks (N, C, *image). "
+        "`image_shape`/`block_shape` attributes, or (when None) operands known at run time.",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# sampling: roi_align, grid_sample, affine_grid
+
+
+def _roi_align_infer(args, attrs):
+    x = tensor(args[0], "roi_align")
+    rois = tensor(args[1], "roi_align", "rois")
+    check_rank("roi_align", x, 4)
+    check_rank("roi_align", rois, 2, "rois")
+    return TensorType(
+        (rois.shape[0], x.shape[1], attrs["output_height"], attrs["output_width"]), x.dtype
+    )
+
+
+def _roi_align_ref(
+    x,
+    rois,
+    batch_indices,
+    *,
+    mode,
+    output_height,
+    output_width,
+    sampling_ratio,
+    spatial_scale,
+    half_pixel,
+):
+    """Average (or max) of bilinear samples on a regular grid in each output bin, per RoI."""
+    ct = compute_dtype(x.dtype)
+    _, c, h, w = x.shape
+    y = np.zeros((rois.shape[0], c, output_height, output_width), dtype=ct)
+    offset = 0.5 if half_pixel else 0.0
+    for r, (box, b) in enumerate(zip(rois.astype(np.float64), batch_indices)):
+        x0, y0, x1, y1 = box * spatial_scale - offset
+        rh, rw = y1 - y0, x1 - x0
+        if not half_pixel:
+            rh, rw = max(rh, 1.0), max(rw, 1.0)
+        bh, bw = rh / output_height, rw / output_width
+        gh = sampling_ratio if sampling_ratio > 0 else math.ceil(rh / output_height)
+        gw = sampling_ratio if sampling_ratio > 0 else math.ceil(rw / output_width)
+        ys = y0 + (np.arange(output_height)[:, None] + (np.arange(gh)[None, :] + 0.5) / gh) * bh
+        xs = x0 + (np.arange(output_width)[:, None] + (np.arange(gw)[None, :] + 0.5) / gw) * bw
+        vals = _roi_bilinear(x[int(b)].astype(ct), ys.reshape(-1), xs.reshape(-1), h, w, mode)
+        vals = vals.reshape(c, output_height, gh, output_width, gw)
+        y[r] = vals.max(axis=(2, 4)) if mode == "max" else vals.mean(axis=(2, 4))
+    return y.astype(x.dtype)
+
+
+def _roi_bilinear(img, ys, xs, h, w, mode):
+    """(C, len(ys), len(xs)) samples with RoiAlign's border rule: outside [-1, size] is 0,
+    coordinates are clamped into the image. In max mode the four weighted corners combine
+    by max instead of sum, as ONNX defines it."""
+
+    def axis(coords, size):
+        valid = (coords >= -1.0) & (coords <= size)
+        c = np.clip(coords, 0, None)
+        lo = np.minimum(np.floor(c).astype(np.int64), size - 1)
+        hi = np.minimum(lo + 1, size - 1)
+        frac = np.where(lo >= size - 1, 0.0, c - lo)
+        return lo, hi, 1 - frac, frac, valid
+
+    ylo, yhi, wy0, wy1, vy = axis(ys, h)
+    xlo, xhi, wx0, wx1, vx = axis(xs, w)
+    corners = [
+        img[:, yi[:, None], xi[None, :]] * (wy[:, None] * wx[None, :])
+        for yi, wy in ((ylo, wy0), (yhi, wy1))
+        for xi, wx in ((xlo, wx0), (xhi, wx1))
+    ]
+    combined = np.maximum.reduce(corners) if mode == "max" else sum(corners)
+    return combined * (vy[:, None] & vx[None, :])
+
+
+register(
+    OpDef(
+        "roi_align",
+        _roi_align_infer,
+        _roi_align_ref,
+        {
+            "mode": "avg",
+            "output_height": 1,
+            "output_width": 1,
+            "sampling_ratio": 0,
+            "spatial_scale": 1.0,
+            "half_pixel": True,
+        },
+        Pattern.OPAQUE,
+        (3, 3),
+        doc="RoI Align (x, rois (R, 4) as x1 y1 x2 y2, batch_indices (R,)) -> (R, C, oh, ow). "
+        "`half_pixel` shifts box corners by -0.5 pixel.",
+    )
+)
+
+
+def _grid_sample_infer(args, attrs):
+    x, grid = tensor(args[0], "grid_sample"), tensor(args[1], "grid_sample", "grid")
+    nd = x.ndim - 2
+    check_rank("grid_sample", grid, nd + 2, "grid")
+    if isinstance(grid.shape[-1], int) and grid.shape[-1] != nd:
+        raise ShapeError(f"op grid_sample: grid {grid} must end in {nd} coordinates for input {x}")
+    return TensorType((x.shape[0], x.shape[1], *grid.shape[1:-1]), x.dtype)
+
+
+def _reflect(x, lo: float, hi: float):
+    """Fold coordinates outside [lo, hi] back inside by repeated mirroring at the borders."""
+    rng = hi - lo
+    below, above = x < lo, x > hi
+    dx = np.where(below, lo - x, x - hi)
+    n = np.floor(dx / rng) if rng > 0 else np.zeros_like(dx)
+    r = dx - n * rng
+    even = n % 2 == 0
+    return np.where(
+        below, np.where(even, lo + r, hi - r), np.where(above, np.where(even, hi - r, lo + r), x)
+    )
+
+
+def _cubic_coeffs(t):
+    """Keys cubic convolution weights (alpha = -0.75) for taps -1, 0, 1, 2 at fraction t."""
+    a = -0.75
+    c0 = ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a
+    c1 = ((a + 2) * t - (a + 3)) * t * t + 1
+    c2 = ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1
+    c3 = ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a
+    return [c0, c1, c2, c3]
+
+
+def _grid_sample_ref(x, grid, *, mode, padding_mode, align_corners):
+    """Sample x at normalized grid positions (last grid axis = x, y[, z]); every tap of the
+    interpolation kernel is gathered for all output positions at once."""
+    nd = x.ndim - 2
+    dims = x.shape[2:]
+    ct = compute_dtype(x.dtype)
+    coords = []
+    for i in range(nd):
+        g = grid[..., nd - 1 - i].astype(np.float64)
+        size = dims[i]
+        c = (g + 1) / 2 * (size - 1) if align_corners else ((g + 1) * size - 1) / 2
+        coords.append(c.astype(np.float32).astype(np.float64))
+    lo = [0.0 if align_corners else -0.5] * nd
+    hi = [d - 1.0 if align_corners else d - 0.5 for d in dims]
+    if mode == "nearest":
+        coords = [np.rint(c) for c in coords]
+    if padding_mode == "border":
+        coords = [
+            np.where((c < lo[i]) | (c > hi[i]), np.clip(c, 0, dims[i] - 1), c)
+            for i, c in enumerate(coords)
+        ]
+    elif padding_mode == "reflection":
+        coords = [_reflect(c, lo[i], hi[i]) for i, c in enumerate(coords)]
+
+    if mode == "nearest":
+        taps = [[(np.trunc(c).astype(np.int64), 1.0)] for c in coords]
+    else:
+        taps = []
+        for c in coords:
+            base = np.floor(c)
+            t = c - base
+            if mode == "linear":
+                taps.append([(base.astype(np.int64), 1 - t), (base.astype(np.int64) + 1, t)])
+            else:
+                taps.append(
+                    [(base.astype(np.int64) + k - 1, w) for k, w in enumerate(_cubic_coeffs(t))]
+                )
+
+    n = x.shape[0]
+    bidx = np.arange(n).reshape((n,) + (1,) * (grid.ndim - 2))
+    out = 0
+    for combo in itertools.product(*taps):
+        weight, ok, index = 1.0, True, []
+        for i, (idx, w) in enumerate(combo):
+            weight = weight * w
+            if padding_mode == "zeros":
+                ok = ok & (idx >= 0) & (idx < dims[i])
+                idx = np.clip(idx, 0, dims[i] - 1)
+            elif padding_mode == "border":
+                idx = np.clip(idx, 0, dims[i] - 1)
+            else:
+                idx = np.trunc(_reflect(idx.astype(np.float64), lo[i], hi[i])).astype(np.int64)
+            index.append(idx)
+        vals = x[(bidx, slice(None), *index)].astype(ct)  # N, *out, C
+        out = out + vals * np.asarray(weight * ok, dtype=ct)[..., None]
+    return np.moveaxis(np.asarray(out), -1, 1).astype(x.dtype)
+
+
+register(
+    OpDef(
+        "grid_sample",
+        _grid_sample_infer,
+        _grid_sample_ref,
+        {"mode": "linear", "padding_mode": "zeros", "align_corners": False},
+        Pattern.OPAQUE,
+        (2, 2),
+        doc="Sample x (N, C, *spatial) at grid (N, *out, ndim) positions in [-1, 1]; mode "
+        "nearest/linear/cubic, padding_mode zeros/border/reflection.",
+    )
+)
+
+
+def _affine_grid_infer(args, attrs):
+    theta = tensor(args[0], "affine_grid", "theta")
+    check_rank("affine_grid", theta, 3, "theta")
+    size = attrs["size"]
+    if size is not None:
+        spatial = list(size[2:])
+    else:
+        n = tensor(args[1], "affine_grid", "size").shape[0]
+        if not isinstance(n, int):
+            raise ShapeError("op affine_grid: the length of the size operand must be known")
+        spatial = [fresh_var("grid") for _ in range(n - 2)]
+    return TensorType((theta.shape[0], *spatial, len(spatial)), theta.dtype)
+
+
+def _affine_grid_ref(theta, size_operand=None, *, size, align_corners):
+    """theta (N, nd, nd+1) applied to the homogeneous base grid of each output position."""
+    size = list(size) if size is not None else [int(v) for v in size_operand]
+    spatial = size[2:]
+    axes = []
+    for d in spatial:
+        i = np.arange(d, dtype=np.float64)
+        axes.append(np.linspace(-1.0, 1.0, d) if align_corners else (2 * i + 1) / d - 1)
+    mesh = np.meshgrid(*axes, indexing="ij")
+    homo = np.stack([*mesh[::-1], np.ones(spatial)], axis=-1)  # *spatial, nd+1 (x first)
+    grid = np.einsum("...k,njk->n...j", homo, theta.astype(np.float64))
+    return grid.astype(theta.dtype)
+
+
+register(
+    OpDef(
+        "affine_grid",
+        _affine_grid_infer,
+        _affine_grid_ref,
+        {"size": None, "align_corners": False},
+        Pattern.OPAQUE,
+        (1, 2),
+        doc="Sampling grid (N, *spatial, nd) of the affine maps theta (N, nd, nd+1) for an "
+        "output of shape `size` (N, C, *spatial) (attribute, or run-time operand when None).",
+    )
+)

@@ -1,0 +1,298 @@
+"""Resize: resampling by nearest, linear or cubic interpolation with ONNX's
+coordinate transformations, rounding modes and antialiasing.
+
+resize is injective: each output element reads a set of input elements given by its own
+index. resize_dynamic takes roi, scales or sizes as run-time operands; its resized
+dimensions are fresh size variables, which the interpreter binds from the result.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from tcc.ir.dtype import is_float, to_numpy
+from tcc.ir.errors import ShapeError
+from tcc.ir.expr import Dim, fresh_var
+from tcc.ir.graph import TensorType
+from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, register, tensor
+
+# Resizing is separable: each axis is resampled in turn. Along one axis, output sample y maps
+# to input coordinate x(y) (the coordinate transformation), and the result is a weighted sum
+# of the input samples around x(y): one sample for nearest, 2 for linear, 4 for cubic, and a
+# wider, normalized footprint when antialiasing a downscale.
+
+MODES = ("nearest", "linear", "cubic")
+COORDINATE_MODES = (
+    "half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+    "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize",
+)  # fmt: skip
+# "simple" is the rounding of Resize-10 and Upsample: floor when upscaling, ceil when downscaling.
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
+ASPECT_POLICIES = ("stretch", "not_larger", "not_smaller")
+
+_SAMPLING_ATTRS = {
+    "mode": "nearest",
+    "coordinate_transformation_mode": "half_pixel",
+    "cubic_coeff_a": -0.75,
+    "exclude_outside": False,
+    "extrapolation_value": 0.0,
+    "nearest_mode": "round_prefer_floor",
+    "antialias": False,
+}
+
+
+def _check_sampling(attrs, op: str) -> None:
+    for key, allowed in (
+        ("mode", MODES),
+        ("coordinate_transformation_mode", COORDINATE_MODES),
+        ("nearest_mode", NEAREST_MODES),
+    ):
+        if attrs[key] not in allowed:
+            raise ShapeError(f"op {op}: unknown {key} {attrs[key]!r}; expected one of {allowed}")
+    if attrs["antialias"] and attrs["mode"] == "nearest":
+        raise ShapeError(f"op {op}: antialias applies to linear and cubic modes, not nearest")
+
+
+def scaled_dim(d: Dim, scale: float) -> Dim:
+    """floor(d * scale), exactly, for a static or symbolic dimension."""
+    if isinstance(d, int):
+        return int(d * scale)
+    if float(scale).is_integer():
+        return d * int(scale)
+    q = Fraction(scale)  # a float is a dyadic rational: floor(d * p / q) is exact
+    return d * q.numerator // q.denominator
+
+
+def resize_plan(shape, scales, sizes, axes, policy: str = "stretch"):
+    """Output shape and per-axis scales of a resize given by `scales` or by `sizes` over `axes`
+    (None = all axes). A scale of None means output/input, known when the program runs; it
+    lets a symbolic dimension be resized to a given size."""
+    rank = len(shape)
+    axes = list(range(rank)) if axes is None else [a % rank for a in axes]
+    if scales is not None:
+        full = [1.0] * rank
+        for a, s in zip(axes, scales):
+            full[a] = float(s)
+        return [scaled_dim(d, s) for d, s in zip(shape, full)], full
+    out = list(shape)
+    for a, n in zip(axes, sizes):
+        out[a] = n
+    if policy == "stretch":
+        return out, [None] * rank
+    ratios = [out[a] / shape[a] for a in axes]
+    scale = min(ratios) if policy == "not_larger" else max(ratios)
+    out = [int(scale * d + 0.5) if i in axes else d for i, d in enumerate(shape)]
+    return out, [scale if i in axes else 1.0 for i in range(rank)]
+
+
+def full_roi(roi, axes, rank: int) -> list[float]:
+    """The crop box [starts..., ends...] over every axis (whole axis where `axes` omits one)."""
+    roi = [float(r) for r in np.asarray(roi).reshape(-1)]
+    if axes is None:
+        return roi
+    full = [0.0] * rank + [1.0] * rank
+    for i, a in enumerate(axes):
+        full[a % rank], full[a % rank + rank] = roi[i], roi[len(axes) + i]
+    return full
+
+
+def _source_coords(ctm: str, n_in: int, n_out: int, scale: float, roi) -> np.ndarray:
+    """Input coordinate of each output sample along one axis (the spec's x_original).
+
+    The formulas use the unrounded output length `scale * n_in`, as the ONNX reference does.
+    """
+    y = np.arange(n_out, dtype=np.float64)
+    width = scale * n_in
+    if ctm == "half_pixel":
+        return (y + 0.5) / scale - 0.5
+    if ctm == "half_pixel_symmetric":
+        offset = n_in / 2 * (1 - n_out / width)
+        return offset + (y + 0.5) / scale - 0.5
+    if ctm == "pytorch_half_pixel":
+        return np.full(n_out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    if ctm == "asymmetric":
+        return y / scale
+    if ctm == "tf_half_pixel_for_nn":
+        return (y + 0.5) / scale
+    if ctm == "align_corners":
+        return np.zeros(n_out) if width == 1 else y * (n_in - 1) / (width - 1)
+    lo, hi = roi  # tf_crop_and_resize
+    if width == 1:
+        x = np.full(n_out, (hi - lo) * (n_in - 1) / 2)
+    else:
+        x = y * (hi - lo) * (n_in - 1) / (width - 1)
+    return x + lo * (n_in - 1)
+
+
+def _nearest(x: np.ndarray, nearest_mode: str, scale: float) -> np.ndarray:
+    floor = np.floor(x)
+    frac = x - floor
+    if nearest_mode == "simple":
+        nearest_mode = "ceil" if scale < 1 else "floor"
+    if nearest_mode == "round_prefer_floor":
+        out = np.where(frac > 0.5, floor + 1, floor)
+    elif nearest_mode == "round_prefer_ceil":
+        out = np.where(frac >= 0.5, floor + 1, floor)
+    elif nearest_mode == "floor":
+        out = floor
+    else:
+        out = np.ceil(x)
+    return out.astype(np.int64)[:, None]
+
+
+def _cubic_kernel(d: np.ndarray, a: float) -> np.ndarray:
+    d = np.abs(d)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+def _interpolation_taps(x: np.ndarray, scale: float, attrs) -> tuple[np.ndarray, np.ndarray]:
+    """Input sample indices (n_out, taps) and their weights for linear/cubic sampling at x.
+
+    The taps sit at base + k for k in 1 - taps/2 .. taps/2, where base = ceil(x) - 1 (so the
+    fraction x - base is in (0, 1]); an antialiased downscale stretches the kernel by 1/scale.
+    """
+    base = np.ceil(x) - 1
+    frac = x - base
+    stretch = min(scale, 1.0) if attrs["antialias"] else 1.0
+    support = 1 if attrs["mode"] == "linear" else 2
+    k0 = int(np.floor(-support / stretch)) + 1
+    offsets = np.arange(k0, 2 - k0)
+    dist = (offsets[None, :] - frac[:, None]) * stretch
+    if attrs["mode"] == "linear":
+        weights = np.clip(1 - np.abs(dist), 0, 1)
+    else:
+        weights = _cubic_kernel(dist, attrs["cubic_coeff_a"])
+    if attrs["antialias"]:
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    return base.astype(np.int64)[:, None] + offsets[None, :], weights
+
+
+def _resize_axis(data: np.ndarray, axis: int, n_out: int, scale: float, roi, attrs) -> np.ndarray:
+    n_in = data.shape[axis]
+    ctm = attrs["coordinate_transformation_mode"]
+    x = _source_coords(ctm, n_in, n_out, scale, roi)
+    if attrs["mode"] == "nearest":
+        idx, weights = _nearest(x, attrs["nearest_mode"], scale), None
+    else:
+        idx, weights = _interpolation_taps(x, scale, attrs)
+        if attrs["exclude_outside"]:
+            weights = np.where((idx < 0) | (idx >= n_in), 0.0, weights)
+            total = weights.sum(axis=1, keepdims=True)
+            weights = weights / np.where(total == 0, 1.0, total)
+    taken = np.take(data, np.clip(idx, 0, n_in - 1), axis=axis)  # edge samples repeat
+    tail = (1,) * (data.ndim - axis - 1)
+    if weights is None:
+        out = np.squeeze(taken, axis + 1)
+    else:
+        out = np.sum(taken * weights.reshape(weights.shape + tail), axis=axis + 1)
+    if ctm == "tf_crop_and_resize":
+        outside = ((x < 0) | (x > n_in - 1)).reshape((n_out,) + tail)
+        out = np.where(outside, attrs["extrapolation_value"], out)
+    return out
+
+
+def _is_identity(n_in: int, n_out: int, scale: float, roi) -> bool:
+    crop_all = roi is None or (math.isclose(roi[0], 0.0) and math.isclose(roi[1], 1.0))
+    return n_in == n_out and math.isclose(scale, 1.0) and crop_all
+
+
+def _saturate(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Cast resampled values back, rounding and clamping for integer dtypes."""
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        return np.clip(np.round(x), info.min, info.max).astype(dtype)
+    finfo = np.finfo(dtype)
+    return np.clip(x, finfo.min, finfo.max).astype(dtype)
+
+
+def _resize_ref(x, sizes, scales, roi, **attrs):
+    rank = x.ndim
+    out = x.astype(np.float64)
+    for axis in range(rank):
+        n_in, n_out = x.shape[axis], int(sizes[axis])
+        scale = n_out / n_in if scales[axis] is None else scales[axis]
+        axis_roi = None if roi is None else (roi[axis], roi[axis + rank])
+        if not _is_identity(n_in, n_out, scale, axis_roi):
+            out = _resize_axis(out, axis, n_out, scale, axis_roi, attrs)
+    return _saturate(out, x.dtype)
+
+
+def _resize_input(t, op: str) -> TensorType:
+    x = tensor(t, op, "input")
+    if not (is_float(x.dtype) or np.issubdtype(to_numpy(x.dtype), np.integer)):
+        raise ShapeError(f"op {op}: input must be numeric, got {x.dtype}")
+    return x
+
+
+def _resize_infer(args, attrs):
+    x = _resize_input(args[0], "resize")
+    _check_sampling(attrs, "resize")
+    sizes, scales, roi = attrs["sizes"], attrs["scales"], attrs["roi"]
+    if len(sizes) != x.ndim or len(scales) != x.ndim:
+        raise ShapeError(
+            f"op resize: sizes and scales need {x.ndim} entries, got {len(sizes)}, {len(scales)}"
+        )
+    if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize" and (
+        roi is None or len(roi) != 2 * x.ndim
+    ):
+        raise ShapeError(f"op resize: tf_crop_and_resize needs a roi of {2 * x.ndim} values")
+    return TensorType(tuple(sizes), x.dtype)
+
+
+register(
+    OpDef(
+        "resize",
+        _resize_infer,
+        _resize_ref,
+        attrs={"sizes": REQUIRED, "scales": REQUIRED, "roi": None, **_SAMPLING_ATTRS},
+        pattern=Pattern.INJECTIVE,
+        doc="Resample every axis to `sizes`; `scales` (None = sizes/input) drives the coordinate "
+        "transformation, `roi` ([starts..., ends...]) the tf_crop_and_resize crop.",
+    )
+)
+
+
+def _resize_dynamic_infer(args, attrs):
+    x = _resize_input(args[0], "resize_dynamic")
+    _check_sampling(attrs, "resize_dynamic")
+    if attrs["keep_aspect_ratio_policy"] not in ASPECT_POLICIES:
+        policy = attrs["keep_aspect_ratio_policy"]
+        raise ShapeError(f"op resize_dynamic: unknown keep_aspect_ratio_policy {policy!r}")
+    if args[2] is None and args[3] is None:
+        raise ShapeError("op resize_dynamic: needs a scales or a sizes operand")
+    axes = range(x.ndim) if attrs["axes"] is None else [a % x.ndim for a in attrs["axes"]]
+    shape = tuple(fresh_var("rsz") if i in axes else d for i, d in enumerate(x.shape))
+    return TensorType(shape, x.dtype)
+
+
+def _resize_dynamic_ref(x, roi, scales, sizes, axes, keep_aspect_ratio_policy, **attrs):
+    given_scales = scales is not None and scales.size > 0
+    out, full_scales = resize_plan(
+        x.shape,
+        [float(s) for s in scales] if given_scales else None,
+        None if given_scales else [int(n) for n in sizes],
+        axes,
+        keep_aspect_ratio_policy,
+    )
+    crop = attrs["coordinate_transformation_mode"] == "tf_crop_and_resize"
+    full = full_roi(roi, axes, x.ndim) if crop and roi is not None and roi.size else None
+    return _resize_ref(x, out, full_scales, full, **attrs)
+
+
+register(
+    OpDef(
+        "resize_dynamic",
+        _resize_dynamic_infer,
+        _resize_dynamic_ref,
+        attrs={"axes": None, "keep_aspect_ratio_policy": "stretch", **_SAMPLING_ATTRS},
+        pattern=Pattern.OPAQUE,
+        num_args=(4, 4),
+        doc="Resize with run-time operands (x, roi?, scales?, sizes?) as in ONNX Resize-18; "
+        "the resized axes get data-dependent sizes.",
+    )
+)

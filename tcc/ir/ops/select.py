@@ -1,0 +1,221 @@
+"""Value-dependent ops: one_hot, nonzero, unique, non_max_suppression, binarize.
+
+Ops whose output size depends on data (nonzero, unique, non_max_suppression, and one_hot
+with a run-time depth operand) give that dimension a fresh size variable, which the
+interpreter binds from the result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tcc.ir.errors import ShapeError
+from tcc.ir.expr import Dim, fresh_var
+from tcc.ir.graph import TensorType
+from tcc.ir.ops._util import check_dim, nonscalar
+from tcc.ir.ops.registry import OpDef, Pattern, normalize_axis, prod, register, tensor, tuple_type
+
+# ---------------------------------------------------------------------------------------------
+# one_hot, nonzero, unique
+
+
+def _dim_may_be(d: Dim, n: int) -> bool:
+    return not isinstance(d, int) or d == n
+
+
+def _one_hot_infer(args, attrs):
+    op = "one_hot"
+    idx = tensor(args[0], op, "indices")
+    values = tensor(args[2], op, "values")
+    if values.ndim != 1 or not _dim_may_be(values.shape[0], 2):
+        raise ShapeError(f"op {op}: values must be [off_value, on_value], got shape {values.shape}")
+    depth = attrs["depth"]
+    if depth is None:
+        if args[1] is None:
+            raise ShapeError(f"op {op}: needs a depth attribute or a depth operand")
+        depth = fresh_var("depth")
+    axis = normalize_axis(attrs["axis"], idx.ndim + 1, op)
+    return TensorType(idx.shape[:axis] + (depth,) + idx.shape[axis:], values.dtype)
+
+
+def _one_hot_ref(indices, depth_operand, values, depth, axis):
+    if depth is None:
+        depth = int(np.asarray(depth_operand).reshape(-1)[0])
+    axis = axis % (indices.ndim + 1)
+    wrapped = np.where(indices < 0, indices + depth, indices)
+    classes = np.arange(depth).reshape((depth,) + (1,) * (indices.ndim - axis))
+    hot = np.expand_dims(wrapped, axis) == classes
+    return np.where(hot, values[1], values[0]).astype(values.dtype)
+
+
+register(
+    OpDef(
+        "one_hot",
+        _one_hot_infer,
+        _one_hot_ref,
+        attrs={"depth": None, "axis": -1},
+        pattern=Pattern.INJECTIVE,
+        num_args=(3, 3),
+        doc="Operands (indices, depth, values=[off, on]): a new axis of length `depth` at "
+        "`axis` holding on where it equals the index (negative indices wrap; others stay off). "
+        "The depth attribute, when set, replaces the run-time depth operand (then None).",
+    )
+)
+
+
+def _nonzero_infer(args, attrs):
+    x = tensor(args[0], "nonzero")
+    return TensorType((max(x.ndim, 1), fresh_var("nnz")), "int64")
+
+
+register(
+    OpDef(
+        "nonzero",
+        _nonzero_infer,
+        lambda x: np.array(np.nonzero(np.atleast_1d(x)), dtype=np.int64).reshape(
+            max(x.ndim, 1), -1
+        ),
+        pattern=Pattern.OPAQUE,
+        doc="Indices of the nonzero elements, one row per axis (a scalar counts as a 1-vector).",
+    )
+)
+
+
+def _unique_infer(args, attrs):
+    x = tensor(args[0], "unique")
+    n = fresh_var("uniq")
+    if attrs["axis"] is None:
+        y, inverse_len = (n,), prod(x.shape)
+    else:
+        axis = normalize_axis(attrs["axis"], nonscalar(x, "unique", "input").ndim, "unique")
+        y, inverse_len = x.shape[:axis] + (n,) + x.shape[axis + 1 :], x.shape[axis]
+    return tuple_type(
+        TensorType(y, x.dtype),
+        TensorType((n,), "int64"),
+        TensorType((inverse_len,), "int64"),
+        TensorType((n,), "int64"),
+    )
+
+
+def _unique_ref(x, axis, sorted):
+    flat = x.reshape(-1) if axis is None else x
+    y, first, inverse, counts = np.unique(
+        flat, return_index=True, return_inverse=True, return_counts=True, axis=axis
+    )
+    inverse = inverse.reshape(-1)
+    if not sorted:  # order by first occurrence instead of by value
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        y = np.take(y, order, axis=0 if axis is None else axis)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    as_index = [np.asarray(a, dtype=np.int64) for a in (first, inverse, counts)]
+    return (y, *as_index)
+
+
+register(
+    OpDef(
+        "unique",
+        _unique_infer,
+        _unique_ref,
+        attrs={"axis": None, "sorted": True},
+        pattern=Pattern.OPAQUE,
+        doc="(values, first-occurrence indices, inverse indices, counts) of the unique "
+        "elements (or slices along `axis`), sorted or in order of first occurrence.",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# non_max_suppression
+
+
+def _nms_infer(args, attrs):
+    op = "non_max_suppression"
+    boxes, scores = tensor(args[0], op, "boxes"), tensor(args[1], op, "scores")
+    if boxes.ndim != 3 or not _dim_may_be(boxes.shape[2], 4):
+        raise ShapeError(f"op {op}: boxes must be (batch, boxes, 4), got {boxes.shape}")
+    if scores.ndim != 3:
+        raise ShapeError(f"op {op}: scores must be (batch, classes, boxes), got {scores.shape}")
+    check_dim(boxes.shape[0], scores.shape[0], op, "scores batch")
+    check_dim(boxes.shape[1], scores.shape[2], op, "scores boxes")
+    return TensorType((fresh_var("selected"), 3), "int64")
+
+
+def _box_extents(boxes: np.ndarray, center_point_box: int) -> tuple[np.ndarray, ...]:
+    """(x_min, x_max, y_min, y_max) per box, from corners [y1, x1, y2, x2] in any order or
+    from [x_center, y_center, width, height]."""
+    if center_point_box:
+        x, y, half_w, half_h = boxes[:, 0], boxes[:, 1], boxes[:, 2] / 2, boxes[:, 3] / 2
+        return x - half_w, x + half_w, y - half_h, y + half_h
+    y1, x1, y2, x2 = boxes.T
+    return np.minimum(x1, x2), np.maximum(x1, x2), np.minimum(y1, y2), np.maximum(y1, y2)
+
+
+def _overlaps(ext, i: int, kept: list[int], threshold) -> bool:
+    """Whether box i's IoU with any kept box exceeds `threshold` (in the boxes' dtype)."""
+    x0, x1, y0, y1 = (e[i] for e in ext)
+    kx0, kx1, ky0, ky1 = (e[kept] for e in ext)
+    w = np.minimum(x1, kx1) - np.maximum(x0, kx0)
+    h = np.minimum(y1, ky1) - np.maximum(y0, ky0)
+    inter = w * h
+    area, kept_area = (x1 - x0) * (y1 - y0), (kx1 - kx0) * (ky1 - ky0)
+    union = area + kept_area - inter
+    valid = (w > 0) & (h > 0) & (inter > 0) & (area > 0) & (kept_area > 0) & (union > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return bool(np.any(valid & (inter / union > threshold)))
+
+
+def _scalar(a, default):
+    return default if a is None or a.size == 0 else a.reshape(-1)[0]
+
+
+def _nms_ref(boxes, scores, max_output, iou_threshold, score_threshold, center_point_box):
+    limit = max(int(_scalar(max_output, 0)), 0)
+    iou = _scalar(iou_threshold, boxes.dtype.type(0))
+    selected = []
+    for b in range(boxes.shape[0]):
+        ext = _box_extents(boxes[b], center_point_box)
+        for c in range(scores.shape[1]):
+            s = scores[b, c]
+            order = np.argsort(-s, kind="stable")  # best first, ties by box index
+            if score_threshold is not None and score_threshold.size:
+                order = order[s[order] > _scalar(score_threshold, 0)]
+            kept: list[int] = []
+            for i in order:
+                if len(kept) >= limit:
+                    break
+                if not kept or not _overlaps(ext, i, kept, iou):
+                    kept.append(int(i))
+            selected += [(b, c, i) for i in kept]
+    return np.array(selected, dtype=np.int64).reshape(-1, 3)
+
+
+register(
+    OpDef(
+        "non_max_suppression",
+        _nms_infer,
+        _nms_ref,
+        attrs={"center_point_box": 0},
+        pattern=Pattern.OPAQUE,
+        num_args=(2, 5),
+        doc="Operands (boxes, scores, max_output_boxes_per_class?, iou_threshold?, "
+        "score_threshold?): greedy per-class selection of boxes by score, dropping boxes whose "
+        "IoU with a kept box exceeds the threshold; rows are [batch, class, box].",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# binarize
+
+register(
+    OpDef(
+        "binarize",
+        lambda args, attrs: tensor(args[0], "binarize"),
+        lambda x, threshold: (x > threshold).astype(x.dtype),
+        attrs={"threshold": 0.0},
+        pattern=Pattern.ELEMWISE,
+        doc="1 where x > threshold, else 0, in the dtype of x.",
+    )
+)

@@ -1,0 +1,257 @@
+"""Signal ops: DFT, STFT, window functions and the mel filter bank.
+
+Lengths, axes and window sizes may come as run-time operands; dimensions that depend on
+them are fresh size variables bound when the program runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tcc.ir.dtype import is_float, to_numpy
+from tcc.ir.errors import ShapeError
+from tcc.ir.expr import Dim, fresh_var
+from tcc.ir.graph import TensorType
+from tcc.ir.ops._util import operand, scalar_int, static_length
+from tcc.ir.ops.registry import OpDef, Pattern, normalize_axis, register, tensor
+
+# Complex values are real tensors whose last dimension holds (re, im); a real signal has a
+# last dimension of 1.
+
+
+def _complex_in(x):
+    """The complex signal of a (re, im) tensor, kept in the input's precision (numpy's FFT
+    then runs in single precision for float32, matching the ONNX reference results)."""
+    return x[..., 0] + 1j * x[..., 1] if x.shape[-1] == 2 else x[..., 0]
+
+
+def _complex_out(z, dtype):
+    return np.stack([z.real, z.imag], axis=-1).astype(dtype)
+
+
+def _dft_infer(args, attrs):
+    x = tensor(args[0], "dft")
+    if not is_float(x.dtype) or x.ndim < 2 or x.shape[-1] not in (1, 2):
+        raise ShapeError(f"op dft: input must be float with a last dimension of 1 or 2, got {x}")
+    for i, what in ((1, "dft_length"), (2, "axis")):
+        if operand(args, i) is not None:
+            static_length(tensor(args[i], "dft", what), "dft", what)
+    irfft = attrs["inverse"] and attrs["onesided"]
+    last: Dim = 1 if irfft else 2
+    if operand(args, 2) is not None:  # a run-time axis: only an unchanged length is known
+        if operand(args, 1) is None and attrs["length"] is None and not attrs["onesided"]:
+            return TensorType(x.shape[:-1] + (last,), x.dtype)
+        return TensorType(tuple(fresh_var("n") for _ in x.shape[:-1]) + (last,), x.dtype)
+    axis = _dft_axis(attrs["axis"], x.ndim)
+    n: Dim
+    if operand(args, 1) is not None:
+        n = fresh_var("n")
+    elif attrs["length"] is not None:
+        n = attrs["length"]
+    else:
+        n = 2 * (x.shape[axis] - 1) if irfft else x.shape[axis]
+    if attrs["onesided"] and not irfft:
+        n = n // 2 + 1
+    return TensorType(x.shape[:axis] + (n,) + x.shape[axis + 1 : -1] + (last,), x.dtype)
+
+
+def _dft_axis(axis: int, ndim: int) -> int:
+    """A signal axis counted over the full rank; the last axis holds (re, im) and is no axis."""
+    axis = normalize_axis(axis, ndim, "dft")
+    if axis == ndim - 1:
+        raise ShapeError("op dft: axis must not be the last axis, which holds (re, im) pairs")
+    return axis
+
+
+def _dft_ref(x, length_tensor=None, axis_tensor=None, *, length, axis, inverse, onesided):
+    if length_tensor is not None:
+        length = scalar_int(length_tensor)
+    if axis_tensor is not None:
+        axis = scalar_int(axis_tensor)
+    axis = _dft_axis(axis, x.ndim)
+    z = _complex_in(x)
+    if inverse and onesided:
+        n = length if length is not None else 2 * (x.shape[axis] - 1)
+        return np.fft.irfft(z, n=n, axis=axis)[..., None].astype(x.dtype)
+    n = length if length is not None else x.shape[axis]
+    out = np.fft.ifft(z, n=n, axis=axis) if inverse else np.fft.fft(z, n=n, axis=axis)
+    if onesided:
+        out = np.take(out, range(n // 2 + 1), axis=axis)
+    return _complex_out(out, x.dtype)
+
+
+register(
+    OpDef(
+        "dft",
+        _dft_infer,
+        _dft_ref,
+        attrs={"length": None, "axis": 1, "inverse": False, "onesided": False},
+        pattern=Pattern.OPAQUE,
+        num_args=(1, 3),
+        doc="Discrete Fourier transform along `axis` (counted over the full rank) of a "
+        "(re, im) signal, zero-padded or cut to `length`; length and axis may instead be "
+        "run-time operands. `onesided` keeps the n//2+1 unique bins (for the inverse it "
+        "reads them and returns the real signal).",
+    )
+)
+
+
+def _stft_infer(args, attrs):
+    x = tensor(args[0], "stft")
+    if not is_float(x.dtype) or x.ndim != 3 or x.shape[-1] not in (1, 2):
+        raise ShapeError(f"op stft: signal must be float (batch, length, 1 or 2), got {x}")
+    window, step_t, length_t = operand(args, 1), operand(args, 2), operand(args, 3)
+    for t, what in ((step_t, "frame_step"), (length_t, "frame_length")):
+        if t is not None:
+            static_length(tensor(t, "stft", what), "stft", what)
+    length: Dim | None = attrs["frame_length"]
+    if window is not None:
+        length = tensor(window, "stft", "window").shape[0]
+    elif length_t is not None:
+        length = fresh_var("len")
+    if length is None:
+        raise ShapeError("op stft: give frame_length or a window")
+    bins = length // 2 + 1 if attrs["onesided"] else length
+    if step_t is not None or length_t is not None:
+        frames: Dim = fresh_var("frames")
+    else:
+        frames = (x.shape[1] - length) // attrs["frame_step"] + 1
+    return TensorType((x.shape[0], frames, bins, 2), x.dtype)
+
+
+def _stft_ref(x, window=None, step_t=None, length_t=None, *, frame_step, frame_length, onesided):
+    step = scalar_int(step_t) if step_t is not None else frame_step
+    if window is not None:
+        n = window.shape[0]
+    else:
+        n = scalar_int(length_t) if length_t is not None else frame_length
+    frames = (x.shape[1] - n) // step + 1
+    starts = np.arange(frames) * step
+    z = _complex_in(x)[:, starts[:, None] + np.arange(n)]
+    if window is not None:
+        z = z * window
+    out = np.fft.fft(z, axis=-1)
+    if onesided:
+        out = out[..., : n // 2 + 1]
+    return _complex_out(out, x.dtype)
+
+
+register(
+    OpDef(
+        "stft",
+        _stft_infer,
+        _stft_ref,
+        attrs={"frame_step": 1, "frame_length": None, "onesided": True},
+        pattern=Pattern.OPAQUE,
+        num_args=(1, 4),
+        doc="Short-time Fourier transform of (batch, length, 1|2) signals: frames of "
+        "`frame_length` (the window's length when one is given) every `frame_step` samples, "
+        "each windowed and transformed; result (batch, frames, bins, 2). Operands: signal, "
+        "window, then run-time frame_step and frame_length replacing the attributes.",
+    )
+)
+
+# Cosine-sum windows: w[i] = sum_k (-1)^k a_k cos(2 pi k i / N).
+WINDOWS = {
+    "hann": (0.5, 0.5),
+    "hamming": (25 / 46, 21 / 46),
+    "blackman": (0.42, 0.5, 0.08),
+}
+
+
+def _window_infer(args, attrs):
+    if attrs["kind"] not in WINDOWS:
+        raise ShapeError(
+            f"op window: kind must be one of {', '.join(WINDOWS)}, got {attrs['kind']!r}"
+        )
+    size_t = operand(args, 0)
+    if size_t is not None:
+        static_length(tensor(size_t, "window", "size"), "window", "size")
+        return TensorType((fresh_var("w"),), attrs["dtype"])
+    if attrs["size"] is None:
+        raise ShapeError("op window: size is required, as an attribute or an operand")
+    return TensorType((attrs["size"],), attrs["dtype"])
+
+
+def _window_ref(size_tensor=None, *, size, kind, periodic, dtype):
+    if size_tensor is not None:
+        size = scalar_int(size_tensor)
+    n = size if periodic else size - 1
+    i = np.arange(size, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = sum((-1) ** k * a * np.cos(2 * np.pi * k * i / n) for k, a in enumerate(WINDOWS[kind]))
+    return np.asarray(w).astype(to_numpy(dtype))
+
+
+register(
+    OpDef(
+        "window",
+        _window_infer,
+        _window_ref,
+        attrs={"size": None, "kind": "hann", "periodic": True, "dtype": "float32"},
+        pattern=Pattern.OPAQUE,
+        num_args=(0, 1),
+        doc="A hann, hamming or blackman window of `size` points (or a run-time size "
+        "operand); `periodic` windows have period `size`, symmetric ones `size - 1`.",
+    )
+)
+
+
+MEL_PARAMS = ("num_mel_bins", "dft_length", "sample_rate", "lower_hz", "upper_hz")
+
+
+def _mel_infer(args, attrs):
+    if args:  # every parameter is a run-time scalar
+        if len(args) != len(MEL_PARAMS) or any(a is None for a in args):
+            raise ShapeError(f"op mel_weight_matrix: expected operands {', '.join(MEL_PARAMS)}")
+        return TensorType((fresh_var("bins"), fresh_var("mels")), attrs["dtype"])
+    missing = [p for p in MEL_PARAMS if attrs[p] is None]
+    if missing:
+        raise ShapeError(f"op mel_weight_matrix: attribute(s) {', '.join(missing)} are required")
+    return TensorType((attrs["dft_length"] // 2 + 1, attrs["num_mel_bins"]), attrs["dtype"])
+
+
+def _mel_ref(*operands, dtype, **params):
+    if operands:
+        params = {p: np.asarray(v).reshape(-1)[0].item() for p, v in zip(MEL_PARAMS, operands)}
+    return _mel_matrix(**params).astype(to_numpy(dtype))
+
+
+def _mel_matrix(num_mel_bins, dft_length, sample_rate, lower_hz, upper_hz):
+    """Triangular filters on the mel scale, sampled at the DFT bins.
+
+    Follows the ONNX definition exactly, including its edge points spaced by
+    (high - low) / (num_mel_bins + 2) mels and its floor division to bin indices.
+    """
+
+    def to_mel(hz):
+        return 2595 * np.log1p(hz / 700) / np.log(10)
+
+    step = (to_mel(upper_hz) - to_mel(lower_hz)) / (num_mel_bins + 2)
+    mels = np.arange(num_mel_bins + 2) * step + to_mel(lower_hz)
+    hz = 700 * np.expm1(mels / 2595 * np.log(10))
+    points = ((dft_length + 1) * hz // sample_rate).astype(np.int64)
+    out = np.zeros((dft_length // 2 + 1, num_mel_bins))
+    for m in range(num_mel_bins):
+        lo, mid, hi = (int(p) for p in points[m : m + 3])
+        if mid == lo:
+            out[mid, m] = 1
+        for j in range(lo, mid + 1 if mid > lo else lo):
+            out[j, m] = (j - lo) / (mid - lo)
+        for j in range(mid, hi):
+            out[j, m] = (hi - j) / (hi - mid)
+    return out
+
+
+register(
+    OpDef(
+        "mel_weight_matrix",
+        _mel_infer,
+        _mel_ref,
+        attrs={**dict.fromkeys(MEL_PARAMS), "dtype": "float32"},
+        pattern=Pattern.OPAQUE,
+        num_args=(0, 5),
+        doc="(dft_length//2+1, num_mel_bins) matrix mapping linear DFT bins to mel bins; "
+        "its parameters are attributes, or all five are run-time scalar operands.",
+    )
+)

@@ -1,0 +1,336 @@
+"""Slicing and padding ops: strided_slice, pad, reverse_sequence, compress,
+center_crop_pad (injective, except compress).
+
+As in transform.py, bounds, pads and target sizes are attributes (dimensions may be
+symbolic), and `dyn_` variants take them as run-time tensor operands instead, giving the
+affected dimensions fresh size variables. compress keeps a data-dependent number of slices,
+so its result dimension is always a fresh size variable and it is OPAQUE.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tcc.ir.errors import ShapeError
+from tcc.ir.expr import Dim, as_dim, fresh_var, max_expr, min_expr
+from tcc.ir.graph import TensorType
+from tcc.ir.ops._util import (
+    ceil_div,
+    fresh_vars,
+    ints,
+    known_nonneg,
+    nonneg,
+    normalize_axes,
+    operand,
+    register_op,
+    scalar_value,
+    vector_length,
+)
+from tcc.ir.ops.registry import REQUIRED, Pattern, normalize_axis, tensor
+
+# Slice bounds at least this large (in magnitude) mean "past the end" of any real axis, so
+# they clamp to a symbolic axis' extent without a min/max expression.
+SLICE_BOUND = 2**31 - 1
+
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+# ---------------------------------------------------------------------------------------------
+# strided slice
+
+
+def _nonneg_bound(v: Dim) -> bool:
+    return v >= 0 if isinstance(v, int) else known_nonneg(v)
+
+
+def _past_end(v: Dim) -> bool:
+    return isinstance(v, int) and v >= SLICE_BOUND
+
+
+def _before_start(v: Dim) -> bool:
+    return isinstance(v, int) and v <= -SLICE_BOUND
+
+
+def slice_length(dim: Dim, start: Dim, end: Dim, step: int) -> Dim:
+    """Length of `range(dim)[start:end:step]` (ONNX Slice clamping); symbolic when `dim` is.
+
+    Symbolic bounds must be provably nonnegative. A clamp is kept as a min/max expression
+    unless dropping it provably keeps the length (a start past the end gives an empty range
+    either way under the outer max with 0).
+    """
+    if step == 0:
+        raise ShapeError("op strided_slice: step cannot be 0")
+    if isinstance(dim, int) and isinstance(start, int) and isinstance(end, int):
+        return len(range(*slice(start, end, step).indices(dim)))
+    if not all(isinstance(v, int) or known_nonneg(v) for v in (start, end)):
+        raise ShapeError(
+            f"op strided_slice: symbolic bounds must be nonnegative, got {start}:{end}"
+        )
+    lo: Dim
+    hi: Dim
+    if step > 0:
+        if _nonneg_bound(start):
+            lo = start
+        else:
+            lo = 0 if _before_start(start) else max_expr(start + dim, 0)
+        if _past_end(end):
+            hi = dim
+        elif _nonneg_bound(end):
+            hi = min_expr(end, dim)
+        else:
+            hi = 0 if _before_start(end) else as_dim(end + dim)
+        return nonneg(ceil_div(as_dim(hi - lo), step))
+    if _past_end(start):
+        hi = as_dim(dim - 1)
+    else:
+        hi = min_expr(start, dim - 1) if _nonneg_bound(start) else as_dim(start + dim)
+    if _before_start(end):
+        lo = -1
+    else:
+        lo = end if _nonneg_bound(end) else max_expr(end + dim, -1)
+    return nonneg(ceil_div(as_dim(hi - lo), -step))
+
+
+def _slice_ref(x, begin, end, axes, strides):
+    index = [slice(None)] * x.ndim
+    for b, e, a, s in zip(begin, end, axes, strides):
+        index[a if a >= 0 else a + x.ndim] = slice(b, e, s)
+    return x[tuple(index)].copy()
+
+
+def _strided_slice_infer(args, attrs):
+    x = tensor(args[0], "strided_slice")
+    begin, end, axes, strides = (attrs[k] for k in ("begin", "end", "axes", "strides"))
+    if not len(begin) == len(end) == len(axes) == len(strides):
+        raise ShapeError("op strided_slice: begin, end, axes and strides must have one entry each")
+    out = list(x.shape)
+    for b, e, a, s in zip(begin, end, normalize_axes(axes, x.ndim, "strided_slice"), strides):
+        out[a] = slice_length(x.shape[a], as_dim(b), as_dim(e), int(s))
+    return TensorType(tuple(out), x.dtype)
+
+
+def _dyn_strided_slice_infer(args, attrs):
+    x = tensor(args[0], "dyn_strided_slice")
+    n = vector_length(args[1], "dyn_strided_slice", "starts")
+    if vector_length(args[2], "dyn_strided_slice", "ends") != n:
+        raise ShapeError("op dyn_strided_slice: starts and ends must have the same length")
+    changed = range(x.ndim) if operand(args, 3) is not None else range(min(n, x.ndim))
+    out = list(x.shape)
+    for a in changed:
+        out[a] = fresh_var("sl")
+    return TensorType(tuple(out), x.dtype)
+
+
+def _dyn_slice_ref(x, starts, ends, axes=None, steps=None):
+    b, e = ints(starts), ints(ends)
+    axes_l = list(range(len(b))) if axes is None else ints(axes)
+    return _slice_ref(x, b, e, axes_l, [1] * len(b) if steps is None else ints(steps))
+
+
+register_op(
+    "strided_slice",
+    _strided_slice_infer,
+    _slice_ref,
+    {"begin": REQUIRED, "end": REQUIRED, "axes": REQUIRED, "strides": REQUIRED},
+    doc="x[begin:end:stride] on each listed axis, bounds clamped as in numpy/ONNX.",
+)
+register_op(
+    "dyn_strided_slice",
+    _dyn_strided_slice_infer,
+    _dyn_slice_ref,
+    num_args=(3, 5),
+    doc="ONNX Slice with run-time (starts, ends, axes?, steps?) operands.",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# pad
+
+
+def pad_numpy(x, pads, mode: str, value=None):
+    """ONNX Pad on a full-rank `pads` ([begin_0, ..., end_0, ...]); negative pads crop."""
+    n = x.ndim
+    begins, ends = pads[:n], pads[n:]
+    crop = tuple(
+        slice(max(-b, 0), x.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(begins, ends))
+    )
+    x = x[crop]
+    width = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends)]
+    if mode == "constant":
+        fill = 0 if value is None else scalar_value(value)
+        return np.pad(x, width, mode="constant", constant_values=fill).astype(x.dtype)
+    return np.pad(x, width, mode=mode)
+
+
+def _check_mode(mode: str, op: str) -> None:
+    if mode not in PAD_MODES:
+        raise ShapeError(f"op {op}: unknown mode {mode!r}; expected one of {', '.join(PAD_MODES)}")
+
+
+def _pad_infer(args, attrs):
+    x = tensor(args[0], "pad")
+    _check_mode(attrs["mode"], "pad")
+    value = operand(args, 1)
+    # the fill is converted to the input's dtype: a bfloat16 constant arrives as float32
+    if value is not None and tensor(value, "pad", "value").shape not in ((), (1,)):
+        raise ShapeError(f"op pad: the fill value must be a scalar, got {value}")
+    pads = [as_dim(p) for p in attrs["pads"]]
+    if len(pads) != 2 * x.ndim:
+        raise ShapeError(f"op pad: {len(pads)} pads for rank {x.ndim}; expected {2 * x.ndim}")
+    out = tuple(as_dim(d + b + e) for d, b, e in zip(x.shape, pads[: x.ndim], pads[x.ndim :]))
+    if any(isinstance(d, int) and d < 0 for d in out):
+        raise ShapeError(f"op pad: pads {pads} crop {x} below zero size")
+    return TensorType(out, x.dtype)
+
+
+def _dyn_pad_infer(args, attrs):
+    x = tensor(args[0], "dyn_pad")
+    _check_mode(attrs["mode"], "dyn_pad")
+    vector_length(args[1], "dyn_pad", "pads")
+    return TensorType(fresh_vars(x.ndim, "pd"), x.dtype)
+
+
+def _dyn_pad_ref(x, pads, value=None, axes=None, mode="constant"):
+    p = ints(pads)
+    if axes is not None:
+        full = [0] * (2 * x.ndim)
+        ax = [a + x.ndim if a < 0 else a for a in ints(axes)]
+        for i, a in enumerate(ax):
+            full[a], full[x.ndim + a] = p[i], p[len(ax) + i]
+        p = full
+    return pad_numpy(x, p, mode, value)
+
+
+register_op(
+    "pad",
+    _pad_infer,
+    lambda x, value=None, pads=(), mode="constant": pad_numpy(x, pads, mode, value),
+    {"pads": REQUIRED, "mode": "constant"},
+    num_args=(1, 2),
+    doc="ONNX Pad; the optional operand is the scalar fill value of constant mode.",
+)
+register_op(
+    "dyn_pad",
+    _dyn_pad_infer,
+    _dyn_pad_ref,
+    {"mode": "constant"},
+    num_args=(2, 4),
+    doc="ONNX Pad with run-time (pads, value?, axes?) operands.",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# reverse_sequence, compress, center_crop_pad
+
+
+def _reverse_sequence_infer(args, attrs):
+    x = tensor(args[0], "reverse_sequence")
+    lens = tensor(args[1], "reverse_sequence", "sequence lengths")
+    batch = normalize_axis(attrs["batch_axis"], x.ndim, "reverse_sequence")
+    normalize_axis(attrs["time_axis"], x.ndim, "reverse_sequence")
+    n = x.shape[batch]
+    if lens.ndim != 1 or (isinstance(n, int) and lens.is_static and lens.shape[0] != n):
+        raise ShapeError(
+            f"op reverse_sequence: sequence lengths {lens} must match batch axis {x.shape[batch]}"
+        )
+    return x
+
+
+def _reverse_sequence_ref(x, lens, batch_axis, time_axis):
+    out = x.copy()
+    for b, n in enumerate(ints(lens)):
+        src = [slice(None)] * x.ndim
+        src[batch_axis], src[time_axis] = b, slice(n - 1, None, -1) if n > 0 else slice(0, 0)
+        dst = list(src)
+        dst[time_axis] = slice(0, n)
+        out[tuple(dst)] = x[tuple(src)]
+    return out
+
+
+register_op(
+    "reverse_sequence",
+    _reverse_sequence_infer,
+    _reverse_sequence_ref,
+    {"batch_axis": 1, "time_axis": 0},
+    num_args=(2, 2),
+    doc="Reverse the first lens[b] steps along time_axis of each batch entry b.",
+)
+
+
+def _compress_infer(args, attrs):
+    x = tensor(args[0], "compress")
+    cond = tensor(args[1], "compress", "condition")
+    if cond.ndim != 1:
+        raise ShapeError(f"op compress: condition must be 1-D, got {cond}")
+    if attrs["axis"] is None:
+        return TensorType((fresh_var("cp"),), x.dtype)
+    axis = normalize_axis(attrs["axis"], x.ndim, "compress")
+    return TensorType(x.shape[:axis] + (fresh_var("cp"),) + x.shape[axis + 1 :], x.dtype)
+
+
+register_op(
+    "compress",
+    _compress_infer,
+    lambda x, cond, axis: np.compress(np.asarray(cond, dtype=bool), x, axis=axis),
+    {"axis": None},
+    num_args=(2, 2),
+    pattern=Pattern.OPAQUE,
+    doc="The slices along `axis` (of the flattened input when None) where condition holds.",
+)
+
+
+def center_crop_pad_numpy(x, shape, axes):
+    """Center-crop or zero-pad each listed axis to its target extent (extra on the end)."""
+    out_shape = list(x.shape)
+    src = [slice(None)] * x.ndim
+    dst = [slice(None)] * x.ndim
+    for a, want in zip(axes, shape):
+        have = x.shape[a]
+        out_shape[a] = want
+        lo = abs(have - want) // 2
+        if want < have:
+            src[a] = slice(lo, lo + want)
+        elif want > have:
+            dst[a] = slice(lo, lo + have)
+    out = np.zeros(out_shape, dtype=x.dtype)
+    out[tuple(dst)] = x[tuple(src)]
+    return out
+
+
+def _center_crop_pad_infer(args, attrs):
+    x = tensor(args[0], "center_crop_pad")
+    axes = normalize_axes(attrs["axes"], x.ndim, "center_crop_pad")
+    if len(attrs["shape"]) != len(axes):
+        raise ShapeError(f"op center_crop_pad: {len(attrs['shape'])} sizes for {len(axes)} axes")
+    out = list(x.shape)
+    for a, d in zip(axes, attrs["shape"]):
+        out[a] = as_dim(d)
+    return TensorType(tuple(out), x.dtype)
+
+
+def _dyn_center_crop_pad_infer(args, attrs):
+    x = tensor(args[0], "dyn_center_crop_pad")
+    axes = normalize_axes(attrs["axes"], x.ndim, "dyn_center_crop_pad")
+    if vector_length(args[1], "dyn_center_crop_pad", "shape") != len(axes):
+        raise ShapeError("op dyn_center_crop_pad: shape must have one entry per axis")
+    out = list(x.shape)
+    for a in axes:
+        out[a] = fresh_var("cc")
+    return TensorType(tuple(out), x.dtype)
+
+
+register_op(
+    "center_crop_pad",
+    _center_crop_pad_infer,
+    lambda x, shape, axes: center_crop_pad_numpy(x, shape, [a % x.ndim for a in axes]),
+    {"shape": REQUIRED, "axes": REQUIRED},
+    doc="Center-crop or zero-pad the listed axes to `shape`.",
+)
+register_op(
+    "dyn_center_crop_pad",
+    _dyn_center_crop_pad_infer,
+    lambda x, shape, axes: center_crop_pad_numpy(x, ints(shape), [a % x.ndim for a in axes]),
+    {"axes": REQUIRED},
+    num_args=(2, 2),
+    doc="center_crop_pad with the target sizes as a run-time tensor.",
+)

@@ -1,0 +1,98 @@
+"""Legalization: every graph op call with a loop program becomes a `call_tir` of a PrimFunc.
+
+For each `Call` whose op record has a `compute`, the op's te program is instantiated on
+placeholders of the operands' (symbolic) types and turned into a PrimFunc; identical
+PrimFuncs (by structural hash) are shared, so a model with 50 identical convolutions has
+one kernel. Calls of ops without a loop program are left as they are (the VM runs a few,
+such as reshape views, as builtins; `tcc emit` names the rest). Graph semantics are
+unchanged: each call_tir computes what the op's numpy reference computes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from tcc.ir import te
+from tcc.ir.errors import InternalError
+from tcc.ir.graph import Binding, Call, CallTIR, Function, TensorType, TupleType, Type, type_of
+from tcc.ir.module import IRModule
+from tcc.ir.ops.registry import get_op
+from tcc.ir.structural import structural_hash
+from tcc.ir.tir import PrimFunc
+
+
+def op_prim_func(op_name: str, arg_types: list[Type | None], attrs: dict) -> PrimFunc | None:
+    """The PrimFunc of one op call (operands as placeholders, then outputs), or None when
+    the op has no loop program."""
+    op = get_op(op_name)
+    if op.compute is None:
+        return None
+    holders = [
+        None if t is None else te.placeholder(t.shape, t.dtype, f"in{i}")
+        for i, t in enumerate(arg_types)
+    ]
+    for t in arg_types:
+        if t is not None and not isinstance(t, TensorType):
+            raise InternalError(f"op {op_name}: loop programs take tensors, got {t}")
+    out = op.compute(*holders, **attrs)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    return te.create_prim_func([h for h in holders if h is not None] + outs)
+
+
+def _kernel_name(op_name: str, used: set[str]) -> str:
+    base = re.sub(r"\W", "_", op_name)
+    name, k = base, 1
+    while name in used:
+        name, k = f"{base}_{k}", k + 1
+    return name
+
+
+class _Legalizer:
+    def __init__(self, mod: IRModule):
+        self.mod = mod
+        self.out = IRModule(dict(mod.functions), dict(mod.const_types), dict(mod.const_values))
+        self.by_hash: dict[str, str] = {}
+
+    def kernel_for(self, call: Call, result: Type) -> str | None:
+        types = [None if a is None else type_of(a) for a in call.args]
+        func = op_prim_func(call.op, types, dict(call.attrs))
+        if func is None:
+            return None
+        key = structural_hash(func)
+        name = self.by_hash.get(key)
+        if name is None:
+            name = _kernel_name(call.op, set(self.out.functions))
+            self.out.functions[name] = func
+            self.by_hash[key] = name
+        return name
+
+    def function(self, f: Function) -> Function:
+        bindings = []
+        for b in f.bindings:
+            value = b.value
+            if isinstance(value, Call) and isinstance(b.var.type, (TensorType, TupleType)):
+                kernel = self.kernel_for(value, b.var.type)
+                if kernel is not None:
+                    args = tuple(a for a in value.args if a is not None)
+                    value = CallTIR(kernel, args, b.var.type)
+            bindings.append(Binding(b.var, value))
+        return dataclasses.replace(f, bindings=tuple(bindings))
+
+
+def legalize(mod: IRModule) -> IRModule:
+    """A new module in which op calls with loop programs are call_tir's of shared PrimFuncs."""
+    lg = _Legalizer(mod)
+    for name, f in mod.graph_functions.items():
+        lg.out.functions[name] = lg.function(f)
+    return lg.out
+
+
+def unlegalized_ops(mod: IRModule) -> dict[str, int]:
+    """Op calls left in the graph functions, by op name, with their counts."""
+    counts: dict[str, int] = {}
+    for f in mod.graph_functions.values():
+        for b in f.bindings:
+            if isinstance(b.value, Call):
+                counts[b.value.op] = counts.get(b.value.op, 0) + 1
+    return counts

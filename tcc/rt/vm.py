@@ -1,0 +1,254 @@
+"""The Python VM: runs the verified bytecode of a pack (docs/vm.md).
+
+The executable was verified once when the pack was read (`tcc.rt.pack.verify_executable`):
+every index is in range, every builtin has the arguments it needs, jumps only go forward
+and no function calls itself, so the loop below indexes without checks and always ends.
+What the verifier cannot know is data: the shapes and dtypes of the inputs, checked by the
+entry function's `match_shape` calls, which raise RunInputError naming the input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from tcc.errors import TccError
+from tcc.rt.errors import PackError, RunInputError
+from tcc.rt.format import NO_REG, ArgKind, DimMode, Executable, FuncKind, Op, ShapeOp
+from tcc.rt.tensor import as_array, numpy_dtype
+
+_UNSET = object()
+
+
+def eval_shape(prog: Sequence[int], heap: list, names: Sequence[str]) -> tuple[int, ...]:
+    """Run a shape program ([ndim, then per dim: word count, postfix words])."""
+    dims, i = [], 1
+    for _ in range(prog[0]):
+        n, i = prog[i], i + 1
+        dims.append(_eval_dim(prog[i : i + n], heap, names))
+        i += n
+    return tuple(dims)
+
+
+def _eval_dim(words: Sequence[int], heap: list, names: Sequence[str]) -> int:
+    stack: list[int] = []
+    i = 0
+    while i < len(words):
+        op = words[i]
+        if op == ShapeOp.PUSH_INT:
+            stack.append(words[i + 1])
+            i += 2
+            continue
+        if op == ShapeOp.PUSH_VAR:
+            v = heap[words[i + 1]]
+            if v is None:
+                raise PackError(f"bytecode reads size variable {names[words[i + 1]]!r} before binding it")
+            stack.append(v)
+            i += 2
+            continue
+        b, a = stack.pop(), stack.pop()
+        if op in (ShapeOp.FLOORDIV, ShapeOp.FLOORMOD) and b == 0:
+            raise RunInputError("a shape computation divides by zero; check the input shapes")
+        stack.append(_SHAPE_FNS[op](a, b))
+        i += 1
+    return stack[0]
+
+
+_SHAPE_FNS = {
+    ShapeOp.ADD: lambda a, b: a + b,
+    ShapeOp.SUB: lambda a, b: a - b,
+    ShapeOp.MUL: lambda a, b: a * b,
+    ShapeOp.FLOORDIV: lambda a, b: a // b,
+    ShapeOp.FLOORMOD: lambda a, b: a % b,
+    ShapeOp.MIN: min,
+    ShapeOp.MAX: max,
+}
+
+
+class _Frame:
+    __slots__ = ("regs", "heap", "names")
+
+    def __init__(self, num_regs: int, heap_names: tuple[str, ...]):
+        self.regs: list = [_UNSET] * num_regs
+        self.heap: list = [None] * len(heap_names)
+        self.names = heap_names
+
+
+class VirtualMachine:
+    """Runs the entry functions of `contents` (a PackContents, or anything with
+    `.executable`, `.weights` and `.signatures`), calling kernels through
+    `kernel_library.call(symbol, arrays)`."""
+
+    def __init__(self, contents, kernel_library):
+        self.exe: Executable = contents.executable
+        self.weights: Mapping[str, np.ndarray] = contents.weights
+        self.signatures: Mapping[str, dict] = contents.signatures
+        self.lib = kernel_library
+        index = {f.name: i for i, f in enumerate(self.exe.functions)}
+        self._targets = []
+        for kind, name in self.exe.table:
+            if kind == FuncKind.BUILTIN:
+                self._targets.append(getattr(self, "_b_" + name))
+            else:
+                self._targets.append(index[name] if kind == FuncKind.VM else name)
+        self._kinds = [kind for kind, _ in self.exe.table]
+        self._index = index
+
+    # -- entry -----------------------------------------------------------------------------
+
+    def run(self, name: str, args: Sequence = (), named: Mapping | None = None) -> list[np.ndarray]:
+        """Run entry function `name` on positional `args` or `named` inputs; returns the
+        outputs in signature order."""
+        sig = self.signatures.get(name)
+        if sig is None:
+            raise RunInputError(f"no entry function {name!r}; the pack has {sorted(self.signatures)}")
+        inputs = self._bind_inputs(name, sig, args, named)
+        try:
+            result = self._invoke(self._index[name], inputs)
+        except RecursionError:
+            raise PackError(f"bytecode calls of {name!r} nest too deeply to run") from None
+        outs = list(result) if len(sig["outputs"]) != 1 else [result]
+        # weights are read-only views of the pack; hand the caller arrays it owns
+        return [o if isinstance(o, np.ndarray) and o.flags.writeable else np.array(o) for o in outs]
+
+    def _bind_inputs(self, name, sig, args, named) -> list[np.ndarray]:
+        specs = sig["inputs"]
+        want = [s["name"] for s in specs]
+        if named:
+            if args:
+                raise RunInputError(f"{name!r}: give the inputs by position or by name, not both")
+            unknown = [k for k in named if k not in want]
+            if unknown:
+                raise RunInputError(f"{name!r} has no input named {unknown[0]!r}; its inputs are {want}")
+            missing = [k for k in want if k not in named]
+            if missing:
+                raise RunInputError(f"{name!r}: input {missing[0]!r} is missing; its inputs are {want}")
+            args = [named[k] for k in want]
+        if len(args) != len(specs):
+            raise RunInputError(f"{name!r} takes {len(specs)} inputs ({', '.join(want)}), got {len(args)}")
+        arrays = []
+        for spec, a in zip(specs, args):
+            try:
+                arrays.append(as_array(a))
+            except (TypeError, ValueError, BufferError) as e:
+                raise RunInputError(f"input {spec['name']!r} of {name!r}: {e}; pass a numpy array "
+                                    "or an object with __dlpack__") from None
+        return arrays
+
+    # -- the interpreter -------------------------------------------------------------------
+
+    def _invoke(self, index: int, args: list):
+        f = self.exe.functions[index]
+        frame = _Frame(f.num_regs, f.heap_names)
+        regs = frame.regs
+        regs[: len(args)] = args
+        code = f.code
+        pc = 0
+        while True:
+            ins = code[pc]
+            if ins.op == Op.CALL:
+                try:
+                    vals = [self._arg(regs, k, v) for k, v in ins.args]
+                    result = self._call(ins.a, frame, vals)
+                except TccError:
+                    raise
+                except (IndexError, TypeError, ValueError, AttributeError, KeyError) as e:
+                    raise PackError(f"bytecode function {f.name!r} at {pc}: {e}") from None
+                if ins.b != NO_REG:
+                    regs[ins.b] = result
+                pc += 1
+            elif ins.op == Op.RET:
+                return self._read(regs, ins.a)
+            elif ins.op == Op.GOTO:
+                pc += ins.a
+            else:
+                pc += 1 if self._read(regs, ins.a) else ins.b
+
+    def _arg(self, regs, kind, value):
+        if kind == ArgKind.REG:
+            return self._read(regs, value)
+        if kind == ArgKind.CONST:
+            return self.exe.constants[value]
+        return value
+
+    @staticmethod
+    def _read(regs, r):
+        v = regs[r]
+        if v is _UNSET:
+            raise PackError(f"bytecode reads register %{r} before writing it")
+        return v
+
+    def _call(self, fi: int, frame: _Frame, vals: list):
+        kind, target = self._kinds[fi], self._targets[fi]
+        if kind == FuncKind.BUILTIN:
+            return target(frame, *vals)
+        if kind == FuncKind.VM:
+            return self._invoke(target, vals)
+        arrays = []
+        for v in vals:
+            if isinstance(v, tuple):  # a shape passes each dimension as a 0-d int64 tensor
+                arrays.extend(np.array(d, np.int64) for d in v)
+            else:
+                arrays.append(v)
+        self.lib.call(target, arrays)
+        return None
+
+    # -- builtins (docs/vm.md lists each) --------------------------------------------------
+
+    def _b_match_shape(self, frame: _Frame, x, what: str, dtype: str, pattern):
+        if not isinstance(x, np.ndarray):
+            raise RunInputError(f"{what}: expected a {dtype} tensor, got {type(x).__name__}")
+        if x.dtype != numpy_dtype(dtype):
+            raise RunInputError(f"{what}: expected dtype {dtype}, got {x.dtype.name}")
+        ndim = pattern[0]
+        if x.ndim != ndim:
+            raise RunInputError(f"{what}: expected rank {ndim}, got rank {x.ndim} (shape {list(x.shape)})")
+        heap, names = frame.heap, frame.names
+        for i in range(ndim):
+            mode, value, got = pattern[1 + 2 * i], pattern[2 + 2 * i], x.shape[i]
+            if mode == DimMode.STATIC and got != value:
+                raise RunInputError(f"{what}: dimension {i} must be {value}, got {got}")
+            if mode == DimMode.BIND:
+                heap[value] = got
+            elif mode == DimMode.CHECK and heap[value] != got:
+                raise RunInputError(f"{what}: dimension {i} is {names[value]} = {heap[value]} "
+                                    f"(set by an earlier dimension), got {got}")
+            elif mode == DimMode.EXPR:
+                want = eval_shape(self.exe.constants[value], heap, names)[0]
+                if want != got:
+                    raise RunInputError(f"{what}: dimension {i} must be {want} "
+                                        f"(from the other dimensions), got {got}")
+
+    def _b_make_shape(self, frame: _Frame, prog):
+        dims = eval_shape(prog, frame.heap, frame.names)
+        for d in dims:
+            if d < 0:
+                raise RunInputError(f"a computed shape {list(dims)} has a negative dimension; "
+                                    "check the input shapes")
+        return dims
+
+    def _b_alloc_tensor(self, frame: _Frame, shape, dtype: str):
+        return np.empty(shape, numpy_dtype(dtype))
+
+    def _b_load_constant(self, frame: _Frame, name: str):
+        return self.weights[name]
+
+    def _b_reshape(self, frame: _Frame, x, shape):
+        if x.size != int(np.prod(shape)):
+            raise RunInputError(f"cannot view a tensor of shape {list(x.shape)} as {list(shape)}")
+        return x.reshape(shape)
+
+    def _b_copy(self, frame: _Frame, x):
+        return np.array(x, copy=True)
+
+    def _b_make_tuple(self, frame: _Frame, *fields):
+        return tuple(fields)
+
+    def _b_tuple_get_item(self, frame: _Frame, t, i: int):
+        return t[i]
+
+    def _b_read_bool(self, frame: _Frame, x):
+        if x.size != 1:
+            raise RunInputError(f"an if_ condition must hold one element, got shape {list(x.shape)}")
+        return bool(x.reshape(-1)[0])
