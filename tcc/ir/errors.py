@@ -8,6 +8,7 @@ __all__ = [
     "IRFileError",
     "InputError",
     "InternalError",
+    "NoLoopProgram",
     "ParseError",
     "ShapeError",
     "TccError",
@@ -36,3 +37,8 @@ class InputError(TccError):
 
 class InternalError(Exception):
     """A compiler bug: an invariant tcc itself should have kept. Please report it."""
+
+
+class NoLoopProgram(TccError):
+    """An op call whose attributes or dtypes its loop program does not cover; legalization
+    leaves such a call to the runtime (or `tcc emit` names it)."""

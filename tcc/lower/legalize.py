@@ -14,7 +14,7 @@ import dataclasses
 import re
 
 from tcc.ir import te
-from tcc.ir.errors import InternalError
+from tcc.ir.errors import InternalError, NoLoopProgram
 from tcc.ir.graph import Binding, Call, CallTIR, Function, TensorType, TupleType, Type, type_of
 from tcc.ir.module import IRModule
 from tcc.ir.ops.registry import get_op
@@ -35,7 +35,10 @@ def op_prim_func(op_name: str, arg_types: list[Type | None], attrs: dict) -> Pri
     for t in arg_types:
         if t is not None and not isinstance(t, TensorType):
             raise InternalError(f"op {op_name}: loop programs take tensors, got {t}")
-    out = op.compute(*holders, **attrs)
+    try:
+        out = op.compute(*holders, **attrs)
+    except NoLoopProgram:
+        return None
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     return te.create_prim_func([h for h in holders if h is not None] + outs)
 
