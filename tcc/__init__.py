@@ -1,3 +1,18 @@
 """tcc: a tensor compiler toolchain (ONNX -> IR -> optimized code -> .tvmpack)."""
 
 __version__ = "0.1.0"
+
+
+def compile(model_or_path, target: str = "llvm", output=None):  # noqa: A001
+    """Compile a model (ONNX ModelProto/bytes/path or .tcir path) into a .tvmpack: returns
+    the pack's bytes, or writes `output`."""
+    from tcc.api import compile as _compile
+
+    return _compile(model_or_path, target, output)
+
+
+def compile_onnx(model, target: str = "llvm"):
+    """Compile an ONNX model and load it: returns `fn(*arrays) -> list of outputs`."""
+    from tcc.api import compile_onnx as _compile_onnx
+
+    return _compile_onnx(model, target)

@@ -51,17 +51,20 @@ def _one_line(e: BaseException) -> str:
 def cli(ctx, debug):
     """tcc: a tensor compiler toolchain.
 
-    Import an ONNX model into tcc's IR, inspect it, and run it with the reference
-    interpreter. Exit codes: 0 ok, 1 a check failed, 2 bad input, 3 internal error.
+    Import an ONNX model into tcc's IR, inspect it, run it with the reference
+    interpreter, or compile it into a .tvmpack and run that. Exit codes: 0 ok, 1 a
+    check failed, 2 bad input, 3 internal error.
     """
     ctx.obj = {"debug": debug}
 
 
 def _register():
-    from tcc.cli import check_cmd, import_cmd, run_cmd, show_cmd
+    from tcc.cli import check_cmd, compile_cmd, import_cmd, run_cmd, show_cmd
 
     for mod in (import_cmd, show_cmd, run_cmd, check_cmd):
         cli.add_command(mod.command)
+    cli.add_command(compile_cmd.compile_command)
+    cli.add_command(compile_cmd.emit_command)
 
 
 _register()

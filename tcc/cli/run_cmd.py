@@ -1,7 +1,10 @@
-"""`tcc run FILE.tcir --input NAME=PATH.npy ... [--inputs FILE.npz] [--output-dir DIR] [--output FILE.npz]`."""
+"""`tcc run FILE.tcir|FILE.tvmpack [inputs] [outputs] [--random-inputs] [--bench N] [--check]`."""
 
 from __future__ import annotations
 
+import re
+import statistics
+import time
 from pathlib import Path
 
 import click
@@ -9,8 +12,108 @@ import numpy as np
 from rich.console import Console
 
 from tcc.cli.arrays_io import load_inputs, write_npz, write_output_dir
-from tcc.cli.loading import load_ir
-from tcc.ir.interp import run
+from tcc.errors import TccError
+
+
+class _IRRunner:
+    """A .tcir (or .onnx) file run by the reference interpreter."""
+
+    def __init__(self, path: Path, entry: str):
+        from tcc.cli.loading import load_ir
+        from tcc.ir.summary import signature
+
+        self.mod = load_ir(path)
+        if entry not in self.mod.graph_functions:
+            raise TccError(f"{path}: no function {entry!r}; it has {sorted(self.mod.graph_functions)}")
+        self.entry = entry
+        self.signature = signature(self.mod[entry])
+
+    def __call__(self, inputs: dict) -> list:
+        from tcc.ir.interp import run
+
+        return run(self.mod, inputs, name=self.entry)
+
+    def set_num_threads(self, n: int) -> None:
+        pass  # the interpreter's threads are numpy's
+
+
+class _PackRunner:
+    """A .tvmpack run by the Python loader (tcc.rt)."""
+
+    def __init__(self, path: Path, entry: str):
+        from tcc.rt import load
+
+        if not path.exists():
+            raise TccError(f"{path}: no such file")
+        self.module = load(path)
+        self.signature = self.module.signature(entry)
+        self.fn = self.module[entry]
+
+    def __call__(self, inputs: dict) -> list:
+        return self.fn(inputs)
+
+    def set_num_threads(self, n: int) -> None:
+        self.module.set_num_threads(n)
+
+
+def _parse_shapes(pairs: tuple[str, ...]) -> dict[str, list[int]]:
+    shapes = {}
+    for pair in pairs:
+        name, sep, dims = pair.partition("=")
+        if not sep or not re.fullmatch(r"\s*\d+(\s*[,x]\s*\d+)*\s*", dims):
+            raise TccError(f"--shape {pair!r}: expected NAME=DIMS, e.g. input=1,3,224,224")
+        shapes[name] = [int(d) for d in re.split(r"[,x]", dims)]
+    return shapes
+
+
+def make_random_inputs(signature: dict, given: dict, shapes: dict, seed: int = 0) -> dict:
+    """Seeded inputs for every input not in `given`: floats ~ N(0, 1), integers in [0, 8),
+    bools uniform. A symbolic dimension takes its value from --shape, else 1."""
+    rng = np.random.default_rng(seed)
+    out = dict(given)
+    for spec in signature["inputs"]:
+        name = spec["name"]
+        if name in out:
+            continue
+        if name in shapes:
+            shape = shapes[name]
+            if len(shape) != len(spec["shape"]):
+                raise TccError(f"--shape {name}: rank {len(shape)} but the input has rank {len(spec['shape'])}")
+        else:
+            shape = [d if isinstance(d, int) else 1 for d in spec["shape"]]
+        dtype = np.dtype(spec["dtype"]) if spec["dtype"] != "bfloat16" else np.dtype(np.float32)
+        if dtype.kind == "f":
+            out[name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            out[name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            out[name] = rng.integers(0, 8, shape).astype(dtype)
+    return out
+
+
+def _check_against_onnx(console: Console, onnx_path: Path, inputs: dict, named: dict,
+                        rtol: float, atol: float) -> bool:
+    import onnxruntime as ort
+
+    try:
+        sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise TccError(f"--onnx {onnx_path}: onnxruntime cannot load it: {str(e).splitlines()[0]}") from None
+    want = sess.run(None, inputs)
+    ok = True
+    for (name, got), ref in zip(named.items(), want):
+        got, ref = np.asarray(got), np.asarray(ref)
+        if got.shape != ref.shape:
+            console.print(f"{name}: shape {got.shape}, onnxruntime {ref.shape}  [red]FAIL[/]")
+            ok = False
+            continue
+        err = np.abs(got.astype(np.float64) - ref.astype(np.float64)) if got.size else np.zeros(1)
+        rel = err / np.maximum(np.abs(ref.astype(np.float64)), 1e-12) if got.size else err
+        good = np.allclose(got, ref, rtol=rtol, atol=atol, equal_nan=True)
+        ok &= bool(good)
+        verdict = "[green]ok[/]" if good else "[red]FAIL[/]"
+        console.print(f"{name}: max abs {err.max():.3g}, max rel {rel.max():.3g}  {verdict}")
+    return ok
 
 
 @click.command("run")
@@ -19,24 +122,47 @@ from tcc.ir.interp import run
               help="An input array, by the model's input name (repeatable).")
 @click.option("--inputs", "inputs_npz", type=click.Path(dir_okay=False, path_type=Path),
               help="An .npz archive of inputs keyed by input name.")
+@click.option("--random-inputs", is_flag=True,
+              help="Make seeded random values for every input not given.")
+@click.option("--shape", "shape_pairs", multiple=True, metavar="NAME=DIMS",
+              help="Shape of a random input, e.g. input_ids=1,128 (symbolic dims default to 1).")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write one NAME.npy per output here.")
 @click.option("--output", "output_npz", type=click.Path(dir_okay=False, path_type=Path),
               help="Write all outputs into one .npz keyed by output name.")
 @click.option("--entry", default="main", show_default=True, help="The function to run.")
-def command(file, input_pairs, inputs_npz, output_dir, output_npz, entry):
-    """Run an IR file with the reference interpreter.
+@click.option("--bench", type=click.IntRange(min=1), metavar="N",
+              help="Time N runs after a warm-up and print the median and spread.")
+@click.option("--threads", type=click.IntRange(min=1), metavar="N",
+              help="Threads for the kernels (packs; default: the machine's cores).")
+@click.option("--check", is_flag=True, help="Compare with onnxruntime (needs --onnx); exit 1 when outside tolerance.")
+@click.option("--onnx", "onnx_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="The source ONNX model, for --check.")
+@click.option("--rtol", default=1e-3, show_default=True, help="Relative tolerance for --check.")
+@click.option("--atol", default=1e-4, show_default=True, help="Absolute tolerance for --check.")
+def command(file, input_pairs, inputs_npz, **opts):
+    """Run an IR file with the reference interpreter, or a .tvmpack with the Python loader.
 
     Output file names replace characters other than letters, digits, '-', '_' and '.'
     with '_'; the .npz keeps the exact output names.
     """
+    _run(file, input_pairs, inputs_npz, **opts)
+
+
+def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, output_npz,
+         entry, bench, threads, check, onnx_path, rtol, atol):
+    if check and onnx_path is None:
+        raise TccError("--check needs the source model: add --onnx MODEL.onnx")
     inputs = load_inputs(input_pairs, inputs_npz)
-    mod = load_ir(file)
-    outputs = run(mod, inputs, name=entry)
-    func = mod[entry]
-    names = list(func.output_names) or [f"output{i}" for i in range(len(outputs))]
+    runner = _PackRunner(file, entry) if file.suffix == ".tvmpack" else _IRRunner(file, entry)
+    if threads:
+        runner.set_num_threads(threads)
+    if random_inputs:
+        inputs = make_random_inputs(runner.signature, inputs, _parse_shapes(shape_pairs))
+    outputs = runner(inputs)
+    names = [o["name"] for o in runner.signature["outputs"]]
     named = dict(zip(names, outputs))
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     if output_dir is not None:
         paths = write_output_dir(output_dir, named)
         console.print(f"wrote {len(paths)} output(s) to {output_dir}")
@@ -45,5 +171,19 @@ def command(file, input_pairs, inputs_npz, output_dir, output_npz, entry):
         console.print(f"wrote {len(named)} output(s) to {output_npz}")
     if output_dir is None and output_npz is None:
         for name, arr in named.items():
-            preview = np.array2string(np.asarray(arr).ravel()[:8], precision=5, separator=", ")
+            arr = np.asarray(arr)
+            preview = np.array2string(arr.ravel()[:8], precision=5, separator=", ")
             console.print(f"{name}: {arr.dtype}{list(arr.shape)} {preview}")
+    if bench:
+        times = []
+        for _ in range(bench):
+            t0 = time.perf_counter()
+            runner(inputs)
+            times.append((time.perf_counter() - t0) * 1000)
+        console.print(
+            f"bench: {bench} runs, median {statistics.median(times):.3f} ms "
+            f"(min {min(times):.3f}, max {max(times):.3f})"
+        )
+    if check and not _check_against_onnx(console, onnx_path, inputs, named, rtol, atol):
+        raise SystemExit(1)
+

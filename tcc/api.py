@@ -1,0 +1,151 @@
+"""The compile driver behind `tcc compile` / `tcc emit` and `tcc.compile`.
+
+One flat pipeline, each stage named (DESIGN.md §1):
+
+    import (ONNX -> IRModule) -> legalize (op calls -> call_tir + PrimFuncs)
+      -> vm (graph functions -> bytecode) -> llvm (PrimFuncs -> object code) -> pack
+
+The driver lives beside the rooms, not in one: it is the one place that calls all of them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tcc.errors import TccError
+
+# Ops the VM runs itself (views and copies); every other op must have a loop program.
+VM_BUILTIN_OPS = frozenset({"reshape", "squeeze", "expand_dims", "identity"})
+
+
+class CompileError(TccError):
+    """The module cannot be compiled for the target (e.g. an op without a loop program)."""
+
+
+@dataclass
+class StageTimes:
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def load_module(source):
+    """An IRModule from an ONNX model (ModelProto, bytes or .onnx path) or a .tcir path."""
+    from tcc.frontend.onnx import from_onnx
+    from tcc.ir.module import IRModule
+
+    if isinstance(source, IRModule):
+        return source
+    if isinstance(source, (str, os.PathLike)) and Path(source).suffix == ".tcir":
+        from tcc.ir.irfile import load_module as load_tcir
+
+        return load_tcir(source)
+    return from_onnx(source)
+
+
+def lower(mod):
+    """Legalize; refuse ops that have neither a loop program nor a VM builtin."""
+    from tcc.lower.legalize import legalize, unlegalized_ops
+
+    lowered = legalize(mod)
+    left = {op: n for op, n in unlegalized_ops(lowered).items() if op not in VM_BUILTIN_OPS}
+    if left:
+        listed = ", ".join(f"{op} (x{n})" for op, n in sorted(left.items()))
+        raise CompileError(
+            f"no loop program yet for op{'s' if len(left) > 1 else ''} {listed}; "
+            "run the model with the reference interpreter (`tcc run FILE.tcir`) instead"
+        )
+    return lowered
+
+
+def compile_to_bytes(
+    source,
+    target: str = "llvm",
+    on_stage: Callable[[str], None] | None = None,
+    times: StageTimes | None = None,
+) -> bytes:
+    """Compile `source` (see load_module) into the bytes of a .tvmpack."""
+    from tcc.emit.llvm import compile_prim_funcs
+    from tcc.emit.pack import pack_bytes
+    from tcc.emit.target import parse_target
+    from tcc.emit.vm import compile_module
+
+    parsed_target = parse_target(target)
+    times = times if times is not None else StageTimes()
+    state: dict = {}
+
+    def stage(name: str, fn):
+        if on_stage:
+            on_stage(name)
+        t0 = time.perf_counter()
+        out = fn()
+        times.seconds[name] = time.perf_counter() - t0
+        return out
+
+    state["mod"] = stage("import", lambda: load_module(source))
+    state["lowered"] = stage("legalize", lambda: lower(state["mod"]))
+    state["exe"] = stage("vm", lambda: compile_module(state["lowered"]))
+    state["kernels"] = stage(
+        "llvm", lambda: compile_prim_funcs(state["lowered"].prim_funcs, parsed_target)
+    )
+    return stage(
+        "pack",
+        lambda: pack_bytes(
+            state["exe"], state["kernels"], str(target), state["lowered"].const_values
+        ),
+    )
+
+
+def write_atomic(path, data: bytes) -> None:
+    """Write `data` to `path` whole or not at all."""
+    import tempfile
+
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tcc-", dir=folder)
+    except OSError as e:
+        raise TccError(f"{path}: cannot write: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def compile(model_or_path, target: str = "llvm", output=None) -> bytes | None:  # noqa: A001
+    """Compile a model into a .tvmpack: returns its bytes, or writes `output` and returns None."""
+    data = compile_to_bytes(model_or_path, target)
+    if output is None:
+        return data
+    write_atomic(output, data)
+    return None
+
+
+def compile_onnx(model, target: str = "llvm"):
+    """Compile an ONNX model and load it: returns `fn(*arrays) -> list of outputs` in the
+    ONNX graph's output order."""
+    import tempfile
+
+    from tcc.rt import load
+
+    data = compile_to_bytes(model, target)
+    with tempfile.NamedTemporaryFile(suffix=".tvmpack", delete=False) as f:
+        f.write(data)
+        path = f.name
+    try:
+        module = load(path)
+    finally:
+        os.unlink(path)  # the pack is memory-mapped: the mapping outlives the name
+
+    def fn(*arrays):
+        return module["main"](*arrays)
+
+    fn.module = module
+    return fn

@@ -1,0 +1,74 @@
+"""`tcc compile MODEL.onnx|IN.tcir -o OUT.tvmpack` and `tcc emit IN.tcir -o OUT.tvmpack`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from tcc.api import StageTimes, compile_to_bytes, write_atomic
+from tcc.errors import TccError
+
+_STAGES = {
+    "import": "importing",
+    "legalize": "legalizing ops to loop programs",
+    "vm": "compiling graph functions to bytecode",
+    "llvm": "generating CPU code (LLVM)",
+    "pack": "writing the pack",
+}
+
+
+def _build(source: Path, target: str, output: Path, verbose: bool) -> None:
+    if not source.exists():
+        raise TccError(f"{source}: no such file")
+    console = Console(stderr=True, highlight=False)
+    times = StageTimes()
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+        console=console, transient=True, disable=not console.is_terminal,
+    ) as progress:
+        task = progress.add_task("starting", total=None)
+        data = compile_to_bytes(
+            source, target, on_stage=lambda s: progress.update(task, description=_STAGES[s]),
+            times=times,
+        )
+    write_atomic(output, data)
+    total = sum(times.seconds.values())
+    Console(highlight=False).print(
+        f"compiled {source} -> {output} ({len(data):,} bytes, target {target}) in {total:.2f} s"
+    )
+    if verbose:
+        for name, s in times.seconds.items():
+            Console(highlight=False).print(f"  {name:9s} {s * 1000:9.1f} ms")
+
+
+_target = click.option(
+    "--target", default="llvm", show_default=True,
+    help="'llvm' (this CPU) or 'llvm -mtriple=... -mcpu=... -mattr=...'.",
+)
+
+
+@click.command("compile")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@_target
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="The pack to write (default: MODEL with the suffix .tvmpack).")
+@click.option("-v", "--verbose", is_flag=True, help="Print the time of every stage.")
+def compile_command(model: Path, target: str, output: Path | None, verbose: bool):
+    """Compile an ONNX model (or a .tcir file) into a .tvmpack."""
+    _build(model, target, output or model.with_suffix(".tvmpack"), verbose)
+
+
+@click.command("emit")
+@click.argument("ir_file", type=click.Path(dir_okay=False, path_type=Path))
+@_target
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="The pack to write (default: IR_FILE with the suffix .tvmpack).")
+@click.option("-v", "--verbose", is_flag=True, help="Print the time of every stage.")
+def emit_command(ir_file: Path, target: str, output: Path | None, verbose: bool):
+    """Generate code for a .tcir file and write a .tvmpack."""
+    if ir_file.suffix != ".tcir":
+        raise TccError(f"{ir_file}: `tcc emit` reads a .tcir file; use `tcc compile` for ONNX models")
+    _build(ir_file, target, output or ir_file.with_suffix(".tvmpack"), verbose)
