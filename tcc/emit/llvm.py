@@ -1,0 +1,517 @@
+"""The CPU backend: PrimFuncs -> LLVM IR (llvmlite) -> optimized object code (+ a shared object).
+
+`compile_prim_funcs` turns every PrimFunc into one exported kernel following the ABI of
+docs/compile.md §3 (the entry and its checks live in `llvm_abi`), whose work is done by an
+internal compute function built here, statement by statement:
+
+* `For`: serial loops as plain LLVM loops; `unrolled` loops with a small constant extent
+  are copied out, longer ones carry `llvm.loop.unroll.enable`; `vectorized` loops become
+  LLVM vector operations when `llvm_vector.plan_vector` finds that keeps their meaning, and
+  otherwise a scalar loop marked `llvm.loop.vectorize.enable`; `parallel` loops are
+  outlined into a function that `GOMP_parallel` (libgomp, the OpenMP runtime shipped with
+  the C compiler) runs on every thread, each thread taking one contiguous chunk.
+* `Block`: iteration variables are bound from their bindings, `init` runs when every
+  reduction variable is 0, local buffers live on the stack when small and constant-sized,
+  on the heap (malloc/free) otherwise.
+
+The module is built with llvmlite.ir, parsed and verified, optimized at O3 with the new pass
+manager, and emitted for the target machine. Everything is named by counters in build order,
+so the same input gives the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from tcc.emit.llvm_abi import RESERVED, Runtime, build_entry, fmt_text, size_vars
+from tcc.emit.llvm_expr import (
+    _LIBM,
+    _LLVM_MATH,
+    I1,
+    I32,
+    I64,
+    PTR,
+    ExprEmitter,
+    mem_type,
+    reg_type,
+)
+from tcc.emit.llvm_vector import access_kind, flat_index, init_condition, plan_vector
+from tcc.emit.support import CodegenError, link_shared
+from tcc.emit.target import Target, parse_target
+from tcc.ir import expr as E
+from tcc.ir import tir as T
+from tcc.ir.errors import InternalError
+
+__all__ = ["CodegenError", "CpuModule", "compile_prim_funcs"]
+
+STACK_LIMIT_BYTES = 16 * 1024  # larger local buffers go to the heap, away from thread stacks
+UNROLL_COPY_LIMIT = 16  # unrolled loops up to this many iterations are copied out
+_C_MATH_NAMES = frozenset(n for base in (*_LIBM, *(v.split(".")[1] for v in _LLVM_MATH.values()))
+                          for n in (base, base + "f"))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CpuModule:
+    """Compiled kernels: the ELF object, the linked shared object (host only), and the IR."""
+
+    target: str
+    symbols: tuple[str, ...]
+    object_code: bytes
+    shared_object: bytes | None
+    llvm_ir: str  # after optimization, for `tcc show`
+
+
+@dataclass
+class _Frame:
+    """The LLVM function being filled: where allocas go and how a failure leaves it."""
+
+    fn: ir.Function
+    allocas: ir.IRBuilder
+    fail: Callable[[], None]
+
+
+class _KernelGen(ExprEmitter):
+    """Lowers one PrimFunc's body into its compute function."""
+
+    def __init__(self, rt: Runtime, name: str, func: T.PrimFunc):
+        self.rt, self.name, self.func, self.module = rt, name, func, rt.module
+        self.env: dict = {}
+        self.bufs: dict[T.Buffer, ir.Value] = {}
+        self.vec: tuple[E.Var, ir.Value] | None = None  # (int64 lane variable, its lane-0 value)
+        self._vec_var: E.Var | None = None  # the vectorized loop's own variable
+        self.outlined = 0
+
+    # -- functions and frames ------------------------------------------------------------------
+
+    def build(self) -> ir.Function:
+        for p in self.func.params:
+            reg_type(p.dtype, f"{'buffer' if isinstance(p, T.Buffer) else 'parameter'} {p.name!r}")
+        bound = size_vars(self.func)
+        bufs = self.func.buffers
+        fnty = ir.FunctionType(I32, [PTR] * len(bufs) + [reg_type(v.dtype) for v in bound])
+        fn = ir.Function(self.module, fnty, f"{self.name}.compute")
+        fn.linkage = "internal"
+        for arg in fn.args[: len(bufs)]:
+            arg.add_attribute("noalias")
+        self.frame = self._new_frame(fn, lambda: self.b.ret(I32(-1)))
+        self.bufs = dict(zip(bufs, fn.args))
+        self.env = dict(zip(bound, fn.args[len(bufs) :]))
+        self.stmt(self.func.body)
+        self.b.ret(I32(0))
+        build_entry(self.rt, self.name, self.func, fn, bound)
+        return fn
+
+    def _new_frame(self, fn: ir.Function, fail: Callable[[], None]) -> _Frame:
+        # The entry block holds only allocas and a branch, so they never interleave with code.
+        entry, start = fn.append_basic_block("entry"), fn.append_basic_block("start")
+        allocas = ir.IRBuilder(entry)
+        allocas.position_before(allocas.branch(start))
+        self.b = ir.IRBuilder(start)
+        return _Frame(fn, allocas, fail)
+
+    def alloca(self, t: ir.Type) -> ir.Value:
+        """Stack space in the function's entry block, so loops reuse it instead of growing the stack."""
+        slot = self.frame.allocas.alloca(t)
+        slot.align = 64
+        slot.type = PTR  # llvmlite types alloca results; every other pointer here is opaque
+        return slot
+
+    def fail(self, fmt: str, *args: ir.Value) -> None:
+        self.rt.set_error(self.b, f"{self.name}: {fmt}", *args)
+        self.frame.fail()
+
+    # -- statements ----------------------------------------------------------------------------
+
+    def stmt(self, s: T.Stmt) -> None:
+        handler = _STMTS.get(type(s))
+        if handler is None:
+            raise CodegenError(f"the LLVM backend cannot lower statement {type(s).__name__}")
+        handler(self, s)
+
+    def _seq(self, s: T.SeqStmt) -> None:
+        for x in s.stmts:
+            self.stmt(x)
+
+    def _evaluate(self, s: T.Evaluate) -> None:
+        pass  # tcc expressions have no side effects
+
+    def _if(self, s: T.IfThenElse) -> None:
+        cond = self.expr_as(s.cond, "bool")
+        if s.else_case is None:
+            with self.b.if_then(cond):
+                self.stmt(s.then_case)
+            return
+        with self.b.if_else(cond) as (then, otherwise):
+            with then:
+                self.stmt(s.then_case)
+            with otherwise:
+                self.stmt(s.else_case)
+
+    def _store(self, s: T.BufferStore) -> None:
+        ptr, dtype = self._buffer(s.buffer), s.buffer.dtype
+        value = self.expr_as(s.value, dtype)
+        elem = mem_type(dtype)
+        if self.vec is not None:  # the plan made every store contiguous
+            lanes = self.env[self.vec[0]].type.count
+            offset = self._lane0(flat_index(s.buffer, s.indices, self._rename()))
+            value = self.reg_to_mem(self.splat(value, lanes), dtype)
+            self.b.store(value, self.b.gep(ptr, [offset], source_etype=elem), align=_align(elem))
+            return
+        offset = self.expr(flat_index(s.buffer, s.indices))
+        self.b.store(
+            self.reg_to_mem(value, dtype),
+            self.b.gep(ptr, [offset], source_etype=elem),
+            align=_align(elem),
+        )
+
+    def load(self, buffer: T.Buffer, indices) -> ir.Value:
+        ptr, dtype = self._buffer(buffer), buffer.dtype
+        elem = mem_type(dtype)
+        b = self.b
+        if self.vec is None:
+            offset = self.expr(flat_index(buffer, indices))
+            return self.mem_to_reg(
+                b.load(b.gep(ptr, [offset], source_etype=elem), typ=elem, align=_align(elem)), dtype
+            )
+        u = self.vec[0]
+        flat = flat_index(buffer, indices, self._rename())
+        kind = access_kind(flat, u)
+        if kind == "contiguous":
+            vt = ir.VectorType(elem, self.env[u].type.count)
+            p = b.gep(ptr, [self._lane0(flat)], source_etype=elem)
+            return self.mem_to_reg(b.load(p, typ=vt, align=_align(elem)), dtype)
+        offsets = self.expr(flat)  # uniform: a scalar; gather: one offset per lane
+        return self.mem_to_reg(
+            self.lanewise(
+                lambda off: b.load(
+                    b.gep(ptr, [off], source_etype=elem), typ=elem, align=_align(elem)
+                ),
+                offsets,
+            ),
+            dtype,
+        )
+
+    def _buffer(self, buf: T.Buffer) -> ir.Value:
+        ptr = self.bufs.get(buf)
+        if ptr is None:
+            raise CodegenError(
+                f"buffer {buf.name!r} is used but is neither a parameter nor allocated in scope; "
+                "declare it with alloc_buffer or allocate around its uses"
+            )
+        return ptr
+
+    def _rename(self) -> dict:
+        return {self._vec_var: self.vec[0]}
+
+    def _lane0(self, flat: E.PrimExpr) -> ir.Value:
+        """The offset of lane 0 of a contiguous access."""
+        u, base = self.vec
+        lanes = self.env[u]
+        self.env[u] = base
+        try:
+            return self.expr(flat)
+        finally:
+            self.env[u] = lanes
+
+    def _allocate(self, s: T.Allocate) -> None:
+        free = self._alloc(s.buffer)
+        self.stmt(s.body)
+        self._release(s.buffer, free)
+
+    def _alloc(self, buf: T.Buffer) -> bool:
+        """Give `buf` storage; True when it is on the heap (and must be freed)."""
+        elem = mem_type(buf.dtype, f"buffer {buf.name!r}")
+        count: E.PrimExpr = E.IntImm(1, "int64")
+        for d in buf.shape:
+            count = E.simplify(
+                E.BinOp("mul", count, E.const(d) if isinstance(d, int) else d, "int64")
+            )
+        nbytes = _size_bytes(elem)
+        if isinstance(count, E.IntImm) and count.value * nbytes <= STACK_LIMIT_BYTES:
+            self.bufs[buf] = self.alloca(ir.ArrayType(elem, max(count.value, 1)))
+            return False
+        size = self.b.mul(self.expr_as(count, "int64"), I64(nbytes))
+        size = self.b.select(self.b.icmp_signed("<", size, I64(1)), I64(1), size)
+        ptr = self.b.call(self.rt.malloc, [size])
+        with self.b.if_then(self.b.icmp_unsigned("==", ptr, ir.Constant(PTR, None)), likely=False):
+            self.fail(
+                f"out of memory allocating %lld bytes for buffer {fmt_text(repr(buf.name))}", size
+            )
+        self.bufs[buf] = ptr
+        return True
+
+    def _release(self, buf: T.Buffer, heap: bool) -> None:
+        if heap:
+            self.b.call(self.rt.free, [self.bufs[buf]])
+        del self.bufs[buf]
+
+    def _block(self, s: T.Block) -> None:
+        outer = [self.env.get(iv.var) for iv in s.iter_vars]
+        for iv in s.iter_vars:
+            self.env[iv.var] = self.expr_as(iv.binding, iv.var.dtype)
+        heap = [self._alloc(buf) for buf in s.alloc_buffers]
+        if s.init is not None:
+            cond = init_condition(s)
+            if isinstance(cond, E.IntImm):
+                self.stmt(s.init)
+            else:
+                with self.b.if_then(self.expr(cond)):
+                    self.stmt(s.init)
+        self.stmt(s.body)
+        for buf, h in zip(s.alloc_buffers, heap):
+            self._release(buf, h)
+        for iv, value in zip(s.iter_vars, outer):
+            self._unbind(iv.var, value)
+
+    # -- loops ---------------------------------------------------------------------------------
+
+    def loop(
+        self,
+        start: ir.Value,
+        stop: ir.Value,
+        body: Callable[[ir.Value], None],
+        signed: bool = True,
+        hints: tuple[str, ...] = (),
+    ) -> None:
+        """`for (i = start; i < stop; ++i) body(i)`, with loop metadata `hints` on the latch."""
+        b = self.b
+        pre = b.block
+        header = b.append_basic_block("loop")
+        inner = b.append_basic_block("body")
+        done = b.append_basic_block("done")
+        b.branch(header)
+        b.position_at_end(header)
+        i = b.phi(start.type)
+        i.add_incoming(start, pre)
+        cmp = b.icmp_signed if signed else b.icmp_unsigned
+        b.cbranch(cmp("<", i, stop), inner, done)
+        b.position_at_end(inner)
+        body(i)
+        nxt = b.add(i, ir.Constant(start.type, 1))
+        i.add_incoming(nxt, b.block)
+        latch = b.branch(header)
+        if hints:
+            latch.set_metadata("llvm.loop", self._loop_md(hints))
+        b.position_at_end(done)
+
+    def _loop_md(self, hints: tuple[str, ...]) -> ir.MDValue:
+        m = self.module
+        node = m.add_metadata([ir.MetaDataString(m, f"tcc.loop.{len(m.metadata)}")])
+        props = [
+            m.add_metadata(
+                [ir.MetaDataString(m, h), I1(1)]
+                if h.endswith("enable")
+                else [ir.MetaDataString(m, h)]
+            )
+            for h in hints
+        ]
+        node.operands = (node, *props)  # a loop ID refers to itself (LangRef, "llvm.loop")
+        return node
+
+    def _for(self, s: T.For) -> None:
+        kind = s.kind
+        if kind is T.ForKind.THREAD_BINDING:
+            raise CodegenError(
+                f"loop {s.var.name!r} is bound to {s.thread_tag or 'a GPU thread axis'}, which needs "
+                "the CUDA backend; compile for a cuda target or remove the binding"
+            )
+        if kind is T.ForKind.PARALLEL:
+            return self._parallel(s)
+        if kind is T.ForKind.VECTORIZED:
+            plan = plan_vector(s)
+            if plan is not None:
+                return self._vector(s, plan)
+        dt = s.var.dtype
+        outer = self.env.get(s.var)  # a variable object may be reused by a nested scope
+        if (
+            kind is T.ForKind.UNROLLED
+            and isinstance(s.extent, E.IntImm)
+            and s.extent.value <= UNROLL_COPY_LIMIT
+        ):
+            start = self.expr_as(s.min, dt)
+            for k in range(s.extent.value):
+                self.env[s.var] = self.b.add(start, ir.Constant(start.type, k)) if k else start
+                self.stmt(s.body)
+            self._unbind(s.var, outer)
+            return
+        hints = {
+            T.ForKind.VECTORIZED: ("llvm.loop.vectorize.enable",),
+            T.ForKind.UNROLLED: ("llvm.loop.unroll.enable",),
+        }.get(kind, ())
+        start = self.expr_as(s.min, dt)
+        stop = self.b.add(start, self.expr_as(s.extent, dt))
+
+        def body(i):
+            self.env[s.var] = i
+            self.stmt(s.body)
+
+        self.loop(start, stop, body, signed=not dt.startswith("uint"), hints=hints)
+        self._unbind(s.var, outer)
+
+    def _unbind(self, var: E.Var, outer: ir.Value | None) -> None:
+        if outer is None:
+            del self.env[var]
+        else:
+            self.env[var] = outer
+
+    def _vector(self, s: T.For, plan) -> None:
+        """Run the plan's body once per step of `lanes` iterations, all lanes at once."""
+        lanes = plan.lanes
+        u = E.Var(s.var.name, "int64")
+        start = self.expr_as(s.min, "int64")
+        iota = ir.Constant(ir.VectorType(I64, lanes), list(range(lanes)))
+
+        def step(k: ir.Value) -> None:
+            base = self.b.add(start, self.b.mul(k, I64(lanes)))
+            self.env[u] = self.b.add(self.splat(base, lanes), iota)
+            self.env[s.var] = self.convert(self.env[u], "int64", s.var.dtype)
+            self.vec, self._vec_var = (u, base), s.var
+            self.stmt(plan.body)
+            self.vec = None
+            del self.env[u], self.env[s.var]
+
+        if plan.steps == 1:
+            step(I64(0))
+        else:
+            self.loop(I64(0), I64(plan.steps), step)
+
+    def _parallel(self, s: T.For) -> None:
+        """Outline the loop into `void f(captures*)` and run it with GOMP_parallel."""
+        b = self.b
+        captured = [*self.env.items(), *self.bufs.items()]
+        struct_t = ir.LiteralStructType([v.type for _, v in captured] + [I32])
+        slot = self.alloca(struct_t)
+        for k, (_, v) in enumerate(captured):
+            b.store(v, b.gep(slot, [I32(0), I32(k)], source_etype=struct_t))
+        flag_p = b.gep(slot, [I32(0), I32(len(captured))], source_etype=struct_t)
+        b.store(I32(0), flag_p)
+        fn = ir.Function(
+            self.module,
+            ir.FunctionType(ir.VoidType(), [PTR]),
+            f"{self.name}.parallel{self.outlined}",
+        )
+        fn.linkage = "internal"
+        self.outlined += 1
+
+        saved = (self.b, self.frame, self.env, self.bufs)
+        data = fn.args[0]
+
+        def fail_worker():  # the worker cannot report; the caller does after the join
+            self.b.store(
+                I32(1), self.b.gep(data, [I32(0), I32(len(captured))], source_etype=struct_t)
+            )
+            self.b.ret_void()
+
+        self.frame = self._new_frame(fn, fail_worker)
+        self.env, self.bufs = {}, {}
+        for k, (key, v) in enumerate(captured):
+            value = self.b.load(
+                self.b.gep(data, [I32(0), I32(k)], source_etype=struct_t), typ=v.type
+            )
+            (self.bufs if isinstance(key, T.Buffer) else self.env)[key] = value
+        self._worker_loop(s)
+        self.b.ret_void()
+        self.b, self.frame, self.env, self.bufs = saved
+
+        threads = b.load(self.rt.num_threads, typ=I32)
+        b.call(self.rt.gomp("GOMP_parallel"), [fn, slot, threads, I32(0)])
+        failed = b.icmp_signed("!=", b.load(flag_p, typ=I32), I32(0))
+        with b.if_then(failed, likely=False):
+            self.fail(
+                f"out of memory allocating a buffer inside parallel loop {fmt_text(repr(s.var.name))}"
+            )
+
+    def _worker_loop(self, s: T.For) -> None:
+        """This thread's share of the loop: static chunks of ceil(extent / threads)."""
+        b = self.b
+        tid = b.sext(b.call(self.rt.gomp("omp_get_thread_num"), []), I64)
+        nt = b.sext(b.call(self.rt.gomp("omp_get_num_threads"), []), I64)
+        extent = self.expr_as(s.extent, "int64")
+        chunk = b.sdiv(b.add(extent, b.sub(nt, I64(1))), nt)
+        lo = b.mul(tid, chunk)
+        lo = b.select(b.icmp_signed("<", lo, extent), lo, extent)
+        hi = b.add(lo, chunk)
+        hi = b.select(b.icmp_signed("<", hi, extent), hi, extent)
+        start = self.expr_as(s.min, "int64")
+
+        def body(i):
+            self.env[s.var] = self.convert(b.add(start, i), "int64", s.var.dtype)
+            self.stmt(s.body)
+
+        self.loop(lo, hi, body)
+
+
+_STMTS = {
+    T.SeqStmt: _KernelGen._seq,
+    T.Evaluate: _KernelGen._evaluate,
+    T.IfThenElse: _KernelGen._if,
+    T.BufferStore: _KernelGen._store,
+    T.Allocate: _KernelGen._allocate,
+    T.Block: _KernelGen._block,
+    T.For: _KernelGen._for,
+}
+
+
+def _size_bytes(t: ir.Type) -> int:
+    return max(
+        1,
+        (t.width if isinstance(t, ir.IntType) else {"half": 16, "float": 32, "double": 64}[str(t)])
+        // 8,
+    )
+
+
+def _align(t: ir.Type) -> int:
+    return _size_bytes(t)
+
+
+def _check_name(name: str) -> None:
+    if not (name.isascii() and name.isidentifier()):
+        raise CodegenError(
+            f"kernel name {name!r} is not a C identifier; rename the PrimFunc (letters, digits, _)"
+        )
+    if name in RESERVED or name in _C_MATH_NAMES or name.startswith(("tcc_", "GOMP_", "omp_")):
+        raise CodegenError(
+            f"kernel name {name!r} clashes with a runtime or C library symbol; rename the PrimFunc"
+        )
+
+
+def build_module(funcs: Mapping[str, T.PrimFunc], target: Target) -> tuple[ir.Module, Runtime]:
+    """The unoptimized LLVM module holding every kernel (sorted by name) and the runtime glue."""
+    tm = target.target_machine()
+    module = ir.Module(name="tcc_kernels")
+    module.triple = target.triple
+    module.data_layout = str(tm.target_data)
+    rt = Runtime(module)
+    for name in sorted(funcs):
+        _check_name(name)
+        try:
+            _KernelGen(rt, name, funcs[name]).build()
+        except CodegenError as e:
+            raise CodegenError(f"kernel {name!r}: {e}") from None
+    return module, rt
+
+
+def compile_prim_funcs(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llvm") -> CpuModule:
+    """Compile PrimFuncs (by exported symbol) for a CPU target; see the module docstring."""
+    target = parse_target(target)
+    module, rt = build_module(funcs, target)
+    tm = target.target_machine()
+    try:
+        parsed = llvm.parse_assembly(str(module))
+        parsed.verify()
+    except RuntimeError as e:
+        raise InternalError(
+            f"LLVM rejected the IR tcc generated (a tcc bug, please report): {e}"
+        ) from None
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = pto.slp_vectorization = pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(parsed, pb)
+    object_code = tm.emit_object(parsed)
+    libraries = ["m"] + (["gomp"] if rt.uses_openmp else [])
+    shared = link_shared(object_code, libraries) if target.is_host else None
+    return CpuModule(str(target), tuple(sorted(funcs)), object_code, shared, str(parsed))

@@ -1,0 +1,222 @@
+"""Index arithmetic and the plan for turning a `vectorized` loop into LLVM vector operations.
+
+Every buffer access is flattened to one int64 offset (row-major over the buffer's shape),
+built with tcc's simplifying integer arithmetic. That normal form is what the vectorizer
+reads: an offset that grows by exactly 1 when the loop variable does is a contiguous vector
+load or store, one without the variable is the same for all lanes, anything else is a
+gather (lane by lane).
+
+A loop becomes vector code only when that keeps serial semantics: its body is stores,
+conditions that do not depend on the loop variable and blocks (inlined, their iteration
+variables replaced by their bindings), every store is contiguous, and a buffer the body
+stores is loaded only at the offsets it is stored to (so no lane reads what another wrote),
+and no select that loads in a branch (padding) has a condition that differs between lanes,
+since only its chosen branch may run. Anything else is left to LLVM's loop vectorizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tcc.emit.llvm_expr import children, has_load
+from tcc.ir import expr as E
+from tcc.ir import tir as T
+from tcc.ir.dtype import is_float
+
+_POLY_OPS = ("add", "sub", "mul", "floordiv", "floormod", "min", "max")
+MAX_LANES = 64
+
+
+def rewrite(e: E.PrimExpr, f) -> E.PrimExpr:
+    """Replace variables by `f(var)` (None keeps one), also inside buffer-load indices."""
+    if isinstance(e, E.Var):
+        r = f(e)
+        return e if r is None else r
+    if isinstance(e, (E.IntImm, E.FloatImm)):
+        return e
+    if isinstance(e, E.BinOp):
+        out = E.BinOp(e.op, rewrite(e.a, f), rewrite(e.b, f), e.dtype)
+        return E.simplify(out) if e.op in _POLY_OPS else out
+    if isinstance(e, (E.Cmp, E.Logic)):
+        return type(e)(e.op, rewrite(e.a, f), rewrite(e.b, f), e.dtype)
+    if isinstance(e, E.Not):
+        return E.Not(rewrite(e.a, f))
+    if isinstance(e, E.Select):
+        return E.Select(
+            rewrite(e.cond, f), rewrite(e.true_value, f), rewrite(e.false_value, f), e.dtype
+        )
+    if isinstance(e, E.Cast):
+        return E.Cast(rewrite(e.value, f), e.dtype)
+    if isinstance(e, E.Call):
+        return E.Call(e.name, tuple(rewrite(a, f) for a in e.args), e.dtype)
+    if isinstance(e, E.BufferLoad):
+        return E.BufferLoad(e.buffer, tuple(rewrite(i, f) for i in e.indices))
+    return e
+
+
+def _is_int(dtype: str) -> bool:
+    return not is_float(dtype) and dtype != "bool"
+
+
+def index64(e: E.PrimExpr | int, rename: dict) -> E.PrimExpr:
+    """An integer index as an int64 expression in normal form; `rename` maps variables first."""
+    if isinstance(e, int):
+        return E.IntImm(e, "int64")
+    if isinstance(e, E.Var):
+        v = rename.get(e, e)
+        return v if v.dtype == "int64" else E.Cast(v, "int64")
+    if isinstance(e, E.IntImm) and e.dtype != "bool":
+        return E.IntImm(e.value, "int64")
+    if isinstance(e, E.BinOp) and e.op in _POLY_OPS and _is_int(e.dtype):
+        return E.simplify(E.BinOp(e.op, index64(e.a, rename), index64(e.b, rename), "int64"))
+    if isinstance(e, E.Cast) and _is_int(e.dtype) and _is_int(e.value.dtype):
+        return index64(e.value, rename)  # index arithmetic does not overflow
+    return E.Cast(rewrite(e, rename.get), "int64")
+
+
+def flat_index(buffer: T.Buffer, indices, rename: dict | None = None) -> E.PrimExpr:
+    """The row-major element offset of `buffer[indices]`."""
+    rename = rename or {}
+    if len(indices) != len(buffer.shape):
+        from tcc.emit.support import CodegenError
+
+        raise CodegenError(
+            f"buffer {buffer.name!r} has {len(buffer.shape)} dimensions but is indexed with "
+            f"{len(indices)}; index every dimension"
+        )
+    flat: E.PrimExpr = E.IntImm(0, "int64")
+    for idx, dim in zip(indices, buffer.shape):
+        flat = E.simplify(E.BinOp("mul", flat, index64(dim, {}), "int64"))
+        flat = E.simplify(E.BinOp("add", flat, index64(idx, rename), "int64"))
+    return flat
+
+
+def access_kind(flat: E.PrimExpr, u: E.Var) -> str:
+    """'uniform', 'contiguous' (offset grows by one with `u`) or 'gather'."""
+    if not any(v is u for v in E.free_vars(flat)):
+        return "uniform"
+    step = rewrite(
+        flat, lambda v: E.BinOp("add", u, E.IntImm(1, "int64"), "int64") if v is u else None
+    )
+    diff = E.simplify(E.BinOp("sub", step, flat, "int64"))
+    return "contiguous" if isinstance(diff, E.IntImm) and diff.value == 1 else "gather"
+
+
+@dataclass
+class VectorPlan:
+    """A vectorizable loop: its body without blocks, and the lane count per vector step."""
+
+    body: T.Stmt
+    lanes: int
+    steps: int
+
+
+def _inline_blocks(s: T.Stmt, subst: dict) -> T.Stmt | None:
+    """The statement with blocks inlined and iteration variables replaced; None if not plain."""
+    sub = (lambda v: subst.get(v)) if subst else (lambda v: None)
+    if isinstance(s, T.BufferStore):
+        return T.BufferStore(
+            s.buffer, rewrite(s.value, sub), tuple(rewrite(i, sub) for i in s.indices)
+        )
+    if isinstance(s, T.SeqStmt):
+        parts = [_inline_blocks(x, subst) for x in s.stmts]
+        return None if any(p is None for p in parts) else T.seq(*parts)
+    if isinstance(s, T.Evaluate):
+        return T.SeqStmt(())
+    if isinstance(s, T.IfThenElse):
+        then = _inline_blocks(s.then_case, subst)
+        other = _inline_blocks(s.else_case, subst) if s.else_case is not None else None
+        if then is None or (s.else_case is not None and other is None):
+            return None
+        return T.IfThenElse(rewrite(s.cond, sub), then, other)
+    if isinstance(s, T.Block) and not s.alloc_buffers:
+        inner = dict(subst)
+        for iv in s.iter_vars:
+            binding = rewrite(iv.binding, sub)
+            inner[iv.var] = (
+                binding if binding.dtype == iv.var.dtype else E.Cast(binding, iv.var.dtype)
+            )
+        body = _inline_blocks(s.body, inner)
+        if body is None:
+            return None
+        if s.init is None:
+            return body
+        init = _inline_blocks(s.init, inner)
+        if init is None:
+            return None
+        return T.seq(T.IfThenElse(init_condition(s, inner), init), body)
+    return None
+
+
+def init_condition(block: T.Block, subst: dict | None = None) -> E.PrimExpr:
+    """True when every reduction variable is at its first value (always true without one)."""
+    cond: E.PrimExpr = E.IntImm(1, "bool")
+    for iv in block.iter_vars:
+        if iv.kind is T.IterKind.REDUCE:
+            v = subst.get(iv.var, iv.var) if subst else iv.var
+            c = E.Cmp("eq", v, E.IntImm(0, v.dtype))
+            cond = c if isinstance(cond, E.IntImm) else E.Logic("and", cond, c)
+    return cond
+
+
+def _depends(e: E.PrimExpr, var: E.Var) -> bool:
+    return any(v is var for v in E.free_vars(e))
+
+
+def plan_vector(loop: T.For) -> VectorPlan | None:
+    """How to run `loop` as vector code, or None when only a scalar loop keeps its meaning."""
+    if not isinstance(loop.extent, E.IntImm) or loop.extent.value < 1:
+        return None
+    extent = loop.extent.value
+    if extent <= MAX_LANES:
+        lanes = extent
+    else:
+        lanes = next((w for w in (32, 16, 8, 4, 2) if extent % w == 0), 0)
+        if not lanes:
+            return None
+    body = _inline_blocks(loop.body, {})
+    if body is None:
+        return None
+    u = E.Var(loop.var.name, "int64")
+    rename = {loop.var: u}
+    stores: dict[T.Buffer, set] = {}
+    loads: list[tuple[T.Buffer, E.PrimExpr]] = []
+
+    guarded: list[bool] = []  # a select whose loading branch the lanes choose differently
+
+    def collect_loads(e: E.PrimExpr) -> None:
+        if isinstance(e, E.BufferLoad):
+            loads.append((e.buffer, flat_index(e.buffer, e.indices, rename)))
+        if isinstance(e, E.Select) and _depends(e.cond, loop.var):
+            guarded.append(has_load(e.true_value) or has_load(e.false_value))
+        for c in children(e):
+            collect_loads(c)
+
+    def check(s: T.Stmt) -> bool:
+        if isinstance(s, T.SeqStmt):
+            return all(check(x) for x in s.stmts)
+        if isinstance(s, T.IfThenElse):
+            collect_loads(s.cond)
+            return (
+                not _depends(s.cond, loop.var)
+                and check(s.then_case)
+                and (s.else_case is None or check(s.else_case))
+            )
+        if isinstance(s, T.BufferStore):
+            flat = flat_index(s.buffer, s.indices, rename)
+            if access_kind(flat, u) != "contiguous":
+                return False
+            stores.setdefault(s.buffer, set()).add(flat)
+            collect_loads(s.value)
+            for i in s.indices:
+                collect_loads(i)
+            return True
+        return False
+
+    if not check(body) or any(guarded):
+        return None
+    if any(len(offsets) > 1 for offsets in stores.values()):
+        return None
+    if any(buf in stores and flat not in stores[buf] for buf, flat in loads):
+        return None
+    return VectorPlan(body, lanes, extent // lanes)

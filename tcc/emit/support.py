@@ -1,0 +1,58 @@
+"""Shared pieces of the CPU backend: its error type and linking object code into a shared object.
+
+The shared object is what the Python loader (and later the C runtime) dlopens. It is linked
+by the system C compiler, so tcc needs no linker of its own; where there is none the pack
+carries the object code alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+
+from tcc.errors import TccError
+
+
+class CodegenError(TccError):
+    """A PrimFunc the LLVM backend cannot translate (unsupported dtype, loop kind, unbound size)."""
+
+
+@functools.cache
+def c_compiler() -> str | None:
+    """The system C compiler (`$CC`, else `cc`, `gcc`, `clang`), or None when there is none."""
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and (path := shutil.which(name)):
+            return path
+    return None
+
+
+def link_shared(object_code: bytes, libraries: list[str]) -> bytes | None:
+    """Link one ELF object into a shared object (`cc -shared`), or None without a C compiler.
+
+    The temporary names never reach the output: the object's own module name is its source
+    file name, so linking the same object twice gives the same bytes.
+    """
+    cc = c_compiler()
+    if cc is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="tcc-link-") as tmp:
+        obj, out = os.path.join(tmp, "kernels.o"), os.path.join(tmp, "kernels.so")
+        with open(obj, "wb") as f:
+            f.write(object_code)
+        cmd = [cc, "-shared", "-o", out, obj, "-Wl,-z,noexecstack"]
+        if "gomp" in libraries:
+            # unloading these kernels must never unload libgomp under its idle worker threads
+            cmd.append("-Wl,-z,nodelete")
+        cmd += [f"-l{lib}" for lib in libraries]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+        if proc.returncode != 0:
+            detail = " ".join(proc.stderr.split())[:400]
+            raise CodegenError(
+                f"linking the kernels with {' '.join(cmd[:2])} failed: {detail}; "
+                "install the C toolchain's libraries (libm, libgomp) or set CC to a working compiler"
+            )
+        with open(out, "rb") as f:
+            return f.read()

@@ -1,0 +1,219 @@
+"""Loading compiled CPU kernels (a shared object) and calling them on numpy arrays.
+
+The shared object comes from memory (a pack member), so it is written to a private file
+(see `_load_shared_object`) and opened with ctypes from there. A call builds one DLPack `DLTensor` per array (docs/compile.md §3)
+and turns a kernel's nonzero return into a `KernelError` carrying the kernel's own message.
+
+Depends on numpy, ctypes and the standard library only, so a deployment can ship tcc.rt alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+
+import numpy as np
+
+from tcc.rt.errors import KernelError
+
+__all__ = ["DLTensor", "KernelLibrary", "dl_dtype", "load_cpu_library"]
+
+KDL_CPU = 1
+_DL_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}  # DLPack type codes: int, uint, float, bool
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+def dl_dtype(dtype: np.dtype) -> tuple[int, int]:
+    """DLPack (code, bits) of a numpy dtype; bool is code 6 with 8 bits (one byte a value)."""
+    dtype = np.dtype(dtype)
+    code = _DL_CODES.get(dtype.kind)
+    if code is None or dtype.name.startswith(
+        ("complex", "bfloat", "float8", "float4", "int4", "uint4", "int2", "uint2")
+    ):
+        raise KernelError(
+            f"arrays of dtype {dtype} cannot be passed to CPU kernels; "
+            "use a bool, integer or float16/32/64 array"
+        )
+    return code, dtype.itemsize * 8
+
+
+_DL_NAMES = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 6: "bool"}
+_DTYPE_IN_MESSAGE = re.compile(r"has dtype code (\d+) bits (\d+) lanes (\d+)")
+
+
+def _name_dtype(m: re.Match) -> str:
+    """Kernels report a dtype as DLPack numbers; name it too (float64, int8x4, ...)."""
+    code, bits, lanes = (int(g) for g in m.groups())
+    base = _DL_NAMES.get(code)
+    name = "bool" if code == 6 else f"{base}{bits}" if base else f"unknown type code {code}"
+    name += f"x{lanes}" if lanes != 1 else ""
+    return f"has dtype {name} (code {code}, bits {bits}, lanes {lanes})"
+
+
+def _load_shared_object(data: bytes) -> ctypes.CDLL:
+    """Open a shared object held in memory.
+
+    The dynamic loader reuses an already loaded library of the same path, so every load gets
+    a fresh file name: a private temporary file, removed as soon as it is mapped. Where the
+    temporary directory cannot hold executable code, an anonymous memory file is used, and
+    its descriptor is kept for the life of the process so that its /proc name is never reused.
+    """
+    fd, path = tempfile.mkstemp(prefix="tcc-kernels-", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+    except OSError as e:
+        error = e
+    finally:
+        os.unlink(path)
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("tcc-kernels")
+        os.write(fd, data)
+        try:
+            return ctypes.CDLL(f"/proc/self/fd/{fd}", mode=ctypes.RTLD_LOCAL)
+        except OSError as e:
+            os.close(fd)
+            error = e
+    raise KernelError(
+        f"cannot load the kernels' shared object: {error}; rebuild the pack on this machine"
+    )
+
+
+class KernelLibrary:
+    """Kernels of one loaded shared object. Use `call`, then `close()` (or a `with` block)."""
+
+    def __init__(self, shared_object: bytes):
+        self._lib: ctypes.CDLL | None = _load_shared_object(shared_object)
+        self._kernels: dict[str, ctypes._CFuncPtr] = {}
+        self._setsig()
+
+    def _setsig(self) -> None:
+        """Every C signature of the runtime, declared once."""
+        lib = self._lib
+        try:
+            lib.tcc_last_error.restype = ctypes.c_char_p
+            lib.tcc_last_error.argtypes = []
+            lib.tcc_set_num_threads.restype = None
+            lib.tcc_set_num_threads.argtypes = [ctypes.c_int32]
+        except AttributeError:
+            self.close()
+            raise KernelError(
+                "the shared object has no tcc_last_error/tcc_set_num_threads; "
+                "it was not built by tcc's CPU backend"
+            ) from None
+
+    def _kernel(self, symbol: str):
+        if self._lib is None:
+            raise KernelError(f"cannot call kernel {symbol!r}: the kernel library is closed")
+        fn = self._kernels.get(symbol)
+        if fn is None:
+            try:
+                fn = getattr(self._lib, symbol)
+            except AttributeError:
+                raise KernelError(
+                    f"no kernel named {symbol!r} in the library; check the pack's kernel table"
+                ) from None
+            fn.restype = ctypes.c_int32
+            fn.argtypes = [ctypes.POINTER(ctypes.POINTER(DLTensor)), ctypes.c_int32]
+            self._kernels[symbol] = fn
+        return fn
+
+    def has(self, symbol: str) -> bool:
+        """True when the library exports `symbol`."""
+        return self._lib is not None and hasattr(self._lib, symbol)
+
+    def call(self, symbol: str, arrays: Sequence[np.ndarray]) -> None:
+        """Run kernel `symbol` on `arrays` (inputs then outputs, written in place)."""
+        fn = self._kernel(symbol)
+        keep, tensors = [], []
+        for i, a in enumerate(arrays):
+            if not isinstance(a, np.ndarray):
+                a = np.asarray(a)  # a scalar parameter as a 0-d array
+            if not a.flags.c_contiguous:
+                raise KernelError(
+                    f"{symbol}: argument {i} is not C-contiguous (strides {a.strides}); "
+                    "pass np.ascontiguousarray(x)"
+                )
+            code, bits = dl_dtype(a.dtype)
+            shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
+            t = DLTensor(
+                a.ctypes.data,
+                DLDevice(KDL_CPU, 0),
+                a.ndim,
+                DLDataType(code, bits, 1),
+                ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)),
+                None,
+                0,
+            )
+            keep.append((a, shape))
+            tensors.append(t)
+        ptrs = (ctypes.POINTER(DLTensor) * max(len(tensors), 1))(
+            *(ctypes.pointer(t) for t in tensors)
+        )
+        status = fn(ptrs, len(tensors))
+        if status != 0:
+            raise KernelError(self.last_error() or f"{symbol}: failed with status {status}")
+        del keep  # the arrays and shapes had to outlive the call
+
+    def last_error(self) -> str:
+        if self._lib is None:
+            return ""
+        msg = self._lib.tcc_last_error()
+        return _DTYPE_IN_MESSAGE.sub(_name_dtype, msg.decode("utf8", "replace")) if msg else ""
+
+    def set_num_threads(self, n: int) -> None:
+        """Threads for parallel loops; 0 means the OpenMP default (OMP_NUM_THREADS or all cores)."""
+        if self._lib is None:
+            raise KernelError("cannot set the thread count: the kernel library is closed")
+        if n < 0:
+            raise KernelError(f"thread count must be 0 (the default) or positive, got {n}")
+        self._lib.tcc_set_num_threads(int(n))
+
+    def close(self) -> None:
+        """Unload the library; calling a kernel afterwards is an error."""
+        if self._lib is not None:
+            import _ctypes
+
+            self._kernels.clear()
+            _ctypes.dlclose(self._lib._handle)
+            self._lib = None
+
+    def __enter__(self) -> KernelLibrary:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def load_cpu_library(shared_object: bytes) -> KernelLibrary:
+    """Load a shared object built by tcc's CPU backend (CpuModule.shared_object)."""
+    return KernelLibrary(shared_object)
