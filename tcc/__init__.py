@@ -1,6 +1,9 @@
 """tcc: a tensor compiler toolchain (ONNX -> IR -> optimized code -> .tvmpack)."""
 
+from tcc.errors import TccError
+
 __version__ = "0.1.0"
+__all__ = ["TccError", "__version__", "compile", "compile_onnx"]
 
 
 def compile(model_or_path, target: str = "llvm", output=None):  # noqa: A001

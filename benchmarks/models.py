@@ -1,0 +1,107 @@
+"""tcc vs onnxruntime on the test model set: latency (median and spread), ratio, compile time.
+
+    .venv/bin/python benchmarks/models.py [--runs 20] [--threads 2] [--models resnet50,bert]
+
+Both run in this process, on the same seeded inputs and thread count. A model tcc cannot
+compile yet is listed with the reason. The first outputs are compared (rtol 1e-3,
+atol 1e-4) so a fast wrong answer never counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.models import builders  # noqa: E402
+
+LIGHT = ["squeezenet", "resnet50", "shufflenet", "inception_v1", "inception_v2", "densenet121",
+         "bvlc_alexnet", "zfnet512", "vgg19"]
+
+
+def models():
+    yield "bert", builders.bert_encoder(), {"batch": 1, "seq": 128}
+    yield "gpt2", builders.gpt2_decoder(), {"batch": 1, "seq": 128}
+    for name in LIGHT:
+        yield name, builders.light_model(name), {}
+
+
+def feeds_for(model, dims: dict, rng) -> dict:
+    from onnx import helper
+
+    feeds = {}
+    inits = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else dims.get(d.dim_param, 1) for d in tt.shape.dim]
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        if dtype.kind == "f":
+            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+        elif "mask" in vi.name:
+            feeds[vi.name] = np.ones(shape, dtype)
+        else:
+            feeds[vi.name] = rng.integers(0, 100, shape).astype(dtype)
+    return feeds
+
+
+def timed(fn, runs: int) -> list[float]:
+    fn()  # warm-up
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--models", default="", help="comma-separated subset")
+    args = p.parse_args(argv)
+    import onnxruntime as ort
+
+    import tcc
+
+    wanted = set(filter(None, args.models.split(",")))
+    print(f"{'model':14s} {'compile s':>9s} {'tcc ms (min-max)':>22s} {'ort ms (min-max)':>22s} {'tcc/ort':>8s}")
+    for name, model, dims in models():
+        if wanted and name not in wanted:
+            continue
+        feeds = feeds_for(model, dims, np.random.default_rng(0))
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = args.threads
+        opts.inter_op_num_threads = 1
+        sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        t0 = time.perf_counter()
+        try:
+            fn = tcc.compile_onnx(model)
+        except tcc.TccError as e:
+            print(f"{name:14s} not compiled: {str(e)[:100]}")
+            continue
+        compile_s = time.perf_counter() - t0
+        fn.module.set_num_threads(args.threads)
+        want = sess.run(None, feeds)[0]
+        got = fn(feeds)[0]
+        if not np.allclose(got, want, rtol=1e-3, atol=1e-4):
+            print(f"{name:14s} WRONG RESULT (max abs err {np.abs(got - want).max():.3g})")
+            continue
+        t_tcc = timed(lambda f=fn, x=feeds: f(x), args.runs)
+        t_ort = timed(lambda s=sess, x=feeds: s.run(None, x), args.runs)
+        mt, mo = statistics.median(t_tcc), statistics.median(t_ort)
+        print(f"{name:14s} {compile_s:9.2f} {mt:9.2f} ({min(t_tcc):.1f}-{max(t_tcc):.1f}) "
+              f"{mo:9.2f} ({min(t_ort):.1f}-{max(t_ort):.1f}) {mt / mo:8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
