@@ -18,9 +18,6 @@ from pathlib import Path
 
 from tcc.errors import TccError
 
-# Ops the VM runs itself (views and copies); every other op must have a loop program.
-VM_BUILTIN_OPS = frozenset({"reshape", "squeeze", "expand_dims", "identity"})
-
 
 class CompileError(TccError):
     """The module cannot be compiled for the target (e.g. an op without a loop program)."""
@@ -47,10 +44,12 @@ def load_module(source):
 
 def lower(mod):
     """Legalize; refuse ops that have neither a loop program nor a VM builtin."""
+    from tcc.emit.vm import VIEW_OPS
     from tcc.lower.legalize import legalize, unlegalized_ops
 
-    lowered = legalize(mod)
-    left = {op: n for op, n in unlegalized_ops(lowered).items() if op not in VM_BUILTIN_OPS}
+    # Views (reshape, squeeze, ...) stay graph calls: the VM runs them without copying.
+    lowered = legalize(mod, keep=VIEW_OPS)
+    left = {op: n for op, n in unlegalized_ops(lowered).items() if op not in VIEW_OPS | {"identity"}}
     if left:
         listed = ", ".join(f"{op} (x{n})" for op, n in sorted(left.items()))
         raise CompileError(

@@ -212,7 +212,7 @@ def run_compute(op: str, *arrays, **attrs) -> list[np.ndarray]:
     func = op_prim_func(op, types, attrs)
     assert func is not None, f"op {op} has no loop program"
     out_types = list(result.fields) if isinstance(result, TupleType) else [result]
-    inputs = [np.ascontiguousarray(a) for a in arrays if a is not None]
+    inputs = [np.require(a, requirements="C") for a in arrays if a is not None]
     env: dict = {}
     for t, a in zip([t for t in types if t is not None], inputs):
         for d, n in zip(t.shape, a.shape):

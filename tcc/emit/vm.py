@@ -33,7 +33,7 @@ from tcc.rt.format import (
 
 # Graph ops the VM runs itself: each keeps the data in row-major order, so its result is a
 # view with the shape of the binding's type.
-VIEW_OPS = frozenset({"reshape", "squeeze", "unsqueeze", "flatten"})
+VIEW_OPS = frozenset({"reshape", "squeeze", "expand_dims"})
 
 
 class VMCompileError(TccError):

@@ -52,8 +52,9 @@ def _kernel_name(op_name: str, used: set[str]) -> str:
 
 
 class _Legalizer:
-    def __init__(self, mod: IRModule):
+    def __init__(self, mod: IRModule, keep: frozenset[str]):
         self.mod = mod
+        self.keep = keep
         self.out = IRModule(dict(mod.functions), dict(mod.const_types), dict(mod.const_values))
         self.by_hash: dict[str, str] = {}
 
@@ -74,7 +75,11 @@ class _Legalizer:
         bindings = []
         for b in f.bindings:
             value = b.value
-            if isinstance(value, Call) and isinstance(b.var.type, (TensorType, TupleType)):
+            if (
+                isinstance(value, Call)
+                and value.op not in self.keep
+                and isinstance(b.var.type, (TensorType, TupleType))
+            ):
                 kernel = self.kernel_for(value, b.var.type)
                 if kernel is not None:
                     args = tuple(a for a in value.args if a is not None)
@@ -83,9 +88,11 @@ class _Legalizer:
         return dataclasses.replace(f, bindings=tuple(bindings))
 
 
-def legalize(mod: IRModule) -> IRModule:
-    """A new module in which op calls with loop programs are call_tir's of shared PrimFuncs."""
-    lg = _Legalizer(mod)
+def legalize(mod: IRModule, keep: frozenset[str] = frozenset()) -> IRModule:
+    """A new module in which op calls with loop programs are call_tir's of shared PrimFuncs.
+
+    Calls of the ops in `keep` stay op calls (e.g. reshapes the runtime does as views)."""
+    lg = _Legalizer(mod, keep)
     for name, f in mod.graph_functions.items():
         lg.out.functions[name] = lg.function(f)
     return lg.out

@@ -78,7 +78,7 @@ def batch_module() -> IRModule:
     parts = G.TupleType((T(n, 1), T(n, 2)))
     t = bb.bind(G.CallTIR("split_1_2", (z,), parts), parts, "t")
     a = bb.get_item(t, 0, "a")
-    flat = bb.bind(G.Call("flatten", (z,), {}), T(n * 3), "flat")
+    flat = bb.bind(G.Call("reshape", (z,), {"shape": [n * 3]}), T(n * 3), "flat")
     mod.functions["main"] = bb.finish([z, a, flat], ["z", "a", "flat"])
     return mod
 
