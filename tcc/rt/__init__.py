@@ -52,9 +52,10 @@ class Function:
         self._module, self.name = module, name
 
     def __call__(self, *arrays, **named):
+        by_name = named or None
         if len(arrays) == 1 and isinstance(arrays[0], dict) and not named:
-            arrays, named = (), arrays[0]
-        return self._module._vm().run(self.name, arrays, named or None)
+            arrays, by_name = (), arrays[0]  # a dict by input name, possibly empty
+        return self._module._vm().run(self.name, arrays, by_name)
 
     def __repr__(self):
         return f"<tcc.rt.Function {self.name}>"

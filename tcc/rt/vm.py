@@ -115,7 +115,7 @@ class VirtualMachine:
     def _bind_inputs(self, name, sig, args, named) -> list[np.ndarray]:
         specs = sig["inputs"]
         want = [s["name"] for s in specs]
-        if named:
+        if named is not None:
             if args:
                 raise RunInputError(f"{name!r}: give the inputs by position or by name, not both")
             unknown = [k for k in named if k not in want]
