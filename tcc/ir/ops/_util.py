@@ -265,3 +265,49 @@ def crop_spatial(y: np.ndarray, padding, out) -> np.ndarray:
     return pad_spatial(
         y, [-padding[i] for i in range(nd)] + [out[i] + padding[i] - full[i] for i in range(nd)]
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# loop-program (te) helpers of the contraction, convolution and pooling ops
+
+
+def te_type(t) -> TensorType | None:
+    """The TensorType of a te tensor (None stays None), so a compute can reuse its op's
+    inference for the output shape instead of restating it."""
+    return None if t is None else TensorType(t.shape, t.dtype)
+
+
+def accumulate_dtype(dtype: str) -> str:
+    """The dtype a loop program accumulates `dtype` in: half floats in float32, as the numpy
+    references do (`compute_dtype`)."""
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
+
+
+def window_taps(shape, out_idx, taps, strides, padding, dilation, check_end=None):
+    """(input indices, in-bounds condition or None) of one tap of a sliding window.
+
+    Axis i reads `out_idx[i] * stride - pad_begin + taps[i] * dilation` of spatial size
+    `shape[i]`. A bound is only tested where it can fail: the begin when the begin pad may be
+    positive, the end when the end pad may be (or `check_end[i]`, for ceil-mode windows)."""
+    from tcc.ir import te
+
+    nd = len(out_idx)
+    idx, conds = [], []
+    for i in range(nd):
+        pb, pe = padding[i], padding[nd + i]
+        pos = out_idx[i] * strides[i] - pb + taps[i] * dilation[i]
+        idx.append(pos)
+        if not isinstance(pb, int) or pb > 0:
+            conds.append(te.greater_equal(pos, 0))
+        if not isinstance(pe, int) or pe > 0 or (check_end is not None and check_end[i]):
+            conds.append(te.less(pos, shape[i]))
+    cond = None
+    for c in conds:
+        cond = c if cond is None else te.logical_and(cond, c)
+    return idx, cond
+
+
+def data_op(op: str, a, b):
+    """`a op b` on tensor values, built as is: integer expressions are otherwise simplified
+    as index arithmetic, which expands `(x - zx) * (w - zw)` into four products."""
+    return BinOp(op, a, b, a.dtype)

@@ -3,15 +3,21 @@
 cast follows the ONNX Cast table, including the low-precision float types (float8, float4,
 float8_e8m0fnu) with their saturation and rounding modes; bitcast reinterprets the bits of
 each element as another dtype of the same width.
+
+cast's loop program covers conversions between bool, the integer types and
+float16/32/64; casts from or to bfloat16 and the low-precision types raise NoLoopProgram
+and stay op calls. bitcast has no loop program: the loop IR cannot reinterpret bits.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tcc.ir import te
 from tcc.ir.dtype import LOW_PRECISION, bit_width, round_to_bfloat16, to_low_precision, to_numpy
-from tcc.ir.errors import ShapeError
+from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.graph import TensorType
+from tcc.ir.ops.elementwise import LOOP_DTYPES
 from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, register, tensor
 
 _ROUND_MODES = ("up", "down", "nearest")
@@ -63,6 +69,19 @@ def _cast(x, dtype, saturate, round_mode):
     return round_to_bfloat16(out) if dtype == "bfloat16" else out
 
 
+def _cast_te(x, dtype, saturate, round_mode):
+    if x.dtype not in LOOP_DTYPES or dtype not in LOOP_DTYPES:
+        raise NoLoopProgram(f"op cast: casting {x.dtype} to {dtype} has no loop program")
+
+    def convert(v):
+        # nonzero (NaN included) is True, stated as a comparison rather than left to codegen
+        if dtype == "bool" and v.dtype != "bool":
+            return te.not_equal(v, te.const(0, v.dtype))
+        return te.cast(v, dtype)
+
+    return te.compute(x.shape, lambda *i: convert(x[i]), "cast")
+
+
 register(
     OpDef(
         "cast",
@@ -70,6 +89,7 @@ register(
         _cast,
         attrs={"dtype": REQUIRED, "saturate": True, "round_mode": "up"},
         pattern=Pattern.ELEMWISE,
+        compute=_cast_te,
         doc="Convert values to `dtype`: floats to ints truncate, nonzero to bool is True, "
         "ints wrap to narrower ints, floats round to nearest even. Out-of-range values cast "
         "to float8 clamp to its largest finite value with `saturate`, else become inf or "

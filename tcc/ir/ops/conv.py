@@ -10,16 +10,25 @@ Convolutions are OUT_FUSABLE, as in TVM: an elementwise epilogue fuses into them
 deform_conv samples at data-dependent positions, so it is OPAQUE. The numpy references are
 vectorized (strided window views + BLAS matmuls) because the interpreter runs whole CNNs
 through them.
+
+Loop programs: one reduction stage over (input channels of the group, kernel taps); a padded
+tap reads the input under `if_then_else` on its index, so it never loads out of bounds.
+Half floats accumulate in float32 and, like the bias, are added and rounded in a second
+stage, as the references do. A transposed convolution gathers: output position q reads
+input position (q + pad - tap * dilation) / stride where that divides exactly. deform_conv
+(data-dependent bilinear sampling) has no loop program, nor do bool operands.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tcc.ir.errors import ShapeError
+from tcc.ir import te
+from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.expr import Dim, as_dim
 from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import (
+    accumulate_dtype,
     channels_match,
     check_lengths,
     check_positive,
@@ -27,12 +36,15 @@ from tcc.ir.ops._util import (
     check_vector,
     compute_dtype,
     crop_spatial,
+    data_op,
     optional_tensor,
     pad_spatial,
     scatter_windows,
     sliding_windows,
     spatial_params,
+    te_type,
     window_out_dim,
+    window_taps,
 )
 from tcc.ir.ops.registry import OpDef, Pattern, register, tensor
 
@@ -195,6 +207,115 @@ def _conv_integer_ref(
     return _conv_core(xi, wi, groups, s, p, d).astype(np.int32)
 
 
+# ---------------------------------------------------------------------------------------------
+# loop programs
+
+
+def _attrs(strides, padding, dilation, **extra) -> dict:
+    return {"strides": strides, "padding": padding, "dilation": dilation, **extra}
+
+
+def _group_channel(o, out_per_group, in_per_group, groups: int, rc):
+    """Input channel `rc` of the group that output channel `o` belongs to."""
+    return rc if groups == 1 else (o // out_per_group) * in_per_group + rc
+
+
+def _tap_axes(w, nd: int) -> list:
+    """One reduce axis per kernel dim (rk; or rz, ry, rx)."""
+    names = ["rk"] if nd == 1 else ["rz", "ry", "rx"][3 - nd :]
+    return [te.reduce_axis(w.shape[2 + i], names[i]) for i in range(nd)]
+
+
+def _conv_sum(x, w, shape, attrs, acc: str, name: str, load_x=None, load_w=None):
+    """sum over (c, taps) of load_x(x tap, n) * load_w(w[o, c, taps], o) in `acc`; a tap in the
+    padding contributes 0. `load_*` default to a cast to `acc`."""
+    nd = x.ndim - 2
+    load_x = load_x or (lambda v, o: te.cast(v, acc))
+    load_w = load_w or (lambda v, o: te.cast(v, acc))
+    strides, padding, dilation = spatial_params(attrs, nd)
+    groups = attrs["groups"]
+    rc = te.reduce_axis(w.shape[1], "rc")
+    taps = _tap_axes(w, nd)
+    out_per_group = as_dim(w.shape[0] // groups)
+
+    def body(*idx):
+        n, o, pos = idx[0], idx[1], idx[2:]
+        at, cond = window_taps(x.shape[2:], pos, taps, strides, padding, dilation)
+        c = _group_channel(o, out_per_group, w.shape[1], groups, rc)
+        v = load_x(x[(n, c, *at)], o)
+        if cond is not None:
+            v = te.if_then_else(cond, v, te.const(0, acc))
+        return te.sum(data_op("mul", v, load_w(w[(o, rc, *taps)], o)), axis=[rc, *taps])
+
+    return te.compute(shape, body, name)
+
+
+def _epilogue(y, b, dtype: str, name: str):
+    """y + bias (in y's dtype, after the whole sum, as the references add it), then the cast
+    back to `dtype`; y itself when there is nothing to do."""
+    if b is None and y.dtype == dtype:
+        return y
+
+    def body(*idx):
+        v = y[idx]
+        if b is not None:
+            v = v + te.cast(b[idx[1]], y.dtype)
+        return te.cast(v, dtype)
+
+    return te.compute(y.shape, body, name)
+
+
+def _no_bool(op: str, x) -> None:
+    if x.dtype == "bool":
+        raise NoLoopProgram(f"op {op}: bool operands have no loop program")
+
+
+def _conv_compute(name: str, nd: int):
+    def compute(x, w, b=None, *, strides, padding, dilation, groups):
+        _no_bool(name, x)
+        attrs = _attrs(strides, padding, dilation, groups=groups)
+        shape = _conv_infer(name, nd)([te_type(x), te_type(w), te_type(b)], attrs).shape
+        acc = accumulate_dtype(x.dtype)
+        y = _conv_sum(x, w, shape, attrs, acc, name)
+        return _epilogue(y, b, x.dtype, f"{name}_epilogue")
+
+    return compute
+
+
+def _conv_transpose_compute(name: str, nd: int):
+    def compute(x, w, b=None, *, strides, padding, dilation, groups, output_padding):
+        _no_bool(name, x)
+        attrs = _attrs(strides, padding, dilation, groups=groups, output_padding=output_padding)
+        shape = _conv_transpose_infer(name, nd)([te_type(x), te_type(w), te_type(b)], attrs).shape
+        strides, padding, dilation = spatial_params(attrs, nd)
+        acc = accumulate_dtype(x.dtype)
+        in_per_group = as_dim(x.shape[1] // groups)
+        rc = te.reduce_axis(in_per_group, "rc")
+        taps = _tap_axes(w, nd)
+
+        def body(*idx):
+            n, o, pos = idx[0], idx[1], idx[2:]
+            at, conds = [], []
+            for i in range(nd):
+                t = pos[i] + padding[i] - taps[i] * dilation[i]
+                at.append(t if strides[i] == 1 else t // strides[i])
+                conds.append(te.greater_equal(t, 0))
+                if strides[i] != 1:
+                    conds.append(te.equal(t % strides[i], 0))
+                conds.append(te.less(at[-1], x.shape[2 + i]))
+            cond = conds[0]
+            for c in conds[1:]:
+                cond = te.logical_and(cond, c)
+            c = _group_channel(o, w.shape[1], in_per_group, groups, rc)
+            oc = o if groups == 1 else o % w.shape[1]
+            v = te.if_then_else(cond, te.cast(x[(n, c, *at)], acc), te.const(0, acc))
+            return te.sum(data_op("mul", v, te.cast(w[(c, oc, *taps)], acc)), axis=[rc, *taps])
+
+        return _epilogue(te.compute(shape, body, name), b, x.dtype, f"{name}_epilogue")
+
+    return compute
+
+
 _CONV_ATTRS = {"strides": None, "padding": None, "dilation": None, "groups": 1}
 
 for _nd in (1, 2, 3):
@@ -208,6 +329,7 @@ for _nd in (1, 2, 3):
             (2, 3),
             doc=f"{_nd}-D grouped convolution (cross-correlation) of NC* data with OI* "
             "weights, optional bias.",
+            compute=_conv_compute(f"conv{_nd}d", _nd),
         )
     )
     register(
@@ -220,8 +342,50 @@ for _nd in (1, 2, 3):
             (2, 3),
             doc=f"{_nd}-D transposed convolution; weights are (C_in, C_out / groups, *kernel). "
             "`output_padding` extends the end of each spatial axis.",
+            compute=_conv_transpose_compute(f"conv{_nd}d_transpose", _nd),
         )
     )
+
+
+def _scalar(p, op: str = "qlinear_conv"):
+    """A per-tensor parameter's value (rank 0, or 1-D of one element)."""
+    if p.ndim == 0:
+        return p[()]
+    if all(isinstance(d, int) and d == 1 for d in p.shape):
+        return p[(0,) * p.ndim]
+    raise NoLoopProgram(f"op {op}: a per-tensor parameter of shape {p.shape} has no loop program")
+
+
+def _per_channel(p, op: str = "qlinear_conv"):
+    """`fn(o)` loading a parameter that is per tensor or per output channel (1-D)."""
+    if p.ndim == 0 or all(isinstance(d, int) and d == 1 for d in p.shape):
+        value = _scalar(p, op)
+        return lambda o: value
+    if p.ndim == 1:
+        return lambda o: p[o]
+    raise NoLoopProgram(f"op {op}: a per-channel parameter of shape {p.shape} has no loop program")
+
+
+def _integer_conv_sum(x, w, x_zp, w_zp, shape, attrs, name: str):
+    """The int32 sum of (x - x_zp) * (w - w_zp); padding contributes exact zeros."""
+    x_z = None if x_zp is None else te.cast(_scalar(x_zp, name), "int32")
+    w_z = None if w_zp is None else _per_channel(w_zp, name)
+
+    def load_x(v, o):
+        v = te.cast(v, "int32")
+        return v if x_z is None else data_op("sub", v, x_z)
+
+    def load_w(v, o):
+        v = te.cast(v, "int32")
+        return v if w_z is None else data_op("sub", v, te.cast(w_z(o), "int32"))
+
+    return _conv_sum(x, w, shape, attrs, "int32", name, load_x, load_w)
+
+
+def _conv_integer_compute(x, w, x_zero_point=None, w_zero_point=None, **attrs):
+    shape = _conv_integer_infer([te_type(x), te_type(w)], attrs).shape
+    return _integer_conv_sum(x, w, x_zero_point, w_zero_point, shape, attrs, "conv_integer")
+
 
 register(
     OpDef(
@@ -233,6 +397,7 @@ register(
         (2, 4),
         doc="Integer convolution with optional zero points (scalar for data, per output "
         "channel for weights), accumulated in int32.",
+        compute=_conv_integer_compute,
     )
 )
 
@@ -279,6 +444,34 @@ def _qlinear_conv_ref(
     return np.clip(scaled + zp, info.min, info.max).astype(out)
 
 
+def _qlinear_conv_compute(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp=None, b=None, **attrs):
+    op = "qlinear_conv"
+    types = [te_type(t) for t in (x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, b)]
+    shape = _qlinear_conv_infer(types, attrs).shape
+    acc = _integer_conv_sum(x, w, x_zp, w_zp, shape, attrs, op)
+    out = y_zp.dtype if y_zp is not None else x.dtype
+    info = np.iinfo(out)
+    w_s = _per_channel(w_scale)
+    x_s, y_s = te.cast(_scalar(x_scale), "float64"), te.cast(_scalar(y_scale), "float64")
+    zp = None if y_zp is None else te.cast(_scalar(y_zp), "float64")
+
+    def requantize(*idx):
+        v = acc[idx]
+        if b is not None:
+            v = v + te.cast(b[idx[1]], "int32")
+        # As the reference: the scale ratio and the product in float64, rounded half to even
+        # before the zero point is added.
+        d = te.nearbyint(te.cast(v, "float64") * (x_s * te.cast(w_s(idx[1]), "float64") / y_s))
+        if zp is not None:
+            d = d + zp
+        d = te.min(
+            te.max(d, te.const(int(info.min), "float64")), te.const(int(info.max), "float64")
+        )
+        return te.cast(d, out)
+
+    return te.compute(shape, requantize, f"{op}_requantize")
+
+
 register(
     OpDef(
         "qlinear_conv",
@@ -289,6 +482,7 @@ register(
         (8, 9),
         doc="Quantized convolution (x, x_scale, x_zero_point, w, w_scale, w_zero_point, "
         "y_scale, y_zero_point, bias?); w_scale/w_zero_point may be per output channel.",
+        compute=_qlinear_conv_compute,
     )
 )
 
@@ -368,6 +562,6 @@ register(
         Pattern.OPAQUE,
         (3, 5),
         doc="2-D deformable convolution (data, weight, offset, bias?, mask?): each kernel tap "
-        "reads the input bilinearly at its position plus a learned offset.",
+        "reads the input bilinearly at its position plus a learned offset (no loop program).",
     )
 )

@@ -3,6 +3,12 @@ trilu (the triangle of its input, the rest zeroed).
 
 Sizes and values are attributes; `dyn_arange` and `dyn_full` take them as run-time operands
 instead, and their result dimensions are fresh size variables bound when the program runs.
+
+Loop programs: a kernel binds size variables only from whole dimensions of its buffers, so
+shape_to_tensor, arange, full and eye have one only when every size variable their values
+and shape use is a whole dimension of the result (`arange(0, n)`, `full((n, 4))`); else
+NoLoopProgram, as for dtypes outside bool, the integer types and float16/32/64.
+dyn_arange and dyn_full have none: their result shape is only known from operand values.
 """
 
 from __future__ import annotations
@@ -11,9 +17,10 @@ import math
 
 import numpy as np
 
+from tcc.ir import te
 from tcc.ir.dtype import to_numpy
-from tcc.ir.errors import ShapeError
-from tcc.ir.expr import Dim, PrimExpr, as_dim, fresh_var
+from tcc.ir.errors import NoLoopProgram, ShapeError
+from tcc.ir.expr import Dim, PrimExpr, Var, as_dim, free_vars, fresh_var
 from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import (
     ceil_div,
@@ -25,7 +32,64 @@ from tcc.ir.ops._util import (
     scalar_value,
     vector_length,
 )
+from tcc.ir.ops.elementwise import LOOP_DTYPES
 from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, register, same_dtype, tensor
+
+# ---------------------------------------------------------------------------------------------
+# loop program helpers
+
+
+def _register(name, infer, ref, attrs, num_args=(1, 1), doc="", compute=None) -> OpDef:
+    """`register_op` with a loop program."""
+    return register(OpDef(name, infer, ref, attrs, Pattern.INJECTIVE, num_args, compute, doc))
+
+
+def _loopable(op: str, *dtypes: str) -> None:
+    for d in dtypes:
+        if d not in LOOP_DTYPES:
+            raise NoLoopProgram(f"op {op}: dtype {d} has no loop program")
+
+
+def _bound_by(op: str, exprs, shapes) -> None:
+    """Refuse size variables that no buffer dimension of `shapes` binds on kernel entry."""
+    whole = {id(d) for shape in shapes for d in shape if isinstance(d, Var)}
+    for v in free_vars([e for e in exprs if isinstance(e, PrimExpr)]):
+        if id(v) not in whole:
+            raise NoLoopProgram(
+                f"op {op}: size variable {v.name} is no whole dimension of the result, "
+                "so it has no loop program"
+            )
+
+
+def _value(value, dtype: str):
+    """`value` converted to `dtype` exactly as numpy fills an array of it."""
+    arr = np.asarray(value)
+    if arr.size != 1:
+        raise NoLoopProgram(f"op full: fill value of shape {arr.shape} has no loop program")
+    return te.const(np.full((), arr.reshape(()), to_numpy(dtype))[()].item(), dtype)
+
+
+def _convert(v, dtype: str):
+    """`v` in `dtype` with astype's rules (nonzero is True)."""
+    if dtype == "bool" and v.dtype != "bool":
+        return te.not_equal(v, te.const(0, v.dtype))
+    return te.cast(v, dtype)
+
+
+def _shape_to_tensor_te(dims, scalar, dtype):
+    _loopable("shape_to_tensor", dtype)
+    shape = () if scalar else (len(dims),)
+    _bound_by("shape_to_tensor", dims, [shape])
+    values = [_value(d, dtype) for d in dims] or [te.const(0, dtype)]
+
+    def body(*i):
+        out = values[-1]
+        for k in range(len(values) - 2, -1, -1):
+            out = te.if_then_else(te.equal(i[0], k), values[k], out)
+        return out
+
+    return te.compute(shape, body, "shape_to_tensor")
+
 
 register(
     OpDef(
@@ -39,6 +103,7 @@ register(
         attrs={"dims": REQUIRED, "scalar": False, "dtype": "int64"},
         pattern=Pattern.INJECTIVE,
         num_args=(0, 0),
+        compute=_shape_to_tensor_te,
         doc="A 1-D (or scalar) integer tensor holding the (symbolic) dimensions `dims`.",
     )
 )
@@ -71,6 +136,22 @@ def _arange_ref(start, stop, step, dtype):
     return np.arange(start, stop, step).astype(to_numpy(dtype))
 
 
+def _arange_te(start, stop, step, dtype):
+    _loopable("arange", dtype)
+    n = _arange_length(start, stop, step)
+    _bound_by("arange", [start, n], [(n,)])
+    if not any(isinstance(v, float) for v in (start, stop, step)):
+        return te.compute((n,), lambda i: _convert(i * step + start, dtype), "arange")
+    # numpy fills a float range as start + i * ((start + step) - start), in float64
+    delta = (start + step) - start
+    f64 = "float64"
+    return te.compute(
+        (n,),
+        lambda i: _convert(te.const(start, f64) + te.cast(i, f64) * te.const(delta, f64), dtype),
+        "arange",
+    )
+
+
 def _dyn_arange_infer(args, attrs):
     ts = [tensor(a, "dyn_arange") for a in args]
     if any(t.ndim > 1 or t.shape not in ((), (1,)) for t in ts):
@@ -78,13 +159,14 @@ def _dyn_arange_infer(args, attrs):
     return TensorType((fresh_var("rg"),), same_dtype(ts, "dyn_arange"))
 
 
-register_op(
+_register(
     "arange",
     _arange_infer,
     _arange_ref,
     {"start": 0, "stop": REQUIRED, "step": 1, "dtype": "int64"},
     num_args=(0, 0),
     doc="start, start + step, ... up to (excluding) stop.",
+    compute=_arange_te,
 )
 register_op(
     "dyn_arange",
@@ -101,13 +183,22 @@ def _full_ref(shape, value, dtype):
     return np.full(shape, value, dtype=to_numpy(dtype))
 
 
-register_op(
+def _full_te(shape, value, dtype):
+    _loopable("full", dtype)
+    shape = tuple(shape)
+    _bound_by("full", shape, [shape])
+    v = _value(value, dtype)
+    return te.compute(shape, lambda *i: v, "full")
+
+
+_register(
     "full",
     lambda args, attrs: TensorType(tuple(attrs["shape"]), attrs["dtype"]),
     _full_ref,
     {"shape": REQUIRED, "value": 0, "dtype": "float32"},
     num_args=(0, 0),
     doc="A tensor of `shape` filled with `value`.",
+    compute=_full_te,
 )
 register_op(
     "dyn_full",
@@ -125,6 +216,13 @@ def _full_like_infer(args, attrs):
     return TensorType(x.shape, attrs["dtype"] or x.dtype)
 
 
+def _full_like_te(x, value, dtype):
+    dtype = dtype or x.dtype
+    _loopable("full_like", x.dtype, dtype)
+    v = _value(value, dtype)
+    return te.compute(x.shape, lambda *i: v, "full_like")
+
+
 register(
     OpDef(
         "full_like",
@@ -132,18 +230,28 @@ register(
         lambda x, value, dtype: np.full(x.shape, value, to_numpy(dtype) if dtype else x.dtype),
         attrs={"value": REQUIRED, "dtype": None},
         pattern=Pattern.ELEMWISE,
+        compute=_full_like_te,
         doc="A tensor of x's shape filled with `value` (dtype defaults to x's).",
     )
 )
 
 
-register_op(
+def _eye_te(rows, cols, k, dtype):
+    _loopable("eye", dtype)
+    shape = (rows, cols)
+    _bound_by("eye", [*shape, k], [shape])
+    one, zero = te.const(1, dtype), te.const(0, dtype)
+    return te.compute(shape, lambda i, j: te.if_then_else(te.equal(j - i, k), one, zero), "eye")
+
+
+_register(
     "eye",
     lambda args, attrs: TensorType((attrs["rows"], attrs["cols"]), attrs["dtype"]),
     lambda rows, cols, k, dtype: np.eye(rows, cols, k, dtype=to_numpy(dtype)),
     {"rows": REQUIRED, "cols": REQUIRED, "k": 0, "dtype": "float32"},
     num_args=(0, 0),
     doc="Ones on the k-th diagonal of a rows x cols matrix, zeros elsewhere.",
+    compute=_eye_te,
 )
 
 
@@ -161,11 +269,25 @@ def _trilu_ref(x, k=None, upper=True):
     return np.triu(x, kk) if upper else np.tril(x, kk)
 
 
-register_op(
+def _trilu_te(x, k=None, upper=True):
+    _loopable("trilu", x.dtype, *([] if k is None else [k.dtype]))
+    zero = te.const(0, x.dtype)
+
+    def body(*i):
+        kk = 0 if k is None else te.cast(k[(0,) * k.ndim], "int64")
+        diagonal = i[-1] - i[-2]
+        keep = diagonal >= kk if upper else diagonal <= kk
+        return te.if_then_else(keep, x[i], zero)
+
+    return te.compute(x.shape, body, "trilu")
+
+
+_register(
     "trilu",
     _trilu_infer,
     _trilu_ref,
     {"upper": True},
     num_args=(1, 2),
     doc="Keep the upper (or lower) triangle from diagonal k of the last two axes.",
+    compute=_trilu_te,
 )

@@ -3,7 +3,8 @@ grid_sample and affine_grid.
 
 Layouts are channels-first (NC + spatial dims). Pure data movement (depth_to_space,
 space_to_depth) is INJECTIVE; col2im and the ops that sample at data-dependent positions
-are OPAQUE.
+are OPAQUE. Loop programs exist for the rearrangements and affine_grid; col2im, roi_align
+and grid_sample have none yet (legalization leaves them as op calls).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import math
 
 import numpy as np
 
-from tcc.ir.errors import ShapeError
+from tcc.ir import te
+from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.expr import as_dim, fresh_var
 from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import (
@@ -68,6 +70,35 @@ def _space_to_depth_ref(x, *, block_size, mode):
     return t.reshape(n, c * b * b, h // b, w // b)
 
 
+def _depth_to_space_compute(x, *, block_size, mode):
+    """Each output element reads the one input element the rearrangement moves there."""
+    b = block_size
+    n, c, h, w = x.shape
+    oc = c // (b * b)
+
+    def at(i, ch, y, xx):
+        by, bx = y % b, xx % b
+        src = (by * b + bx) * oc + ch if mode == "DCR" else ch * (b * b) + by * b + bx
+        return x[i, src, y // b, xx // b]
+
+    return te.compute((n, oc, h * b, w * b), at, "depth_to_space")
+
+
+def _space_to_depth_compute(x, *, block_size, mode):
+    """The inverse gather: output channel -> (input channel, offset in the b x b block)."""
+    b = block_size
+    n, c, h, w = x.shape
+
+    def at(i, ch, y, xx):
+        if mode == "DCR":
+            src, blk = ch % c, ch // c
+        else:
+            src, blk = ch // (b * b), ch % (b * b)
+        return x[i, src, y * b + blk // b, xx * b + blk % b]
+
+    return te.compute((n, c * b * b, h // b, w // b), at, "space_to_depth")
+
+
 register(
     OpDef(
         "depth_to_space",
@@ -75,6 +106,7 @@ register(
         _depth_to_space_ref,
         {"block_size": REQUIRED, "mode": "DCR"},
         Pattern.INJECTIVE,
+        compute=_depth_to_space_compute,
         doc="Move channel blocks into b x b spatial blocks; mode DCR (depth-column-row) or CRD.",
     )
 )
@@ -85,6 +117,7 @@ register(
         _space_to_depth_ref,
         {"block_size": REQUIRED, "mode": "DCR"},
         Pattern.INJECTIVE,
+        compute=_space_to_depth_compute,
         doc="Move b x b spatial blocks into channels (inverse of depth_to_space in the same mode).",
     )
 )
@@ -371,6 +404,37 @@ def _affine_grid_ref(theta, size_operand=None, *, size, align_corners):
     return grid.astype(theta.dtype)
 
 
+def _affine_grid_compute(theta, size_operand=None, *, size, align_corners):
+    """Each output is theta's row j applied to the base-grid point, in float64 as the
+    reference computes (x coordinate first, then the homogeneous 1)."""
+    if size is None or size_operand is not None:
+        raise NoLoopProgram("op affine_grid: a run-time size operand has no loop program")
+    spatial = list(size[2:])
+    nd, f64 = len(spatial), "float64"
+
+    def base(axis: int, i):
+        """numpy's linspace(-1, 1, d)[i] (last point exact), or the pixel centre (2i+1)/d - 1."""
+        d, v = spatial[axis], te.cast(i, f64)
+        if not align_corners:
+            return (v * 2.0 + 1.0) / te.const(float(d), f64) - 1.0
+        if d == 1:
+            return te.const(-1.0, f64)
+        end = te.equal(i, d - 1)
+        return te.if_then_else(end, te.const(1.0, f64), v * (2.0 / (d - 1)) + -1.0)
+
+    def at(*i):
+        n, j = i[0], i[-1]
+        acc = None
+        for k in range(nd):
+            axis = nd - 1 - k
+            term = base(axis, i[1 + axis]) * te.cast(theta[n, j, k], f64)
+            acc = term if acc is None else acc + term
+        last = te.cast(theta[n, j, nd], f64)
+        return te.cast(last if acc is None else acc + last, theta.dtype)
+
+    return te.compute((theta.shape[0], *spatial, nd), at, "affine_grid")
+
+
 register(
     OpDef(
         "affine_grid",
@@ -379,6 +443,7 @@ register(
         {"size": None, "align_corners": False},
         Pattern.OPAQUE,
         (1, 2),
+        compute=_affine_grid_compute,
         doc="Sampling grid (N, *spatial, nd) of the affine maps theta (N, nd, nd+1) for an "
         "output of shape `size` (N, C, *spatial) (attribute, or run-time operand when None).",
     )

@@ -4,6 +4,12 @@ Gathers are injective: each output element reads a set of input elements given b
 index. Scatters are opaque: an output element depends on which updates happen to target it.
 
 Index operands follow ONNX: int32 or int64, negative values count from the end.
+
+Loop programs: the gathers load `data` at an index read from `indices`, one stage each.
+An index outside the axis is an error in ONNX (the numpy reference raises); the loop
+programs clamp it into the axis instead, so a bad index reads a wrong element rather than
+memory outside the buffer. The scatters have none yet: an output element depends on which
+updates target it, which one te stage per output cannot state; they stay op calls.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ import math
 
 import numpy as np
 
+from tcc.ir import te
+from tcc.ir.dtype import INDEX_DTYPE
 from tcc.ir.errors import ShapeError
 from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import check_dim, nonscalar
@@ -38,6 +46,26 @@ def _check_shape(expected, got, op: str, what: str) -> None:
 # gathers
 
 
+def _axis_index(value, dim):
+    """An index read from an index tensor as a position on an axis of extent `dim`: negative
+    values count from the end, and out-of-range ones are clamped into the axis."""
+    i = te.cast(value, INDEX_DTYPE)
+    i = te.if_then_else(i < 0, i + dim, i)
+    return te.min(te.max(i, 0), te.const(dim, INDEX_DTYPE) - 1)
+
+
+def _gather_compute(data, indices, axis):
+    axis = normalize_axis(axis, data.ndim, "gather")
+    out = data.shape[:axis] + indices.shape + data.shape[axis + 1 :]
+    m = indices.ndim
+
+    def value(*i):
+        picked = _axis_index(indices[i[axis : axis + m]], data.shape[axis])
+        return data[i[:axis] + (picked,) + i[axis + m :]]
+
+    return te.compute(out, value, "gather")
+
+
 def _gather_infer(args, attrs):
     data = nonscalar(tensor(args[0], "gather", "data"), "gather")
     idx = _indices(args[1], "gather")
@@ -53,6 +81,7 @@ register(
         attrs={"axis": 0},
         pattern=Pattern.INJECTIVE,
         num_args=(2, 2),
+        compute=_gather_compute,
         doc="Select slices of `data` along `axis` (numpy take); scalar indices drop the axis.",
     )
 )
@@ -67,6 +96,16 @@ def _gather_elements_infer(args, attrs):
     return TensorType(idx.shape, data.dtype)
 
 
+def _gather_elements_compute(data, indices, axis):
+    axis = normalize_axis(axis, data.ndim, "gather_elements")
+
+    def value(*i):
+        picked = _axis_index(indices[i], data.shape[axis])
+        return data[i[:axis] + (picked,) + i[axis + 1 :]]
+
+    return te.compute(indices.shape, value, "gather_elements")
+
+
 register(
     OpDef(
         "gather_elements",
@@ -75,6 +114,7 @@ register(
         attrs={"axis": 0},
         pattern=Pattern.INJECTIVE,
         num_args=(2, 2),
+        compute=_gather_elements_compute,
         doc="out[i][j][k] = data[indices[i][j][k]][j][k] for axis 0 (and so on for other axes).",
     )
 )
@@ -112,6 +152,19 @@ def _gather_nd_ref(data, indices, batch_dims):
     return picked.reshape(indices.shape[:-1] + data.shape[b + k :])
 
 
+def _gather_nd_compute(data, indices, batch_dims):
+    b, k = batch_dims, indices.shape[-1]
+    lead = indices.ndim - 1  # output axes taken from indices' shape (batch axes included)
+    out = indices.shape[:-1] + data.shape[b + k :]
+
+    def value(*i):
+        tuple_at = i[:lead]
+        picked = tuple(_axis_index(indices[tuple_at + (j,)], data.shape[b + j]) for j in range(k))
+        return data[i[:b] + picked + i[lead:]]
+
+    return te.compute(out, value, "gather_nd")
+
+
 register(
     OpDef(
         "gather_nd",
@@ -120,6 +173,7 @@ register(
         attrs={"batch_dims": 0},
         pattern=Pattern.INJECTIVE,
         num_args=(2, 2),
+        compute=_gather_nd_compute,
         doc="Gather slices of `data` addressed by the index tuples in the last axis of `indices`.",
     )
 )
@@ -133,6 +187,25 @@ def _array_feature_extractor_infer(args, attrs):
     return TensorType(lead + (prod(idx.shape),), data.dtype)
 
 
+def _array_feature_extractor_compute(data, indices):
+    out = _array_feature_extractor_infer(
+        [TensorType(data.shape, data.dtype), TensorType(indices.shape, indices.dtype)], {}
+    ).shape
+    lead = data.shape[:-1]
+
+    def value(*i):
+        # the last output axis runs over the flattened indices
+        flat, at = i[-1], []
+        for d in reversed(indices.shape[1:]):
+            at.append(flat % d)
+            flat = flat // d
+        at = [flat, *reversed(at)] if indices.ndim else []
+        picked = _axis_index(indices[tuple(at)], data.shape[-1])
+        return data[tuple(i[: len(lead)]) + (picked,)]
+
+    return te.compute(out, value, "array_feature_extractor")
+
+
 register(
     OpDef(
         "array_feature_extractor",
@@ -142,6 +215,7 @@ register(
         ),
         pattern=Pattern.INJECTIVE,
         num_args=(2, 2),
+        compute=_array_feature_extractor_compute,
         doc="Select columns (last-axis entries) of `data` by the flattened `indices`; a "
         "1-D `data` gives one row.",
     )

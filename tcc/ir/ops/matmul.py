@@ -3,6 +3,14 @@
 
 Contractions are OUT_FUSABLE: each lowers to one reduction kernel whose elementwise
 epilogue may fuse. det is OPAQUE.
+
+Loop programs: one reduction stage over the contracted dimension, accumulating half floats
+in float32 (as numpy's matmul does) and integers in their own dtype (wrapping, as numpy's),
+then an epilogue stage where the reference rounds, scales or requantizes. Broadcast batch
+dimensions read index 0 where they are 1, and `i % d` where a symbolic dimension may be 1
+or the full size at run time. det has no loop program; neither do bool operands, nor half
+float einsum (numpy rounds its float16 einsum accumulator to float16 after every step, an
+order a te reduction cannot state).
 """
 
 from __future__ import annotations
@@ -11,11 +19,12 @@ import string
 
 import numpy as np
 
+from tcc.ir import te
 from tcc.ir.dtype import is_float
-from tcc.ir.errors import ShapeError
-from tcc.ir.expr import Dim
+from tcc.ir.errors import NoLoopProgram, ShapeError
+from tcc.ir.expr import Dim, PrimExpr, prove_equal
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import match_dim
+from tcc.ir.ops._util import accumulate_dtype, data_op, match_dim, te_type
 from tcc.ir.ops.quantize import QUANT_RANGE
 from tcc.ir.ops.registry import (
     REQUIRED,
@@ -54,12 +63,70 @@ def _unidirectional(shape, target, op: str, what: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# loop-program helpers
+
+
+def _no_bool(op: str, *tensors) -> None:
+    for t in tensors:
+        if t is not None and t.dtype == "bool":
+            raise NoLoopProgram(f"op {op}: bool operands have no loop program")
+
+
+def _broadcast_index(dims, out_dims, idx) -> list:
+    """Indices into an operand's leading dims, right-aligned with the output's: 0 where the
+    operand's dim is 1, `i % d` where a symbolic dim may be 1 or the full size."""
+    off = len(out_dims) - len(dims)
+    res = []
+    for d, o, i in zip(dims, out_dims[off:], idx[off:]):
+        if isinstance(d, int) and d == 1:
+            res.append(0)
+        elif prove_equal(d, o):
+            res.append(i)
+        else:
+            res.append(i % d)
+    return res
+
+
+def _contract(a, b, shape, acc: str, name: str, load_a=None, load_b=None) -> te.Tensor:
+    """sum_k load_a(a[..., i, k]) * load_b(b[..., k, j]) in `acc`, numpy matmul indexing.
+
+    `load_x(value, row_or_col)` maps a loaded element (and its row of A / column of B, or
+    None for a 1-D operand) to `acc`; the default casts."""
+    load_a = load_a or (lambda v, _: te.cast(v, acc))
+    load_b = load_b or (lambda v, _: te.cast(v, acc))
+    nb = len(shape) - (a.ndim > 1) - (b.ndim > 1)
+    ka, kb = a.shape[-1], b.shape[-2 if b.ndim > 1 else 0]
+    r = te.reduce_axis(ka if isinstance(ka, int) else kb, "k")
+
+    def body(*idx):
+        batch, i, j = idx[:nb], idx[nb] if a.ndim > 1 else None, idx[-1] if b.ndim > 1 else None
+        ai = (r,) if a.ndim == 1 else (*_broadcast_index(a.shape[:-2], shape[:nb], batch), i, r)
+        bi = (r,) if b.ndim == 1 else (*_broadcast_index(b.shape[:-2], shape[:nb], batch), r, j)
+        return te.sum(data_op("mul", load_a(a[ai], i), load_b(b[bi], j)), axis=[r])
+
+    return te.compute(shape, body, name)
+
+
+def _cast_stage(t: te.Tensor, dtype: str, name: str) -> te.Tensor:
+    if t.dtype == dtype:
+        return t
+    return te.compute(t.shape, lambda *i: te.cast(t[i], dtype), name)
+
+
+# ---------------------------------------------------------------------------------------------
 # matmul, gemm, einsum, det
 
 
 def _matmul_infer(args, attrs):
     a, b = tensor(args[0], "matmul"), tensor(args[1], "matmul")
     return TensorType(_matmul_shape(a, b, "matmul"), same_dtype([a, b], "matmul"))
+
+
+def _matmul_compute(a, b):
+    _no_bool("matmul", a)
+    shape = _matmul_shape(te_type(a), te_type(b), "matmul")
+    acc = _contract(a, b, shape, accumulate_dtype(a.dtype), "matmul")
+    return _cast_stage(acc, a.dtype, "matmul_cast")
 
 
 register(
@@ -69,6 +136,7 @@ register(
         lambda a, b: np.matmul(a, b).astype(a.dtype, copy=False),
         pattern=Pattern.OUT_FUSABLE,
         num_args=(2, 2),
+        compute=_matmul_compute,
         doc="numpy matmul: batched matrix product with broadcast batch dims; 1-D operands "
         "are treated as a row (left) or column (right) vector whose dim is then dropped.",
     )
@@ -97,6 +165,45 @@ def _gemm_ref(a, b, c, alpha, beta, trans_a, trans_b):
     return out.astype(a.dtype, copy=False)
 
 
+def _scaled(v: PrimExpr, scale) -> PrimExpr:
+    """`v * scale` with numpy's promotion of a Python scalar: a float scales an integer
+    array in float64."""
+    if isinstance(scale, float) and not is_float(v.dtype):
+        v = te.cast(v, "float64")
+    return v if scale == 1 and is_float(v.dtype) else v * te.const(scale, v.dtype)
+
+
+def _gemm_compute(a, b, c, alpha, beta, trans_a, trans_b):
+    _no_bool("gemm", a)
+    trans = {"trans_a": trans_a, "trans_b": trans_b}
+    m, n = _gemm_infer([te_type(a), te_type(b), te_type(c)], trans).shape
+    k = a.shape[0] if trans_a else a.shape[1]
+    acc = accumulate_dtype(a.dtype)
+    r = te.reduce_axis(k, "k")
+    ab = te.compute(
+        (m, n),
+        lambda i, j: te.sum(
+            te.cast(a[r, i] if trans_a else a[i, r], acc)
+            * te.cast(b[j, r] if trans_b else b[r, j], acc),
+            axis=[r],
+        ),
+        "gemm",
+    )
+
+    def epilogue(i, j):
+        v = _scaled(te.cast(ab[i, j], a.dtype), alpha)
+        if c is not None and beta != 0:
+            cv = _scaled(c[tuple(_broadcast_index(c.shape, (m, n), (i, j)))], beta)
+            if cv.dtype != v.dtype:  # one side went to float64, so both do
+                v, cv = te.cast(v, "float64"), te.cast(cv, "float64")
+            v = v + cv
+        return te.cast(v, a.dtype)
+
+    if alpha == 1 and (c is None or beta == 0) and acc == a.dtype and is_float(acc):
+        return ab
+    return te.compute((m, n), epilogue, "gemm_epilogue")
+
+
 register(
     OpDef(
         "gemm",
@@ -105,6 +212,7 @@ register(
         attrs={"alpha": 1.0, "beta": 1.0, "trans_a": False, "trans_b": False},
         pattern=Pattern.OUT_FUSABLE,
         num_args=(2, 3),
+        compute=_gemm_compute,
         doc="alpha * op(A) @ op(B) + beta * C, op = optional transpose; 2-D A and B, C "
         "(optional) broadcasts to the (M, N) result.",
     )
@@ -173,6 +281,32 @@ def _einsum_ref(*arrays, equation):
     return np.asarray(np.einsum(spec, *arrays)).astype(arrays[0].dtype, copy=False)
 
 
+def _einsum_compute(*ts, equation):
+    _no_bool("einsum", *ts)
+    if ts[0].dtype in ("float16", "bfloat16"):
+        raise NoLoopProgram(f"op einsum: {ts[0].dtype} operands have no loop program")
+    shape = _einsum_infer([te_type(t) for t in ts], {"equation": equation}).shape
+    terms, out, _ = parse_einsum(equation, [t.ndim for t in ts])
+    extent: dict[str, Dim] = dict(zip(out, shape))
+    summed = [c for c in dict.fromkeys("".join(terms)) if c not in out]
+    for term, t in zip(terms, ts):
+        for c, d in zip(term, t.shape):  # a summed label's extent: any operand's non-1 dim
+            if c in summed and (c not in extent or (isinstance(extent[c], int) and extent[c] == 1)):
+                extent[c] = d
+    axes = {c: te.reduce_axis(extent[c], f"r_{c}") for c in summed}
+
+    def body(*idx):
+        env = {**dict(zip(out, idx)), **axes}
+        product = None
+        for term, t in zip(terms, ts):
+            ind = _broadcast_index(t.shape, [extent[c] for c in term], [env[c] for c in term])
+            v = t[tuple(ind)]
+            product = v if product is None else data_op("mul", product, v)
+        return te.sum(product, axis=list(axes.values())) if axes else product
+
+    return te.compute(shape, body, "einsum")
+
+
 register(
     OpDef(
         "einsum",
@@ -181,7 +315,9 @@ register(
         attrs={"equation": REQUIRED},
         pattern=Pattern.OUT_FUSABLE,
         num_args=(1, None),
-        doc="Einstein summation over the operands as `equation` (numpy syntax, with `...`).",
+        compute=_einsum_compute,
+        doc="Einstein summation over the operands as `equation` (numpy syntax, with `...`); "
+        "no loop program for float16/bfloat16 (numpy rounds the accumulator every step).",
     )
 )
 
@@ -202,7 +338,7 @@ register(
         _det_infer,
         lambda x: np.asarray(np.linalg.det(x)).astype(x.dtype),
         pattern=Pattern.OPAQUE,
-        doc="Determinant of each square matrix in the last two dims.",
+        doc="Determinant of each square matrix in the last two dims (no loop program).",
     )
 )
 
@@ -237,6 +373,48 @@ def _centered(x: np.ndarray, zp: np.ndarray | None, per_row: bool) -> np.ndarray
     return x32 - (_row_param(zp, x) if per_row else zp).astype(np.int32)
 
 
+def _per_axis(p, operand, op: str, what: str):
+    """`fn(i)` loading a quantization parameter that is per tensor or, when 1-D and longer
+    than 1, per row of A / column of B (`i` that row or column; None for a 1-D operand)."""
+    if p is None:
+        return lambda i: None
+    if p.ndim == 0:
+        return lambda i: p[()]
+    if p.ndim == 1 and isinstance(p.shape[0], int) and p.shape[0] == 1:
+        return lambda i: p[0]
+    if p.ndim == 1 and operand.ndim > 1:
+        return lambda i: p[i]
+    raise NoLoopProgram(f"op {op}: {what} of shape {p.shape} has no loop program")
+
+
+def _centered_loader(zp, operand, op: str, what: str):
+    load_zp = _per_axis(zp, operand, op, what)
+
+    def load(v, i):
+        z = load_zp(i)
+        v = te.cast(v, "int32")
+        return v if z is None else data_op("sub", v, te.cast(z, "int32"))
+
+    return load
+
+
+def _int_contract(a, a_zp, b, b_zp, op: str, shape) -> te.Tensor:
+    return _contract(
+        a,
+        b,
+        shape,
+        "int32",
+        op,
+        _centered_loader(a_zp, a, op, "A's zero point"),
+        _centered_loader(b_zp, b, op, "B's zero point"),
+    )
+
+
+def _matmul_integer_compute(a, b, a_zp=None, b_zp=None):
+    shape = _matmul_shape(te_type(a), te_type(b), "matmul_integer")
+    return _int_contract(a, a_zp, b, b_zp, "matmul_integer", shape)
+
+
 register(
     OpDef(
         "matmul_integer",
@@ -246,6 +424,7 @@ register(
         ),
         pattern=Pattern.OUT_FUSABLE,
         num_args=(2, 4),
+        compute=_matmul_integer_compute,
         doc="int32 matmul of (A - a_zero_point) and (B - b_zero_point); A's zero point per "
         "tensor or per row, B's per tensor or per column.",
     )
@@ -259,6 +438,26 @@ def _qlinear_matmul_ref(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
     return np.clip(np.rint(d), lo, hi).astype(y_zp.dtype)
 
 
+def _qlinear_matmul_compute(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
+    op = "qlinear_matmul"
+    shape = _matmul_shape(te_type(a), te_type(b), op)
+    acc = _int_contract(a, a_zp, b, b_zp, op, shape)
+    a_s, b_s = _per_axis(a_scale, a, op, "a_scale"), _per_axis(b_scale, b, op, "b_scale")
+    y_s, y_z = _per_axis(y_scale, b, op, "y_scale"), _per_axis(y_zp, b, op, "y_zero_point")
+    lo, hi = QUANT_RANGE[y_zp.dtype]
+    rows, cols = a.ndim > 1, b.ndim > 1
+
+    def requantize(*idx):
+        i, j = idx[-1 - cols] if rows else None, idx[-1] if cols else None
+        # As the reference: the scale ratio in the scales' dtype, the product in float64.
+        ratio = te.cast(a_s(i) * b_s(j) / y_s(j), "float64")
+        d = te.cast(acc[idx], "float64") * ratio + te.cast(y_z(j), "float64")
+        d = te.min(te.max(te.nearbyint(d), te.const(lo, "float64")), te.const(hi, "float64"))
+        return te.cast(d, y_zp.dtype)
+
+    return te.compute(shape, requantize, "qlinear_matmul_requantize")
+
+
 register(
     OpDef(
         "qlinear_matmul",
@@ -266,6 +465,7 @@ register(
         _qlinear_matmul_ref,
         pattern=Pattern.OUT_FUSABLE,
         num_args=(8, 8),
+        compute=_qlinear_matmul_compute,
         doc="Quantized matmul: operands (a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp); "
         "the int32 product is requantized to y's scale and zero point with saturation.",
     )

@@ -5,18 +5,33 @@ Reduction axes are attributes: `axes=None` reduces every axis. The ONNX conforma
 also feed axes (and scan axes, top-k counts) as run-time tensors; those ops accept the value
 as an optional extra operand instead, and dimensions that depend on it are fresh size
 variables bound when the program runs. Only the attribute form has a static loop
-structure; the operand form exists so such models still import and run.
+structure, so only it has a loop program; the operand form exists so such models still
+import and run (legalization leaves those calls as op calls).
+
+Loop programs accumulate half floats in float32 and bools in int64 (as numpy's sums do),
+and round back to the op's dtype once at the end. `reduce_stage` and `source_index` are
+the building blocks the softmax and normalization families reuse.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tcc.ir.errors import ShapeError
+from tcc.ir import te
+from tcc.ir.dtype import is_float
+from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.expr import Dim, fresh_var
 from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import operand, scalar_int, static_length
-from tcc.ir.ops.registry import OpDef, Pattern, normalize_axis, register, tensor, tuple_type
+from tcc.ir.ops.registry import (
+    OpDef,
+    Pattern,
+    normalize_axis,
+    prod,
+    register,
+    tensor,
+    tuple_type,
+)
 
 # ---------------------------------------------------------------------------------------------
 # axis helpers shared by the inference functions and the references
@@ -33,6 +48,79 @@ def reduced_shape(shape, axes: tuple[int, ...], keepdims: bool) -> tuple[Dim, ..
     if keepdims:
         return tuple(1 if i in axes else d for i, d in enumerate(shape))
     return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+# ---------------------------------------------------------------------------------------------
+# loop-program building blocks (also used by softmax.py and norm.py)
+
+_TE_REDUCE = {"sum": te.sum, "prod": te.prod, "max": te.max, "min": te.min}
+
+
+def no_loop_program(op: str, what: str) -> NoLoopProgram:
+    """The error a compute raises for a call its loop program does not cover."""
+    return NoLoopProgram(f"op {op}: {what} has no loop program")
+
+
+def value_kind(op: str, dtype: str) -> str:
+    """The arithmetic a loop program does on `dtype`: "float", "int" or "bool"; other
+    dtypes (complex, strings, low-precision storage types) have no loop program."""
+    if is_float(dtype):
+        return "float"
+    if dtype == "bool":
+        return "bool"
+    if dtype in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"):
+        return "int"
+    raise no_loop_program(op, f"dtype {dtype}")
+
+
+def accumulator(dtype: str) -> str:
+    """The dtype a sum of `dtype` values runs in: half floats in float32, bools in int64."""
+    if dtype in ("float16", "bfloat16"):
+        return "float32"
+    return "int64" if dtype == "bool" else dtype
+
+
+def wide_int(dtype: str) -> str:
+    """The dtype numpy sums an integer dtype in (int64, or uint64 for unsigned ones)."""
+    return "uint64" if dtype.startswith("uint") else "int64"
+
+
+def source_index(out_idx, reduce_vars, axes, ndim: int, keepdims: bool) -> tuple:
+    """The input index of output point `out_idx` of a reduction over `axes` (sorted), with
+    `reduce_vars` (one per axis) standing for the reduced positions."""
+    outs, rvs, idx = iter(out_idx), iter(reduce_vars), []
+    for d in range(ndim):
+        if d in axes:
+            idx.append(next(rvs))
+            if keepdims:
+                next(outs)
+        else:
+            idx.append(next(outs))
+    return tuple(idx)
+
+
+def reduce_stage(x: te.Tensor, axes, keepdims: bool, value, kind: str, name: str) -> te.Tensor:
+    """A stage reducing `value(in_idx, out_idx)` with `kind` (sum/prod/max/min) over `axes`
+    of `x`, shaped as `reduced_shape`; over no axes it is the elementwise `value`."""
+    shape = reduced_shape(x.shape, axes, keepdims)
+    if not axes:
+        return te.compute(shape, lambda *i: value(i, i), name)
+
+    def body(*i):
+        rv = [te.reduce_axis(x.shape[a], f"r{a}") for a in axes]
+        return _TE_REDUCE[kind](value(source_index(i, rv, axes, x.ndim, keepdims), i), axis=rv)
+
+    return te.compute(shape, body, name)
+
+
+def count_of(shape, axes):
+    """The number of elements a reduction over `axes` combines (a Dim)."""
+    return prod([shape[a] for a in axes])
+
+
+def map_stage(t: te.Tensor, fn, name: str) -> te.Tensor:
+    """The elementwise stage `fn(t[i])` over t's shape."""
+    return te.compute(t.shape, lambda *i: fn(t[i]), name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,6 +208,9 @@ _REDUCE_DOCS = {
 }
 
 
+_NO_LOOP_OPERAND = " A run-time axes operand has no loop program."
+
+
 def _reduce_ref(name: str):
     fn = _REDUCERS[name]
 
@@ -136,6 +227,91 @@ def _reduce_ref(name: str):
     return ref
 
 
+def _plan(op: str, kind: str, dt: str, count):
+    """(value of one input element, reduction kind, epilogue or None) of `op` on `dt`,
+    following its numpy reference: integer sums wrap (numpy's int64 sum cast back agrees),
+    and the float results of integer means, norms and logs are truncated back."""
+    acc = accumulator(dt)
+    back = None if acc == dt else (lambda s: te.cast(s, dt))
+    f64 = "float64"
+    if op in ("sum", "prod"):
+        return (lambda v: te.cast(v, acc)), op, back
+    if op in ("max", "min"):
+        if kind == "bool":
+            return (lambda v: te.cast(v, "int8")), op, (lambda s: te.cast(s, dt))
+        return (lambda v: v), op, None
+    if op == "mean":
+        ct = acc if kind == "float" else f64
+        return (lambda v: te.cast(v, ct)), "sum", (lambda s: te.cast(s / te.cast(count, ct), dt))
+    if op == "l1":
+        if kind == "float":
+            return (lambda v: te.cast(te.abs(v), acc)), "sum", back
+        if dt.startswith("uint") or kind == "bool":
+            return (lambda v: te.cast(v, acc)), "sum", back
+        return te.abs, "sum", None
+    if op == "sum_square":
+        if kind == "int":
+            return (lambda v: v * v), "sum", None
+        if kind == "bool":  # a bool squared is itself
+            return (lambda v: te.cast(v, acc)), "sum", back
+        return (lambda v: te.cast(v, acc) * te.cast(v, acc)), "sum", back
+    # l2 and log_sum: a float function of the sum; numpy takes it in float64 for integers
+    fn = te.sqrt if op == "l2" else te.log
+    if kind == "float":
+        square = op == "l2"
+        value = (
+            (lambda v: te.cast(v, acc) * te.cast(v, acc)) if square else (lambda v: te.cast(v, acc))
+        )
+        return value, "sum", (lambda s: te.cast(fn(s), dt))
+    wide = "int64" if kind == "bool" else wide_int(dt)
+    if op == "l2" and kind == "int":
+        value = lambda v: te.cast(v * v, wide)  # noqa: E731  (numpy squares in the dtype)
+    else:
+        value = lambda v: te.cast(v, wide)  # noqa: E731
+    return value, "sum", (lambda s: te.cast(fn(te.cast(s, f64)), dt))
+
+
+def _finite_or_zero(m):
+    return te.if_then_else(te.logical_or(te.isinf(m), te.isnan(m)), te.const(0, m.dtype), m)
+
+
+def _log_sum_exp_loop(x, axes, keepdims, name):
+    """Stable log-sum-exp in three stages: the maximum, the sum of exp(x - max), the log."""
+    kind = value_kind(name, x.dtype)
+    mdt = x.dtype if kind == "float" else "float64"
+    ct = accumulator(mdt)
+    m = reduce_stage(x, axes, keepdims, lambda i, o: te.cast(x[i], mdt), "max", f"{name}_max")
+
+    def shifted(v, o):
+        return te.exp(te.cast(v, ct) - te.cast(_finite_or_zero(m[o]), ct))
+
+    s = reduce_stage(
+        x, axes, keepdims, lambda i, o: shifted(te.cast(x[i], mdt), o), "sum", f"{name}_sum"
+    )
+    return te.compute(
+        s.shape,
+        lambda *o: te.cast(te.log(s[o]) + te.cast(_finite_or_zero(m[o]), ct), x.dtype),
+        name,
+    )
+
+
+def _reduce_compute(name: str):
+    def compute(x, axes_tensor=None, *, axes, keepdims):
+        if axes_tensor is not None:
+            raise no_loop_program(name, "a run-time axes operand")
+        ax = reduce_axes(axes, x.ndim, name)
+        if name == "reduce_log_sum_exp":
+            return _log_sum_exp_loop(x, ax, keepdims, name)
+        op = name[len("reduce_") :]
+        value, kind, post = _plan(op, value_kind(name, x.dtype), x.dtype, count_of(x.shape, ax))
+        load = lambda i, o: value(x[i])  # noqa: E731
+        if post is None:
+            return reduce_stage(x, ax, keepdims, load, kind, name)
+        return map_stage(reduce_stage(x, ax, keepdims, load, kind, f"{name}_{kind}"), post, name)
+
+    return compute
+
+
 def reduction(name: str) -> OpDef:
     """Register the reduction `name` (axes attribute, or a run-time axes operand)."""
     return register(
@@ -146,7 +322,8 @@ def reduction(name: str) -> OpDef:
             attrs={"axes": None, "keepdims": True},
             pattern=Pattern.COMM_REDUCE,
             num_args=(1, 2),
-            doc=_REDUCE_DOCS[name],
+            compute=_reduce_compute(name),
+            doc=_REDUCE_DOCS[name] + _NO_LOOP_OPERAND,
         )
     )
 
@@ -178,6 +355,47 @@ def _arg_ref(fn):
     return ref
 
 
+def first_extremum(x: te.Tensor, axes, keepdims, m: te.Tensor, index, last: bool, name: str):
+    """The stage of the lowest (or, with `last`, highest) `index(in_idx)` over `axes` where
+    x equals its extremum `m` (shaped as the output): numpy's arg max/min. A NaN is every
+    float extremum, as numpy's argmax/argmin and maximum/minimum make it, so once `m` is NaN
+    the NaNs themselves are the candidates."""
+    is_bool = x.dtype == "bool"
+
+    def hit(i, o):
+        v = te.cast(x[i], "int8") if is_bool else x[i]
+        c = te.equal(v, m[o])
+        return te.logical_or(c, te.isnan(v)) if is_float(x.dtype) else c
+
+    def body(*o):
+        rv = [te.reduce_axis(x.shape[a], f"r{a}") for a in axes]
+        i = source_index(o, rv, axes, x.ndim, keepdims)
+        pick = te.max if last else te.min
+        return pick(te.cast(index(i), "int64"), axis=rv, where=hit(i, o))
+
+    return te.compute(reduced_shape(x.shape, axes, keepdims), body, name)
+
+
+def _arg_compute(name: str):
+    kind = "max" if name == "argmax" else "min"
+
+    def compute(x, *, axis, keepdims, select_last_index):
+        value_kind(name, x.dtype)
+        ax = (normalize_axis(axis, x.ndim, name),)
+        as_int8 = x.dtype == "bool"  # extrema of bools are taken on 0/1 bytes
+        m = reduce_stage(
+            x,
+            ax,
+            keepdims,
+            lambda i, o: te.cast(x[i], "int8") if as_int8 else x[i],
+            kind,
+            f"{name}_value",
+        )
+        return first_extremum(x, ax, keepdims, m, lambda i: i[ax[0]], select_last_index, name)
+
+    return compute
+
+
 for _name, _fn in (("argmax", np.argmax), ("argmin", np.argmin)):
     register(
         OpDef(
@@ -186,6 +404,7 @@ for _name, _fn in (("argmax", np.argmax), ("argmin", np.argmin)):
             _arg_ref(_fn),
             attrs={"axis": 0, "keepdims": True, "select_last_index": False},
             pattern=Pattern.COMM_REDUCE,
+            compute=_arg_compute(_name),
             doc=f"Index (int64) of the {_name[3:]}imum along `axis`; ties pick the first "
             "occurrence, or the last with `select_last_index`.",
         )
@@ -224,6 +443,39 @@ def _scan_ref(name: str, fn, identity: int):
     return ref
 
 
+def _scan_compute(name: str):
+    """Each output element is its own masked reduction over the whole scan axis (quadratic
+    work, but a plain te program); positions are visited in the reference's order, so float
+    results round as numpy's sequential scan does. Bools scan in int64, as numpy adds them."""
+    kind = "sum" if name == "cumsum" else "prod"
+
+    def compute(x, axis_tensor=None, *, axis, exclusive, reverse):
+        if axis_tensor is not None:
+            raise no_loop_program(name, "a run-time axis operand")
+        value_kind(name, x.dtype)
+        ax = normalize_axis(axis, x.ndim, name)
+        n = x.shape[ax]
+        acc = "int64" if x.dtype == "bool" else x.dtype
+
+        def body(*i):
+            r = te.reduce_axis(n, "r")
+            pos = n - 1 - r if reverse else r
+            idx = i[:ax] + (pos,) + i[ax + 1 :]
+            if reverse:
+                keep = te.greater(pos, i[ax]) if exclusive else te.greater_equal(pos, i[ax])
+            else:
+                keep = te.less(pos, i[ax]) if exclusive else te.less_equal(pos, i[ax])
+            return _TE_REDUCE[kind](te.cast(x[idx], acc), axis=[r], where=keep)
+
+        if acc == x.dtype:
+            return te.compute(x.shape, body, name)
+        return map_stage(
+            te.compute(x.shape, body, f"{name}_{kind}"), lambda v: te.cast(v, x.dtype), name
+        )
+
+    return compute
+
+
 for _name, _fn, _identity, _what in (
     ("cumsum", np.cumsum, 0, "sum"),
     ("cumprod", np.cumprod, 1, "product"),
@@ -236,8 +488,10 @@ for _name, _fn, _identity, _what in (
             attrs={"axis": 0, "exclusive": False, "reverse": False},
             pattern=Pattern.OPAQUE,
             num_args=(1, 2),
+            compute=_scan_compute(_name),
             doc=f"Running {_what} along `axis` (or a run-time scalar axis operand); "
-            "`exclusive` leaves out the current element, `reverse` runs from the end.",
+            "`exclusive` leaves out the current element, `reverse` runs from the end. "
+            "A run-time axis operand has no loop program.",
         )
     )
 
@@ -290,6 +544,7 @@ register(
         num_args=(1, 2),
         doc="(values, int64 indices) of the k largest (or smallest) elements along `axis`, "
         "in order (also when `sorted` is false, which leaves the order open); ties go to "
-        "the lower index. k is an attribute or a run-time operand.",
+        "the lower index. k is an attribute or a run-time operand. No loop program (a sort "
+        "is no te program).",
     )
 )

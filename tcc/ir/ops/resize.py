@@ -4,6 +4,16 @@ coordinate transformations, rounding modes and antialiasing.
 resize is injective: each output element reads a set of input elements given by its own
 index. resize_dynamic takes roi, scales or sizes as run-time operands; its resized
 dimensions are fresh size variables, which the interpreter binds from the result.
+
+Loop program (resize): it follows the reference step by step, in float64 as the reference
+computes. Per resized axis a stage holds each output sample's input coordinate. Nearest
+mode then gathers in one stage; linear and cubic get per-axis tap index and weight stages
+and resample one axis per stage, in axis order, so every intermediate rounds as the
+reference's does (sums of more than two taps may differ in the last float64 bit where
+numpy reorders them). A last stage rounds (integers, half to even), clamps to the dtype's
+range and casts back. Antialiasing needs the scale when compiling (it sets the tap count);
+with a scale only known at run time it has no loop program. resize_dynamic has none (its
+shape depends on operand values).
 """
 
 from __future__ import annotations
@@ -13,9 +23,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from tcc.ir.dtype import is_float, to_numpy
-from tcc.ir.errors import ShapeError
-from tcc.ir.expr import Dim, fresh_var
+from tcc.ir import te
+from tcc.ir.dtype import INDEX_DTYPE, is_float, to_numpy
+from tcc.ir.errors import NoLoopProgram, ShapeError
+from tcc.ir.expr import Dim, fresh_var, prove_equal
 from tcc.ir.graph import TensorType
 from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, register, tensor
 
@@ -244,6 +255,281 @@ def _resize_infer(args, attrs):
     return TensorType(tuple(sizes), x.dtype)
 
 
+# ---------------------------------------------------------------------------------------------
+# loop program: numbers below are Python floats when known at compile time (folded exactly as
+# the reference folds them) and float64 te expressions otherwise
+
+F64 = "float64"
+
+
+def _f64(d):
+    return float(d) if isinstance(d, int) else te.cast(d, F64)
+
+
+def _equal(a, b):
+    """a == b: a bool when both are known, else a te condition."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return te.equal(te.const(a, F64) if isinstance(a, float) else a, b)
+
+
+def _pick(cond, a, b):
+    if isinstance(cond, bool):
+        return a if cond else b
+    return te.if_then_else(cond, te.const(a, F64), te.const(b, F64))
+
+
+def _coordinate(ctm: str, n_in, n_out, scale, roi, y):
+    """_source_coords for one output sample `y` (a float64 expression)."""
+    width = scale * n_in
+    if ctm == "half_pixel":
+        return (y + 0.5) / scale - 0.5
+    if ctm == "half_pixel_symmetric":
+        offset = n_in / 2 * (1 - n_out / width)
+        return offset + (y + 0.5) / scale - 0.5
+    if ctm == "pytorch_half_pixel":
+        return _pick(_equal(width, 1.0), -0.5, (y + 0.5) / scale - 0.5)
+    if ctm == "asymmetric":
+        return y / scale
+    if ctm == "tf_half_pixel_for_nn":
+        return (y + 0.5) / scale
+    if ctm == "align_corners":
+        return _pick(_equal(width, 1.0), 0.0, y * (n_in - 1) / (width - 1))
+    lo, hi = roi
+    x = _pick(
+        _equal(width, 1.0), (hi - lo) * (n_in - 1) / 2, y * (hi - lo) * (n_in - 1) / (width - 1)
+    )
+    return x + lo * (n_in - 1)
+
+
+def _nearest_index(c, nearest_mode: str, scale, n_in):
+    floor = te.floor(c)
+    if nearest_mode == "simple":
+        if not isinstance(scale, float):
+            v = te.if_then_else(scale < 1.0, te.ceil(c), floor)
+            return _clamp_index(te.cast(v, INDEX_DTYPE), n_in)
+        nearest_mode = "ceil" if scale < 1 else "floor"
+    if nearest_mode == "round_prefer_floor":
+        v = te.if_then_else(c - floor > 0.5, floor + 1.0, floor)
+    elif nearest_mode == "round_prefer_ceil":
+        v = te.if_then_else(c - floor >= 0.5, floor + 1.0, floor)
+    else:
+        v = floor if nearest_mode == "floor" else te.ceil(c)
+    return _clamp_index(te.cast(v, INDEX_DTYPE), n_in)
+
+
+def _nearest_table(coord, nearest_mode: str, scale, n_in, identity, name: str):
+    """The input index each output sample of one axis reads in nearest mode."""
+
+    def pick(y):
+        v = _nearest_index(coord[y], nearest_mode, scale, n_in)
+        return v if identity is False else te.if_then_else(identity, y, v)
+
+    return te.compute(coord.shape, pick, name)
+
+
+def _clamp_index(i, n_in):
+    """A sample index clamped into the axis: samples past the edges repeat the edge."""
+    return te.min(te.max(i, 0), te.const(n_in, INDEX_DTYPE) - 1)
+
+
+def _kernel_weight(dist, attrs):
+    if attrs["mode"] == "linear":
+        return te.min(te.max(1.0 - te.abs(dist), 0.0), 1.0)
+    a = attrs["cubic_coeff_a"]
+    d = te.abs(dist)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return te.if_then_else(d <= 1.0, near, te.if_then_else(d < 2.0, far, te.const(0.0, F64)))
+
+
+def _numpy_sum(terms):
+    """sum(terms) associated as numpy's contiguous float reduction (pairwise_sum) does."""
+    n = len(terms)
+    if n < 8:
+        total = terms[0]
+        for t in terms[1:]:
+            total = total + t
+        return total
+    if n <= 128:
+        r = list(terms[:8])
+        i = 8
+        while i < n - n % 8:
+            r = [r[j] + terms[i + j] for j in range(8)]
+            i += 8
+        total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        for t in terms[i:]:
+            total = total + t
+        return total
+    half = n // 2
+    half -= half % 8
+    return _numpy_sum(terms[:half]) + _numpy_sum(terms[half:])
+
+
+def _normalized(w, taps: int, name: str, guard_zero: bool):
+    """Weights divided by their sum over the taps (a zero sum divides by 1 when guarded)."""
+
+    def value(y, t):
+        total = _numpy_sum([w[y, k] for k in range(taps)])
+        if guard_zero:
+            total = te.if_then_else(te.equal(total, te.const(0.0, F64)), te.const(1.0, F64), total)
+        return w[y, t] / total
+
+    return te.compute(w.shape, value, name)
+
+
+def _taps(coord, a: int, n_in, n_out, scale, attrs):
+    """Per-output-sample tap indices and weights along axis `a` (_interpolation_taps, plus
+    exclude_outside): two (n_out, taps) stages."""
+    stretch = min(scale, 1.0) if attrs["antialias"] else 1.0
+    support = 1 if attrs["mode"] == "linear" else 2
+    k0 = int(np.floor(-support / stretch)) + 1
+    taps = 2 - 2 * k0
+
+    def base(y):
+        return te.ceil(coord[y]) - 1.0
+
+    def raw_index(y, t):
+        return te.cast(base(y), INDEX_DTYPE) + (t + k0)
+
+    index = te.compute((n_out, taps), lambda y, t: _clamp_index(raw_index(y, t), n_in), f"taps{a}")
+
+    def weight(y, t):
+        dist = te.cast(t + k0, F64) - (coord[y] - base(y))
+        return _kernel_weight(dist * stretch if stretch != 1.0 else dist, attrs)
+
+    w = te.compute((n_out, taps), weight, f"weights{a}")
+    if attrs["antialias"]:
+        w = _normalized(w, taps, f"weights{a}_aa", guard_zero=False)
+    if attrs["exclude_outside"]:
+        inside = w
+
+        def excluded(y, t):
+            i = raw_index(y, t)
+            out = te.logical_or(i < 0, i >= te.const(n_in, INDEX_DTYPE))
+            return te.if_then_else(out, te.const(0.0, F64), inside[y, t])
+
+        w = _normalized(
+            te.compute((n_out, taps), excluded, f"weights{a}_in"), taps, f"weights{a}_ex", True
+        )
+    return index, w, taps
+
+
+def _saturate_expr(v, dtype: str):
+    """_saturate: round integers half to even, clamp into the dtype's range, cast back."""
+    if not is_float(dtype):
+        v = te.nearbyint(v)
+    lo = te.const(float(te.min_value(dtype).value), F64)
+    hi = te.const(float(te.max_value(dtype).value), F64)
+    # comparisons rather than min/max, so a NaN passes through as np.clip lets it
+    v = te.if_then_else(v > hi, hi, te.if_then_else(v < lo, lo, v))
+    return te.cast(v, dtype)
+
+
+def _resize_compute(x, sizes, scales, roi, **attrs):
+    rank = x.ndim
+    ctm = attrs["coordinate_transformation_mode"]
+    out_shape = tuple(sizes)
+    plans = []  # (axis, n_in, n_out, scale, roi, maybe_identity condition)
+    for a in range(rank):
+        n_in, n_out = x.shape[a], sizes[a]
+        static = isinstance(n_in, int) and isinstance(n_out, int)
+        if scales[a] is not None:
+            scale = float(scales[a])
+        elif static:
+            scale = n_out / n_in
+        else:
+            scale = _f64(n_out) / _f64(n_in)
+        axis_roi = None if roi is None else (float(roi[a]), float(roi[a + rank]))
+        crop_all = axis_roi is None or (
+            math.isclose(axis_roi[0], 0.0) and math.isclose(axis_roi[1], 1.0)
+        )
+        unit = not isinstance(scale, float) or math.isclose(scale, 1.0)
+        if static:
+            same = n_in == n_out
+        elif prove_equal(n_in, n_out):
+            same = True
+        else:
+            same = te.equal(te.const(n_in, INDEX_DTYPE), te.const(n_out, INDEX_DTYPE))
+        identity = same if (unit and crop_all) else False
+        if identity is True:
+            continue
+        if attrs["antialias"] and not isinstance(scale, float):
+            raise NoLoopProgram(
+                "op resize: antialias with a scale known only at run time has no loop program"
+            )
+        plans.append((a, n_in, n_out, scale, axis_roi, identity))
+
+    def coordinate_stage(a, n_in, n_out, scale, axis_roi):
+        return te.compute(
+            (n_out,),
+            lambda y: _coordinate(ctm, _f64(n_in), _f64(n_out), scale, axis_roi, te.cast(y, F64)),
+            f"coord{a}",
+        )
+
+    def outside(c, n_in):
+        return te.logical_or(c < 0.0, c > _f64(n_in) - 1.0)
+
+    extrapolation = te.const(float(attrs["extrapolation_value"]), F64)
+    crop = ctm == "tf_crop_and_resize"
+    if attrs["mode"] == "nearest":
+        index, outs = {}, []
+        nearest_mode = attrs["nearest_mode"]
+        for a, n_in, n_out, scale, axis_roi, identity in plans:
+            coord = coordinate_stage(a, n_in, n_out, scale, axis_roi)
+            index[a] = _nearest_table(coord, nearest_mode, scale, n_in, identity, f"nearest{a}")
+            if crop:
+                outs.append((coord, n_in, a, identity))
+
+        def gather(*i):
+            v = te.cast(x[tuple(index[a][j] if a in index else j for a, j in enumerate(i))], F64)
+            for coord, n_in, a, identity in outs:
+                cond = outside(coord[i[a]], n_in)
+                if identity is not False:
+                    cond = te.logical_and(te.logical_not(identity), cond)
+                v = te.if_then_else(cond, extrapolation, v)
+            return _saturate_expr(v, x.dtype)
+
+        return te.compute(out_shape, gather, "resize")
+
+    current = None  # the float64 stage resampled so far (None: the input itself)
+    shape = list(x.shape)
+    for a, n_in, n_out, scale, axis_roi, identity in plans:
+        coord = coordinate_stage(a, n_in, n_out, scale, axis_roi)
+        index, weights, taps = _taps(coord, a, n_in, n_out, scale, attrs)
+        shape[a] = n_out
+
+        def resample(
+            *i,
+            a=a,
+            src=current,
+            coord=coord,
+            index=index,
+            weights=weights,
+            taps=taps,
+            n_in=n_in,
+            identity=identity,
+        ):
+            def load(j):
+                idx = i[:a] + (j,) + i[a + 1 :]
+                return te.cast(x[idx], F64) if src is None else src[idx]
+
+            v = _numpy_sum([load(index[i[a], t]) * weights[i[a], t] for t in range(taps)])
+            if crop:
+                v = te.if_then_else(outside(coord[i[a]], n_in), extrapolation, v)
+            if identity is not False:
+                v = te.if_then_else(identity, load(i[a]), v)
+            return v
+
+        current = te.compute(tuple(shape), resample, f"resample{a}")
+    if current is None:
+        return te.compute(
+            out_shape, lambda *i: _saturate_expr(te.cast(x[i], F64), x.dtype), "resize"
+        )
+    final = current
+    return te.compute(out_shape, lambda *i: _saturate_expr(final[i], x.dtype), "resize")
+
+
 register(
     OpDef(
         "resize",
@@ -251,8 +537,10 @@ register(
         _resize_ref,
         attrs={"sizes": REQUIRED, "scales": REQUIRED, "roi": None, **_SAMPLING_ATTRS},
         pattern=Pattern.INJECTIVE,
+        compute=_resize_compute,
         doc="Resample every axis to `sizes`; `scales` (None = sizes/input) drives the coordinate "
-        "transformation, `roi` ([starts..., ends...]) the tf_crop_and_resize crop.",
+        "transformation, `roi` ([starts..., ends...]) the tf_crop_and_resize crop. No loop "
+        "program for antialias when a scale is only known at run time.",
     )
 )
 

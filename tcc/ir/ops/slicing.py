@@ -5,12 +5,19 @@ As in transform.py, bounds, pads and target sizes are attributes (dimensions may
 symbolic), and `dyn_` variants take them as run-time tensor operands instead, giving the
 affected dimensions fresh size variables. compress keeps a data-dependent number of slices,
 so its result dimension is always a fresh size variable and it is OPAQUE.
+
+Loop programs: strided_slice, pad (every mode), reverse_sequence and center_crop_pad load
+the input at a remapped index, one stage each, exact for every dtype; a padded load is
+guarded by its bounds test. The `dyn_` variants and compress have none (their shapes are
+only known once operand values are read); they stay op calls.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tcc.ir import te
+from tcc.ir.dtype import INDEX_DTYPE
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Dim, as_dim, fresh_var, max_expr, min_expr
 from tcc.ir.graph import TensorType
@@ -26,7 +33,7 @@ from tcc.ir.ops._util import (
     scalar_value,
     vector_length,
 )
-from tcc.ir.ops.registry import REQUIRED, Pattern, normalize_axis, tensor
+from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, normalize_axis, register, tensor
 
 # Slice bounds at least this large (in magnitude) mean "past the end" of any real axis, so
 # they clamp to a symbolic axis' extent without a min/max expression.
@@ -91,6 +98,33 @@ def slice_length(dim: Dim, start: Dim, end: Dim, step: int) -> Dim:
     return nonneg(ceil_div(as_dim(hi - lo), -step))
 
 
+def slice_start(dim: Dim, start: Dim, step: int) -> Dim:
+    """The first index `range(dim)[start::step]` visits (ONNX Slice clamping), as
+    `slice_length` clamps it; only meaningful when the slice is not empty."""
+    if isinstance(dim, int) and isinstance(start, int):
+        return slice(start, None, step).indices(dim)[0]
+    if step > 0:
+        if _nonneg_bound(start):
+            return start
+        return 0 if _before_start(start) else max_expr(start + dim, 0)
+    if _past_end(start):
+        return as_dim(dim - 1)
+    return min_expr(start, dim - 1) if _nonneg_bound(start) else as_dim(start + dim)
+
+
+def _strided_slice_compute(x, begin, end, axes, strides):
+    attrs = {"begin": begin, "end": end, "axes": axes, "strides": strides}
+    out = _strided_slice_infer([TensorType(x.shape, x.dtype)], attrs).shape
+    first = {}
+    for b, a, st in zip(begin, normalize_axes(axes, x.ndim, "strided_slice"), strides):
+        first[a] = (slice_start(x.shape[a], as_dim(b), int(st)), int(st))
+
+    def value(*i):
+        return x[tuple(first[a][0] + j * first[a][1] if a in first else j for a, j in enumerate(i))]
+
+    return te.compute(out, value, "strided_slice")
+
+
 def _slice_ref(x, begin, end, axes, strides):
     index = [slice(None)] * x.ndim
     for b, e, a, s in zip(begin, end, axes, strides):
@@ -127,12 +161,16 @@ def _dyn_slice_ref(x, starts, ends, axes=None, steps=None):
     return _slice_ref(x, b, e, axes_l, [1] * len(b) if steps is None else ints(steps))
 
 
-register_op(
-    "strided_slice",
-    _strided_slice_infer,
-    _slice_ref,
-    {"begin": REQUIRED, "end": REQUIRED, "axes": REQUIRED, "strides": REQUIRED},
-    doc="x[begin:end:stride] on each listed axis, bounds clamped as in numpy/ONNX.",
+register(
+    OpDef(
+        "strided_slice",
+        _strided_slice_infer,
+        _slice_ref,
+        {"begin": REQUIRED, "end": REQUIRED, "axes": REQUIRED, "strides": REQUIRED},
+        Pattern.INJECTIVE,
+        compute=_strided_slice_compute,
+        doc="x[begin:end:stride] on each listed axis, bounds clamped as in numpy/ONNX.",
+    )
 )
 register_op(
     "dyn_strided_slice",
@@ -201,13 +239,75 @@ def _dyn_pad_ref(x, pads, value=None, axes=None, mode="constant"):
     return pad_numpy(x, p, mode, value)
 
 
-register_op(
-    "pad",
-    _pad_infer,
-    lambda x, value=None, pads=(), mode="constant": pad_numpy(x, pads, mode, value),
-    {"pads": REQUIRED, "mode": "constant"},
-    num_args=(1, 2),
-    doc="ONNX Pad; the optional operand is the scalar fill value of constant mode.",
+def _crop(pad: Dim) -> Dim:
+    """How much a (possibly negative) pad crops: max(-pad, 0)."""
+    if isinstance(pad, int):
+        return max(-pad, 0)
+    return 0 if known_nonneg(pad) else max_expr(-pad, 0)
+
+
+def _pad_source(j, dim: Dim, begin: Dim, end: Dim, mode: str):
+    """The input index output index `j` reads along one axis in a non-constant mode: the
+    axis is cropped by the negative pads first, then extended by `mode` (as numpy.pad)."""
+    lo = _crop(begin)
+    n = as_dim(dim - lo - _crop(end))  # the cropped extent
+    c = j - nonneg(begin)  # the position in the cropped axis
+    if mode == "edge":
+        c = te.min(te.max(c, 0), n - 1)
+    elif mode == "wrap":
+        c = c % n
+    elif isinstance(n, int) and n == 1:
+        c = 0
+    else:  # reflect: the mirrored axis repeats with period 2 (n - 1), edges not repeated
+        period = 2 * (n - 1) if isinstance(n, int) else max_expr(2 * (n - 1), 1)
+        m = c % period
+        c = te.min(m, period - m)
+    return c + lo
+
+
+def _pad_compute(x, value=None, *, pads, mode):
+    out = _pad_infer([TensorType(x.shape, x.dtype)], {"pads": pads, "mode": mode}).shape
+    pads = [as_dim(p) for p in pads]
+    begins, ends = pads[: x.ndim], pads[x.ndim :]
+    if mode != "constant":
+        axes = list(zip(x.shape, begins, ends))
+        return te.compute(
+            out, lambda *i: x[tuple(_pad_source(j, *a, mode) for j, a in zip(i, axes))], "pad"
+        )
+    if value is None:
+        fill = te.const(0, x.dtype)
+    else:
+        fill = te.cast(value[(0,) * value.ndim], x.dtype)
+
+    def padded(*i):
+        checks = []
+        for j, d, b, e in zip(i, x.shape, begins, ends):
+            if not (isinstance(b, int) and b <= 0):  # a begin crop never reads below 0
+                checks.append(j >= b)
+            if not (isinstance(e, int) and e <= 0):  # nor an end crop past the end
+                checks.append(j < as_dim(b + d))
+        load = x[tuple(j - b for j, b in zip(i, begins))]
+        if not checks:
+            return load
+        inside = checks[0]
+        for c in checks[1:]:
+            inside = te.logical_and(inside, c)
+        return te.if_then_else(inside, load, fill)
+
+    return te.compute(out, padded, "pad")
+
+
+register(
+    OpDef(
+        "pad",
+        _pad_infer,
+        lambda x, value=None, pads=(), mode="constant": pad_numpy(x, pads, mode, value),
+        {"pads": REQUIRED, "mode": "constant"},
+        Pattern.INJECTIVE,
+        num_args=(1, 2),
+        compute=_pad_compute,
+        doc="ONNX Pad; the optional operand is the scalar fill value of constant mode.",
+    )
 )
 register_op(
     "dyn_pad",
@@ -247,13 +347,32 @@ def _reverse_sequence_ref(x, lens, batch_axis, time_axis):
     return out
 
 
-register_op(
-    "reverse_sequence",
-    _reverse_sequence_infer,
-    _reverse_sequence_ref,
-    {"batch_axis": 1, "time_axis": 0},
-    num_args=(2, 2),
-    doc="Reverse the first lens[b] steps along time_axis of each batch entry b.",
+def _reverse_sequence_compute(x, lens, batch_axis, time_axis):
+    batch = normalize_axis(batch_axis, x.ndim, "reverse_sequence")
+    time = normalize_axis(time_axis, x.ndim, "reverse_sequence")
+    steps = x.shape[time]
+
+    def value(*i):
+        # a length past the time axis reverses all of it
+        n = te.min(te.max(te.cast(lens[i[batch]], INDEX_DTYPE), 0), te.const(steps, INDEX_DTYPE))
+        t = i[time]
+        src = te.if_then_else(t < n, n - 1 - t, t)
+        return x[i[:time] + (src,) + i[time + 1 :]]
+
+    return te.compute(x.shape, value, "reverse_sequence")
+
+
+register(
+    OpDef(
+        "reverse_sequence",
+        _reverse_sequence_infer,
+        _reverse_sequence_ref,
+        {"batch_axis": 1, "time_axis": 0},
+        Pattern.INJECTIVE,
+        num_args=(2, 2),
+        compute=_reverse_sequence_compute,
+        doc="Reverse the first lens[b] steps along time_axis of each batch entry b.",
+    )
 )
 
 
@@ -319,12 +438,50 @@ def _dyn_center_crop_pad_infer(args, attrs):
     return TensorType(tuple(out), x.dtype)
 
 
-register_op(
-    "center_crop_pad",
-    _center_crop_pad_infer,
-    lambda x, shape, axes: center_crop_pad_numpy(x, shape, [a % x.ndim for a in axes]),
-    {"shape": REQUIRED, "axes": REQUIRED},
-    doc="Center-crop or zero-pad the listed axes to `shape`.",
+def _center_offset(have: Dim, want: Dim):
+    """Input position minus output position on one axis: half the crop, or minus half the
+    pad (a run-time choice when the sizes are symbolic)."""
+    if isinstance(have, int) and isinstance(want, int):
+        return (have - want) // 2 if have >= want else -((want - have) // 2)
+    crop, pad = as_dim((have - want) // 2), as_dim((want - have) // 2)
+    return te.if_then_else(te.const(have) >= te.const(want), crop, 0 - te.const(pad))
+
+
+def _center_crop_pad_compute(x, shape, axes):
+    attrs = {"shape": shape, "axes": axes}
+    out = _center_crop_pad_infer([TensorType(x.shape, x.dtype)], attrs).shape
+    offsets = {
+        a: (_center_offset(x.shape[a], as_dim(d)), as_dim(d))
+        for a, d in zip(normalize_axes(axes, x.ndim, "center_crop_pad"), shape)
+    }
+
+    def value(*i):
+        src = [j + offsets[a][0] if a in offsets else j for a, j in enumerate(i)]
+        checks = []
+        for a, (_, want) in offsets.items():
+            have = x.shape[a]
+            if not (isinstance(have, int) and isinstance(want, int) and want <= have):
+                checks += [src[a] >= 0, src[a] < te.const(have)]  # padded: guard the load
+        if not checks:
+            return x[tuple(src)]
+        inside = checks[0]
+        for c in checks[1:]:
+            inside = te.logical_and(inside, c)
+        return te.if_then_else(inside, x[tuple(src)], te.const(0, x.dtype))
+
+    return te.compute(out, value, "center_crop_pad")
+
+
+register(
+    OpDef(
+        "center_crop_pad",
+        _center_crop_pad_infer,
+        lambda x, shape, axes: center_crop_pad_numpy(x, shape, [a % x.ndim for a in axes]),
+        {"shape": REQUIRED, "axes": REQUIRED},
+        Pattern.INJECTIVE,
+        compute=_center_crop_pad_compute,
+        doc="Center-crop or zero-pad the listed axes to `shape`.",
+    )
 )
 register_op(
     "dyn_center_crop_pad",

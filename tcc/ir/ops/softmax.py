@@ -2,18 +2,29 @@
 nll_loss, and the normalizations lp_normalize and mean_variance_normalize.
 
 Each normalizes or reduces over a set of axes given as an attribute, with the axis helpers
-of reduce.py.
+of reduce.py. Their loop programs are a few stages each (the statistics over the axes, then an
+elementwise epilogue) built with reduce.py's `reduce_stage`; sums of half floats accumulate
+in float32 and are rounded back before the epilogue uses them, as numpy's sums are.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tcc.ir import te
 from tcc.ir.dtype import is_float, is_int
 from tcc.ir.errors import ShapeError
 from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import operand
-from tcc.ir.ops.reduce import reduce_axes
+from tcc.ir.ops.reduce import (
+    accumulator,
+    count_of,
+    first_extremum,
+    map_stage,
+    no_loop_program,
+    reduce_axes,
+    reduce_stage,
+)
 from tcc.ir.ops.registry import OpDef, Pattern, normalize_axis, register, same_dtype, tensor
 
 # ---------------------------------------------------------------------------------------------
@@ -69,6 +80,70 @@ def _softmax_ref(fn):
     return ref
 
 
+def _float_only(op: str, dtype: str) -> None:
+    if not is_float(dtype):
+        raise no_loop_program(op, f"dtype {dtype}")
+
+
+def stat_index(i, axes) -> tuple:
+    """The index, into statistics over `axes` (reduced dims dropped), of the element at `i`."""
+    return tuple(v for d, v in enumerate(i) if d not in axes)
+
+
+def _softmax_compute(name: str):
+    """Max stage, sum-of-exp stage, then the elementwise result (exp recomputed there)."""
+
+    def compute(x, *, axes):
+        _float_only(name, x.dtype)
+        ax, dt = reduce_axes(axes, x.ndim, name), x.dtype
+        acc = accumulator(dt)
+        m = reduce_stage(x, ax, False, lambda i, o: x[i], "max", f"{name}_max")
+        s = reduce_stage(
+            x, ax, False, lambda i, o: te.cast(te.exp(x[i] - m[o]), acc), "sum", f"{name}_sum"
+        )
+
+        def out(*i):
+            o = stat_index(i, ax)
+            total = te.cast(s[o], dt)
+            if name == "softmax":
+                return te.exp(x[i] - m[o]) / total
+            return (x[i] - m[o]) - te.log(total)
+
+        return te.compute(x.shape, out, name)
+
+    return compute
+
+
+def _hardmax_compute(x, *, axes):
+    """Max stage, first-maximum stage (lowest row-major position in the block of `axes`),
+    then the one-hot result."""
+    _float_only("hardmax", x.dtype)
+    ax = reduce_axes(axes, x.ndim, "hardmax")
+    one, zero = te.const(1, x.dtype), te.const(0, x.dtype)
+    if not ax:  # every element is its own block
+        return te.compute(x.shape, lambda *i: one, "hardmax")
+    strides, step = {}, 1
+    for a in reversed(ax):
+        strides[a], step = step, step * x.shape[a]
+
+    def position(i):
+        return sum((i[a] * strides[a] for a in ax[1:]), i[ax[0]] * strides[ax[0]])
+
+    m = reduce_stage(x, ax, False, lambda i, o: x[i], "max", "hardmax_max")
+    first = first_extremum(x, ax, False, m, position, False, "hardmax_first")
+    return te.compute(
+        x.shape,
+        lambda *i: te.if_then_else(te.equal(position(i), first[stat_index(i, ax)]), one, zero),
+        "hardmax",
+    )
+
+
+_SOFTMAX_COMPUTES = {
+    "softmax": _softmax_compute("softmax"),
+    "log_softmax": _softmax_compute("log_softmax"),
+    "hardmax": _hardmax_compute,
+}
+
 for _name, _fn, _what in (
     ("softmax", _softmax, "exp(x) / sum(exp(x))"),
     ("log_softmax", _log_softmax, "x - log(sum(exp(x)))"),
@@ -81,6 +156,7 @@ for _name, _fn, _what in (
             _softmax_ref(_fn),
             attrs={"axes": [-1]},
             pattern=Pattern.OPAQUE,
+            compute=_SOFTMAX_COMPUTES[_name],
             doc=f"{_what} over the block of `axes`.",
         )
     )
@@ -126,6 +202,44 @@ def _nll_ref(x, target, weight=None, *, reduction, ignore_index):
     return loss.astype(x.dtype, copy=False)
 
 
+def _nll_compute(x, target, weight=None, *, reduction, ignore_index):
+    """Per-element loss stage (gathering x at the target class), then for sum/mean the
+    total loss (and total weight) over every element. A target outside [-C, C) makes the
+    reference fail; the loop program guards that load and gives NaN."""
+    _float_only("nll_loss", x.dtype)
+    dt, acc, c = x.dtype, accumulator(x.dtype), x.shape[1]
+    nan = te.const(float("nan"), dt)
+
+    def picked(i):
+        t = target[i]
+        ignored = None if ignore_index is None else te.equal(t, te.const(ignore_index, t.dtype))
+        cls = te.cast(t, "int64")
+        if ignored is not None:  # the reference reads class 0 there, with weight 0
+            cls = te.if_then_else(ignored, te.const(0, "int64"), cls)
+        cls = te.if_then_else(te.less(cls, 0), cls + c, cls)  # numpy indices wrap once
+        ok = te.logical_and(te.greater_equal(cls, 0), te.less(cls, c))
+        value = te.if_then_else(ok, x[(i[0], cls, *i[1:])], nan)
+        w = te.const(1, dt) if weight is None else te.if_then_else(ok, weight[cls], nan)
+        if ignored is not None:
+            w = te.if_then_else(ignored, te.const(0, dt), w)
+        return value, w
+
+    shape = (x.shape[0], *x.shape[2:])
+    loss_name = "nll_loss" if reduction == "none" else "nll_loss_elem"
+    loss = te.compute(shape, lambda *i: (te.const(0, dt) - picked(i)[0]) * picked(i)[1], loss_name)
+    if reduction == "none":
+        return loss
+    every = tuple(range(len(shape)))
+    total = reduce_stage(loss, every, False, lambda i, o: te.cast(loss[i], acc), "sum", "nll_sum")
+    if reduction == "sum":
+        return map_stage(total, lambda v: te.cast(v, dt), "nll_loss")
+    weights = te.compute(shape, lambda *i: picked(i)[1], "nll_weight")
+    wsum = reduce_stage(
+        weights, every, False, lambda i, o: te.cast(weights[i], acc), "sum", "nll_weight_sum"
+    )
+    return te.compute((), lambda: te.cast(total[()], dt) / te.cast(wsum[()], dt), "nll_loss")
+
+
 register(
     OpDef(
         "nll_loss",
@@ -134,6 +248,7 @@ register(
         attrs={"reduction": "mean", "ignore_index": None},
         pattern=Pattern.OPAQUE,
         num_args=(2, 3),
+        compute=_nll_compute,
         doc="Negative log-likelihood loss of log-probabilities (N, C, d...) against class "
         "indices (N, d...), optionally weighted per class; `mean` divides by the total "
         "weight of the targets that are not `ignore_index`.",
@@ -162,6 +277,26 @@ def _lp_infer(args, attrs):
     return x
 
 
+def _lp_compute(x, *, axis, p):
+    """Sum stage (of |x| or x*x, squared in the dtype as numpy does), norm stage, quotient."""
+    _float_only("lp_normalize", x.dtype)
+    dt, acc = x.dtype, accumulator(x.dtype)
+    ax = (normalize_axis(axis, x.ndim, "lp_normalize"),)
+    part = (lambda v: te.abs(v)) if p == 1 else (lambda v: v * v)
+    s = reduce_stage(x, ax, False, lambda i, o: te.cast(part(x[i]), acc), "sum", "lp_sum")
+    norm = map_stage(
+        s, (lambda v: te.cast(v, dt)) if p == 1 else (lambda v: te.sqrt(te.cast(v, dt))), "lp_norm"
+    )
+    zero, one = te.const(0, dt), te.const(1, dt)
+
+    def out(*i):
+        n = norm[stat_index(i, ax)]
+        is_zero = te.equal(n, zero)
+        return te.if_then_else(is_zero, zero, x[i] / te.if_then_else(is_zero, one, n))
+
+    return te.compute(x.shape, out, "lp_normalize")
+
+
 register(
     OpDef(
         "lp_normalize",
@@ -169,7 +304,9 @@ register(
         _lp_ref,
         attrs={"axis": -1, "p": 2},
         pattern=Pattern.OPAQUE,
-        doc="x divided by its L1 (p=1) or L2 (p=2) norm along `axis` (0 where the norm is 0).",
+        compute=_lp_compute,
+        doc="x divided by its L1 (p=1) or L2 (p=2) norm along `axis` (0 where the norm is 0). "
+        "Integer inputs have no loop program.",
     )
 )
 
@@ -187,6 +324,33 @@ def _mvn_ref(x, *, axes):
     return ((x - mean) / (std + 1e-9)).astype(x.dtype)
 
 
+def _mvn_compute(x, *, axes):
+    """Sum, mean, squared-deviation sum and std stages, then the normalized result; integer
+    inputs compute in float64 and are truncated back, as numpy's mean makes them."""
+    ax = reduce_axes(axes, x.ndim, "mean_variance_normalize")
+    dt = x.dtype
+    if not is_float(dt) and not is_int(dt):
+        raise no_loop_program("mean_variance_normalize", f"dtype {dt}")
+    ct = dt if is_float(dt) else "float64"
+    acc, count = accumulator(ct), count_of(x.shape, ax)
+    s = reduce_stage(x, ax, False, lambda i, o: te.cast(x[i], acc), "sum", "mvn_sum")
+    mean = map_stage(s, lambda v: te.cast(v / te.cast(count, acc), ct), "mvn_mean")
+
+    def dev(i, o):
+        return te.cast(x[i], ct) - mean[o]
+
+    sq = reduce_stage(
+        x, ax, False, lambda i, o: te.cast(dev(i, o) * dev(i, o), acc), "sum", "mvn_sq_sum"
+    )
+    std = map_stage(sq, lambda v: te.sqrt(te.cast(v / te.cast(count, acc), ct)), "mvn_std")
+    eps = te.const(1e-9, ct)
+    return te.compute(
+        x.shape,
+        lambda *i: te.cast(dev(i, stat_index(i, ax)) / (std[stat_index(i, ax)] + eps), dt),
+        "mean_variance_normalize",
+    )
+
+
 register(
     OpDef(
         "mean_variance_normalize",
@@ -194,6 +358,7 @@ register(
         _mvn_ref,
         attrs={"axes": [0, 2, 3]},
         pattern=Pattern.OPAQUE,
+        compute=_mvn_compute,
         doc="(x - mean) / (std + 1e-9) with mean and (population) std taken over `axes`.",
     )
 )

@@ -5,16 +5,22 @@ Ops whose output shape is set by an integer vector take it as an attribute (dime
 be symbolic). Each has a `dyn_` variant (as TVM's `dyn.*` namespace) that takes the vector
 as a tensor operand instead, for when it is only known at run time: its inferred type gives
 the affected dimensions fresh size variables, which the interpreter binds from the result.
+
+Loop programs: every static-vector op states its output as a load of the input at a
+remapped index (one te stage, no arithmetic on the values, so every dtype is exact).
+The `dyn_` variants have none: their output shape is only known once the vector operand is
+read, so the caller could not allocate the output of a kernel; they stay op calls.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tcc.ir import te
 from tcc.ir.errors import ShapeError
-from tcc.ir.expr import Dim, as_dim, fresh_var
+from tcc.ir.expr import Dim, as_dim, fresh_var, prove_equal
 from tcc.ir.graph import TensorType, TupleType
-from tcc.ir.ops._util import ceil_div, fresh_vars, ints, normalize_axes, register_op, vector_length
+from tcc.ir.ops._util import ceil_div, fresh_vars, ints, normalize_axes, vector_length
 from tcc.ir.ops.registry import (
     REQUIRED,
     OpDef,
@@ -33,9 +39,17 @@ register(
         lambda args, attrs: tensor(args[0], "identity"),
         lambda x: np.array(x, copy=True),
         pattern=Pattern.ELEMWISE,
+        compute=lambda x: te.compute(x.shape, lambda *i: x[i], "identity"),
         doc="A copy of the input.",
     )
 )
+
+
+def _op(
+    name, infer, ref, attrs=None, num_args=(1, 1), pattern=Pattern.INJECTIVE, compute=None, doc=""
+):
+    """Register an op of this family (INJECTIVE unless said otherwise)."""
+    return register(OpDef(name, infer, ref, attrs or {}, pattern, num_args, compute, doc))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,14 +99,52 @@ def _dyn_reshape_ref(x, shape, allowzero):
     return np.reshape(x, onnx_reshape_shape(x.shape, ints(shape), allowzero)).copy()
 
 
-register_op(
+def reshape_index(in_shape, out_shape, idx) -> tuple:
+    """The input index of output index `idx` under a row-major reshape.
+
+    Leading and trailing dimensions the two shapes share map straight through (so a
+    reshape that only splits or merges the middle axes has no division on the others);
+    the rest goes through the flat offset."""
+    in_shape, out_shape, idx = list(in_shape), list(out_shape), list(idx)
+    head = 0
+    while head < min(len(in_shape), len(out_shape)) and prove_equal(
+        in_shape[head], out_shape[head]
+    ):
+        head += 1
+    tail = 0
+    while tail < min(len(in_shape), len(out_shape)) - head and prove_equal(
+        in_shape[-1 - tail], out_shape[-1 - tail]
+    ):
+        tail += 1
+    mid_in = in_shape[head : len(in_shape) - tail]
+    mid_out = out_shape[head : len(out_shape) - tail]
+    flat = 0
+    for d, i in zip(mid_out, idx[head : len(idx) - tail]):
+        flat = flat * d + i
+    mid: list = []
+    for k in reversed(range(len(mid_in))):
+        if k == 0:
+            mid.append(flat)  # flat < total size: the outermost axis needs no modulo
+        else:
+            mid.append(flat % mid_in[k])
+            flat = flat // mid_in[k]
+    return tuple(idx[:head]) + tuple(reversed(mid)) + tuple(idx[len(idx) - tail :])
+
+
+def _reshape_compute(x, shape):
+    out = resolve_reshape(x.shape, shape)
+    return te.compute(out, lambda *i: x[reshape_index(x.shape, out, i)], "reshape")
+
+
+_op(
     "reshape",
     _reshape_infer,
     lambda x, shape: np.reshape(x, shape).copy(),
     {"shape": REQUIRED},
+    compute=_reshape_compute,
     doc="The input's elements in row-major order under a new shape (one entry may be -1).",
 )
-register_op(
+_op(
     "dyn_reshape",
     _dyn_reshape_infer,
     _dyn_reshape_ref,
@@ -116,11 +168,20 @@ def _transpose_infer(args, attrs):
     return TensorType(tuple(x.shape[a] for a in normalize_axes(perm, x.ndim, "transpose")), x.dtype)
 
 
-register_op(
+def _transpose_compute(x, axes):
+    perm = list(range(x.ndim))[::-1] if axes is None else normalize_axes(axes, x.ndim, "transpose")
+    inverse = [perm.index(a) for a in range(x.ndim)]
+    return te.compute(
+        [x.shape[a] for a in perm], lambda *i: x[tuple(i[k] for k in inverse)], "transpose"
+    )
+
+
+_op(
     "transpose",
     _transpose_infer,
     lambda x, axes: np.ascontiguousarray(np.transpose(x, axes)),
     {"axes": None},
+    compute=_transpose_compute,
     doc="Permute the axes (reverse them when `axes` is None).",
 )
 
@@ -144,12 +205,34 @@ def _concat_infer(args, attrs):
     return TensorType(tuple(out), dtype)
 
 
-register_op(
+def _concat_compute(*xs, axis):
+    axis = normalize_axis(axis, xs[0].ndim, "concat")
+    out = list(_concat_infer([TensorType(x.shape, x.dtype) for x in xs], {"axis": axis}).shape)
+    offsets: list[Dim] = [0]
+    for x in xs[:-1]:
+        offsets.append(as_dim(offsets[-1] + x.shape[axis]))
+
+    def value(*i):
+        def load(k):
+            return xs[k][i[:axis] + (i[axis] - offsets[k],) + i[axis + 1 :]]
+
+        # from the last operand back: each one starts where the ones before it end, and a
+        # load is only evaluated when its range holds the index
+        v = load(len(xs) - 1)
+        for k in reversed(range(len(xs) - 1)):
+            v = te.if_then_else(i[axis] < offsets[k + 1], load(k), v)
+        return v
+
+    return te.compute(out, value, "concat")
+
+
+_op(
     "concat",
     _concat_infer,
     lambda *xs, axis: np.concatenate(xs, axis=axis),
     {"axis": 0},
     num_args=(1, None),
+    compute=_concat_compute,
     doc="Join tensors along `axis`.",
 )
 
@@ -178,14 +261,29 @@ def _dyn_split_infer(args, attrs):
     return TupleType(tuple(TensorType(p, x.dtype) for p in parts))
 
 
-register_op(
+def _split_compute(x, sizes, axis):
+    axis = normalize_axis(axis, x.ndim, "split")
+    outs, offset = [], 0
+    for k, size in enumerate(sizes):
+        shape = x.shape[:axis] + (as_dim(size),) + x.shape[axis + 1 :]
+
+        def value(*i, start=offset):
+            return x[i[:axis] + (i[axis] + start,) + i[axis + 1 :]]
+
+        outs.append(te.compute(shape, value, f"split{k}"))
+        offset = as_dim(offset + size)
+    return outs
+
+
+_op(
     "split",
     _split_infer,
     _split_ref,
     {"sizes": REQUIRED, "axis": 0},
+    compute=_split_compute,
     doc="Cut `axis` into consecutive parts of the given sizes (a tuple of tensors).",
 )
-register_op(
+_op(
     "dyn_split",
     _dyn_split_infer,
     lambda x, sizes, axis: _split_ref(x, ints(sizes), axis),
@@ -243,28 +341,54 @@ def _dyn_rank_change_infer(name: str, sign: int):
     return infer
 
 
-register_op(
+def _squeeze_compute(x, axes):
+    out = _squeeze_infer([TensorType(x.shape, x.dtype)], {"axes": axes}).shape
+    if axes is None:
+        kept = [a for a, d in enumerate(x.shape) if d != 1]
+    else:
+        dropped = normalize_axes(axes, x.ndim, "squeeze")
+        kept = [a for a in range(x.ndim) if a not in dropped]
+
+    def value(*i):
+        index = [0] * x.ndim
+        for k, a in enumerate(kept):
+            index[a] = i[k]
+        return x[tuple(index)]
+
+    return te.compute(out, value, "squeeze")
+
+
+def _expand_dims_compute(x, axes):
+    out = _expand_dims_infer([TensorType(x.shape, x.dtype)], {"axes": axes}).shape
+    added = set(normalize_axes(axes, len(out), "expand_dims"))
+    kept = [a for a in range(len(out)) if a not in added]
+    return te.compute(out, lambda *i: x[tuple(i[a] for a in kept)], "expand_dims")
+
+
+_op(
     "squeeze",
     _squeeze_infer,
     _squeeze_ref,
     {"axes": None},
+    compute=_squeeze_compute,
     doc="Drop the listed size-1 axes (every size-1 axis when `axes` is None).",
 )
-register_op(
+_op(
     "dyn_squeeze",
     _dyn_rank_change_infer("dyn_squeeze", -1),
     lambda x, axes: _squeeze_ref(x, ints(axes)),
     num_args=(2, 2),
     doc="squeeze with the axes as a run-time tensor.",
 )
-register_op(
+_op(
     "expand_dims",
     _expand_dims_infer,
     lambda x, axes: np.expand_dims(x, tuple(axes)).copy(),
     {"axes": REQUIRED},
+    compute=_expand_dims_compute,
     doc="Insert size-1 axes at the listed positions of the output.",
 )
-register_op(
+_op(
     "dyn_expand_dims",
     _dyn_rank_change_infer("dyn_expand_dims", 1),
     lambda x, axes: np.expand_dims(x, tuple(ints(axes))).copy(),
@@ -304,15 +428,37 @@ def _onnx_expand(x, shape):
     return np.ascontiguousarray(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(shape))))
 
 
-register_op(
+def broadcast_index(in_shape, out_shape, idx) -> tuple:
+    """The input index that output index `idx` reads when `in_shape` broadcasts to
+    `out_shape` (numpy rules, dimensions aligned at the end)."""
+    lead = len(out_shape) - len(in_shape)
+    out = []
+    for k, d in enumerate(in_shape):
+        i, want = idx[lead + k], out_shape[lead + k]
+        if isinstance(d, int) and d == 1:
+            out.append(0)
+        elif prove_equal(d, want):
+            out.append(i)
+        else:  # a symbolic extent that is either 1 or the target's at run time
+            out.append(i % d)
+    return tuple(out)
+
+
+def _broadcast_to_compute(x, shape):
+    out = tuple(as_dim(d) for d in shape)
+    return te.compute(out, lambda *i: x[broadcast_index(x.shape, out, i)], "broadcast_to")
+
+
+_op(
     "broadcast_to",
     _broadcast_to_infer,
     lambda x, shape: np.ascontiguousarray(np.broadcast_to(x, shape)),
     {"shape": REQUIRED},
     pattern=Pattern.BROADCAST,
+    compute=_broadcast_to_compute,
     doc="Broadcast the input to `shape` (numpy rules).",
 )
-register_op(
+_op(
     "dyn_broadcast_to",
     _dyn_broadcast_to_infer,
     lambda x, shape: _onnx_expand(x, ints(shape)),
@@ -337,14 +483,24 @@ def _dyn_tile_infer(args, attrs):
     return TensorType(fresh_vars(x.ndim, "tl"), x.dtype)
 
 
-register_op(
+def _tile_compute(x, repeats):
+    out = _tile_infer([TensorType(x.shape, x.dtype)], {"repeats": repeats}).shape
+
+    def value(*i):
+        return x[tuple(j if r == 1 else j % d for j, d, r in zip(i, x.shape, repeats))]
+
+    return te.compute(out, value, "tile")
+
+
+_op(
     "tile",
     _tile_infer,
     lambda x, repeats: np.tile(x, repeats),
     {"repeats": REQUIRED},
+    compute=_tile_compute,
     doc="Repeat the input `repeats[i]` times along axis i.",
 )
-register_op(
+_op(
     "dyn_tile",
     _dyn_tile_infer,
     lambda x, repeats: np.tile(x, ints(repeats)),
