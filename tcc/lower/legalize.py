@@ -44,7 +44,8 @@ def op_prim_func(op_name: str, arg_types: list[Type | None], attrs: dict) -> Pri
 
 
 def _kernel_name(op_name: str, used: set[str]) -> str:
-    base = re.sub(r"\W", "_", op_name)
+    # The suffix keeps kernel symbols apart from C library names (`exp`, `round`, ...).
+    base = re.sub(r"\W", "_", op_name) + "_kernel"
     name, k = base, 1
     while name in used:
         name, k = f"{base}_{k}", k + 1
