@@ -26,8 +26,9 @@ LIGHT = ["squeezenet", "resnet50", "shufflenet", "inception_v1", "inception_v2",
 
 
 def models():
-    yield "bert", builders.bert_encoder(), {"batch": 1, "seq": 128}
-    yield "gpt2", builders.gpt2_decoder(), {"batch": 1, "seq": 128}
+    text = dict(layers=4, hidden=256, heads=4, max_positions=128)
+    yield "bert", builders.bert_encoder(ffn=1024, **text), {"batch": 1, "seq": 128}
+    yield "gpt2", builders.gpt2_decoder(**text), {"batch": 1, "seq": 128}
     for name in LIGHT:
         yield name, builders.light_model(name), {}
 

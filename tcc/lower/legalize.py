@@ -15,6 +15,7 @@ import re
 
 from tcc.ir import te
 from tcc.ir.errors import InternalError, NoLoopProgram
+from tcc.ir.expr import PrimExpr, Var, free_vars
 from tcc.ir.graph import Binding, Call, CallTIR, Function, TensorType, TupleType, Type, type_of
 from tcc.ir.module import IRModule
 from tcc.ir.ops.registry import get_op
@@ -28,19 +29,49 @@ def op_prim_func(op_name: str, arg_types: list[Type | None], attrs: dict) -> Pri
     op = get_op(op_name)
     if op.compute is None:
         return None
+    for t in arg_types:
+        if t is not None and not isinstance(t, TensorType):
+            raise InternalError(f"op {op_name}: loop programs take tensors, got {t}")
+    arg_types = _generalized(arg_types)
     holders = [
         None if t is None else te.placeholder(t.shape, t.dtype, f"in{i}")
         for i, t in enumerate(arg_types)
     ]
-    for t in arg_types:
-        if t is not None and not isinstance(t, TensorType):
-            raise InternalError(f"op {op_name}: loop programs take tensors, got {t}")
     try:
         out = op.compute(*holders, **attrs)
     except NoLoopProgram:
         return None
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     return te.create_prim_func([h for h in holders if h is not None] + outs)
+
+
+def _expr_key(e) -> tuple:
+    if isinstance(e, Var):
+        return ("var", id(e))
+    if dataclasses.is_dataclass(e):
+        return (type(e).__name__, *(_expr_key(getattr(e, f.name)) for f in dataclasses.fields(e)))
+    return ("leaf", e)
+
+
+def _generalized(types: list[TensorType | None]) -> list[TensorType | None]:
+    """Replace each compound dimension (`batch * seq`) whose variables are not dimensions on
+    their own by a fresh size variable: a kernel binds size variables from whole dimensions
+    of its buffers, and the graph still allocates with the original expression."""
+    standalone = {id(d) for t in types if t is not None for d in t.shape if isinstance(d, Var)}
+    fresh: dict[tuple, Var] = {}
+    out: list[TensorType | None] = []
+    for t in types:
+        if t is None:
+            out.append(None)
+            continue
+        dims = []
+        for d in t.shape:
+            if isinstance(d, PrimExpr) and not isinstance(d, Var):
+                if any(id(v) not in standalone for v in free_vars(d)):
+                    d = fresh.setdefault(_expr_key(d), Var(f"d{len(fresh)}"))
+            dims.append(d)
+        out.append(TensorType(tuple(dims), t.dtype))
+    return out
 
 
 def _kernel_name(op_name: str, used: set[str]) -> str:
