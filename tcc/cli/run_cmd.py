@@ -1,4 +1,5 @@
-"""`tcc run FILE.tcir|FILE.tvmpack [inputs] [outputs] [--random-inputs] [--bench N] [--check]`."""
+"""`tcc run FILE.tcir|FILE.tvmpack [inputs] [outputs] [--random-inputs] [--bench N] [--profile]
+[--check]`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import click
 import numpy as np
 from rich.console import Console
+from rich.table import Table
 
 from tcc.cli.arrays_io import load_inputs, write_npz, write_output_dir
 from tcc.errors import TccError
@@ -91,6 +93,40 @@ def make_random_inputs(signature: dict, given: dict, shapes: dict, seed: int = 0
     return out
 
 
+PROFILE_TOP = 25  # rows shown by --profile; the rest share one line
+
+
+def kernel_label(name: str, origins) -> str:
+    """`conv2d_kernel (resnetv17_conv0_fwd, +52 more)`: a kernel and the first node it runs."""
+    if not origins:
+        return name
+    more = f", +{len(origins) - 1} more" if len(origins) > 1 else ""
+    return f"{name} ({origins[0]}{more})"
+
+
+def profile_table(rows, runs: int, top: int = PROFILE_TOP) -> Table:
+    """The --profile table: rows (tcc.rt.ProfileRow, sorted by share) per run."""
+    total = sum(r.total_ms for r in rows)
+    t = Table(title=f"profile: {total:.3f} ms per run, mean of {runs} run{'s' * (runs != 1)}",
+              title_justify="left")
+    t.add_column("share", justify="right")
+    t.add_column("kind")
+    t.add_column("name (nodes)", overflow="fold")
+    t.add_column("calls", justify="right")
+    t.add_column("total ms", justify="right")
+    t.add_column("mean ms", justify="right")
+    for r in rows[:top]:
+        label = kernel_label(r.name, r.origins) if r.kind == "kernel" else r.name
+        t.add_row(f"{100 * r.share:.1f}%", r.kind, label, f"{r.calls:g}", f"{r.total_ms:.3f}",
+                  f"{r.mean_ms:.4f}")
+    rest = rows[top:]
+    if rest:
+        calls = sum(r.calls for r in rest)
+        t.add_row(f"{100 * sum(r.share for r in rest):.1f}%", "", f"{len(rest)} more rows",
+                  f"{calls:g}", f"{sum(r.total_ms for r in rest):.3f}", "")
+    return t
+
+
 def _check_against_onnx(console: Console, onnx_path: Path, inputs: dict, named: dict,
                         rtol: float, atol: float) -> bool:
     import onnxruntime as ort
@@ -135,6 +171,9 @@ def _check_against_onnx(console: Console, onnx_path: Path, inputs: dict, named: 
               help="Time N runs after a warm-up and print the median and spread.")
 @click.option("--threads", type=click.IntRange(min=1), metavar="N",
               help="Threads for the kernels (packs; default: the machine's cores).")
+@click.option("--profile", is_flag=True,
+              help="Time each kernel (packs only) over the --bench runs (or one) and print a "
+                   "table sorted by share, kernels named after the ONNX nodes they run.")
 @click.option("--check", is_flag=True, help="Compare with onnxruntime (needs --onnx); exit 1 when outside tolerance.")
 @click.option("--onnx", "onnx_path", type=click.Path(dir_okay=False, path_type=Path),
               help="The source ONNX model, for --check.")
@@ -150,9 +189,12 @@ def command(file, input_pairs, inputs_npz, **opts):
 
 
 def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, output_npz,
-         entry, bench, threads, check, onnx_path, rtol, atol):
+         entry, bench, threads, profile, check, onnx_path, rtol, atol):
     if check and onnx_path is None:
         raise TccError("--check needs the source model: add --onnx MODEL.onnx")
+    if profile and file.suffix != ".tvmpack":
+        raise TccError(f"{file}: --profile times compiled kernels and needs a .tvmpack; "
+                       f"compile it first: tcc compile {file} -o {file.stem}.tvmpack")
     inputs = load_inputs(input_pairs, inputs_npz)
     runner = _PackRunner(file, entry) if file.suffix == ".tvmpack" else _IRRunner(file, entry)
     if threads:
@@ -184,6 +226,10 @@ def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, 
             f"bench: {bench} runs, median {statistics.median(times):.3f} ms "
             f"(min {min(times):.3f}, max {max(times):.3f})"
         )
+    if profile:
+        runs = bench or 1
+        rows = runner.module.profile(entry, inputs, runs=runs, warmup=0)  # warmed up above
+        console.print(profile_table(rows, runs))
     if check and not _check_against_onnx(console, onnx_path, inputs, named, rtol, atol):
         raise SystemExit(1)
 

@@ -24,6 +24,7 @@ from tcc.errors import TccError
 from tcc.rt.format import (
     BYTECODE,
     BYTECODE_VERSION,
+    KERNEL_ORIGINS_FIELD,
     KERNELS_DIR,
     MANIFEST,
     MANIFEST_HASH_FIELD,
@@ -50,14 +51,17 @@ def pack_bytes(
     target: str = "llvm",
     weights: Mapping[str, np.ndarray] | None = None,
     signatures: Mapping[str, dict] | None = None,
+    kernel_origins: Mapping[str, list[str]] | None = None,
 ) -> bytes:
     """The pack's bytes. `kernels` has `.object_code`, `.shared_object` (or None) and
-    `.symbols` (a CpuModule), or is None for a program without kernels; `signatures`
-    defaults to the executable's own."""
+    `.symbols` (a CpuModule), or is None for a program without kernels; `signatures` and
+    `kernel_origins` (symbol -> the bindings that call it) default to the executable's own."""
     weights = dict(weights or {})
     signatures = dict(signatures if signatures is not None else executable.signatures)
+    origins = kernel_origins if kernel_origins is not None else executable.kernel_origins
     symbols = sorted(kernels.symbols) if kernels is not None else []
     _check_references(executable, symbols, weights, signatures)
+    origins = _checked_origins(origins, symbols)
 
     members: dict[str, bytes] = {BYTECODE: executable.encode()}
     kind = re.sub(r"[^A-Za-z0-9_.-]", "_", target.split()[0] if target.split() else "cpu")
@@ -84,6 +88,8 @@ def pack_bytes(
         "members": {n: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
                     for n, d in sorted(members.items())},
     }
+    if origins:  # optional: a pack without it reads the same, with unnamed kernels
+        manifest[KERNEL_ORIGINS_FIELD] = origins
     text = json.dumps(manifest, sort_keys=True, indent=1).encode("utf-8") + b"\n"
     digest = hashlib.sha256(text).hexdigest()
     members[MANIFEST] = text.replace(b'"' + b"0" * 64 + b'"', f'"{digest}"'.encode(), 1)
@@ -92,9 +98,10 @@ def pack_bytes(
 
 def write_pack(path, executable: Executable, kernels=None, target: str = "llvm",
                weights: Mapping[str, np.ndarray] | None = None,
-               signatures: Mapping[str, dict] | None = None) -> None:
+               signatures: Mapping[str, dict] | None = None,
+               kernel_origins: Mapping[str, list[str]] | None = None) -> None:
     """Write the pack to `path` atomically (a temp file in the same folder, then rename)."""
-    data = pack_bytes(executable, kernels, target, weights, signatures)
+    data = pack_bytes(executable, kernels, target, weights, signatures, kernel_origins)
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tvmpack-", dir=folder)
@@ -125,6 +132,20 @@ def _check_references(exe: Executable, symbols, weights, signatures) -> None:
     for name in signatures:
         if not any(f.name == name for f in exe.functions):
             raise PackWriteError(f"signature for {name!r}, which the bytecode does not define")
+
+
+def _checked_origins(origins: Mapping[str, list[str]], symbols: list[str]) -> dict[str, list[str]]:
+    unknown = sorted(set(origins) - set(symbols))
+    if unknown:
+        raise PackWriteError(f"kernel origins name kernels the kernel library lacks: "
+                             f"{', '.join(unknown)}; pass the origins of the compiled kernels only")
+    out = {}
+    for sym in sorted(origins):
+        names = list(origins[sym])
+        if not all(isinstance(n, str) for n in names):
+            raise PackWriteError(f"kernel origins of {sym!r} must be strings (binding names)")
+        out[sym] = names
+    return out
 
 
 def _le_bytes(a: np.ndarray) -> bytes:

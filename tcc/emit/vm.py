@@ -6,7 +6,9 @@ a verified program always terminates. Size variables live in a per-frame shape h
 prologue's `match_shape` calls check each parameter against the signature and bind its
 variables; every later shape (an output to allocate, a view's new shape) is a postfix
 program over that heap evaluated by `make_shape` at run time, so one executable serves
-every batch size. Spec: docs/vm.md.
+every batch size. The executable also records which bindings call each kernel
+(`kernel_origins`), so `tcc run --profile` names kernels after the model's nodes.
+Spec: docs/vm.md.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from tcc.ir import expr as E
 from tcc.ir import graph as G
 from tcc.ir.module import IRModule
 from tcc.ir.printer import format_expr
+from tcc.lower.legalize import kernel_origins
 from tcc.rt.format import (
     NO_REG,
     SHAPE_BINOPS,
@@ -65,7 +68,16 @@ def compile_module(
         if name not in graph:
             raise VMCompileError(f"entry function {name!r} is not a graph function of the module")
         b.exe.signatures[name] = signature(graph[name], name)
+    b.exe.kernel_origins = _origins_by_symbol(mod, b.symbols)
     return b.exe
+
+
+def _origins_by_symbol(mod: IRModule, symbols: Mapping[str, str]) -> dict[str, list[str]]:
+    """The bindings that call each kernel, keyed by the symbol the bytecode calls."""
+    out: dict[str, dict[str, None]] = {}
+    for func, names in kernel_origins(mod).items():
+        out.setdefault(symbols.get(func, func), {}).update(dict.fromkeys(names))
+    return {sym: list(names) for sym, names in out.items()}
 
 
 def signature(fn: G.Function, name: str = "main") -> dict:

@@ -6,6 +6,10 @@ PrimFuncs (by structural hash) are shared, so a model with 50 identical convolut
 one kernel. Calls of ops without a loop program are left as they are (the VM runs a few,
 such as reshape views, as builtins; `tcc emit` names the rest). Graph semantics are
 unchanged: each call_tir computes what the op's numpy reference computes.
+
+`kernel_origins` says which graph bindings call each PrimFunc. The frontend names a binding
+after the ONNX node output it computes, so this is how a profile of the compiled kernels
+points back at the model's nodes.
 """
 
 from __future__ import annotations
@@ -128,6 +132,17 @@ def legalize(mod: IRModule, keep: frozenset[str] = frozenset()) -> IRModule:
     for name, f in mod.graph_functions.items():
         lg.out.functions[name] = lg.function(f)
     return lg.out
+
+
+def kernel_origins(mod: IRModule) -> dict[str, list[str]]:
+    """PrimFunc name -> names of the bindings that call it (every graph function, in module
+    and binding order, first use first, without repeats)."""
+    seen: dict[str, dict[str, None]] = {}  # dicts keep first-insertion order
+    for f in mod.graph_functions.values():
+        for b in f.bindings:
+            if isinstance(b.value, CallTIR):
+                seen.setdefault(b.value.func, {})[b.var.name] = None
+    return {func: list(names) for func, names in seen.items()}
 
 
 def unlegalized_ops(mod: IRModule) -> dict[str, int]:

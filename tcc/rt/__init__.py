@@ -4,6 +4,7 @@
     with tcc.rt.load("model.tvmpack") as m:
         (y,) = m["main"](x)            # or m.main(x), or m["main"]({"input": x})
         m.signature("main")            # inputs/outputs with symbolic shapes
+        rows = m.profile("main", [x], runs=10)   # time per kernel, largest share first
 
 A pack is verified completely when it is opened (tcc.rt.pack); its kernels are loaded from
 the pack's shared object (tcc.rt.kernels) and its bytecode is run by tcc.rt.vm.
@@ -15,9 +16,9 @@ import copy
 
 from tcc.rt.errors import KernelError, PackError, RunInputError
 from tcc.rt.pack import PackContents, read_pack
-from tcc.rt.vm import VirtualMachine
+from tcc.rt.vm import ProfileRow, VirtualMachine
 
-__all__ = ["KernelError", "Module", "PackError", "RunInputError", "load"]
+__all__ = ["KernelError", "Module", "PackError", "ProfileRow", "RunInputError", "load"]
 
 
 def load(path, kernel_library=None) -> Module:
@@ -101,6 +102,28 @@ class Module:
             return self[name]
         except KeyError:
             raise AttributeError(f"no entry function {name!r}") from None
+
+    @property
+    def kernel_origins(self) -> dict[str, list[str]]:
+        """Kernel symbol -> the graph bindings (ONNX node outputs) that call it."""
+        return copy.deepcopy(self._contents.kernel_origins)
+
+    def profile(self, name: str = "main", inputs=(), runs: int = 1,
+                warmup: int = 1) -> list[ProfileRow]:
+        """Run `name` `warmup` times untimed, then `runs` times timing every kernel and
+        builtin call; returns per-run rows (tcc.rt.vm.ProfileRow), largest share first.
+        `inputs` is a sequence in signature order or a dict by input name."""
+        if int(runs) < 1 or int(warmup) < 0:
+            raise ValueError(f"profile needs runs >= 1 and warmup >= 0, got {runs} and {warmup}")
+        machine = self._vm()
+        args, named = ((), inputs) if isinstance(inputs, dict) else (tuple(inputs), None)
+        for _ in range(int(warmup)):
+            machine.run(name, args, named)
+        # a machine of its own, so the module's plain runs never pay for timing
+        profiler = VirtualMachine(self._contents, self._lib, profile=True)
+        for _ in range(int(runs)):
+            profiler.run(name, args, named)
+        return profiler.profile_rows()
 
     def set_num_threads(self, n: int) -> None:
         """Threads the kernels may use (default: the machine's cores)."""

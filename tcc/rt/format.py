@@ -28,6 +28,7 @@ WEIGHT_ALIGN = 64  # bytes; tar puts member data at 512-byte boundaries, a multi
 TAR_BLOCK = 512
 MANIFEST_HASH_FIELD = "manifest_sha256"  # sha256 of the manifest with this value zeroed
 MAX_MANIFEST_BYTES = 16 << 20
+KERNEL_ORIGINS_FIELD = "kernel_origins"  # optional manifest field: symbol -> binding names
 
 # -- the bytecode -------------------------------------------------------------------------------
 
@@ -141,13 +142,15 @@ class VMFunction:
 
 @dataclass
 class Executable:
-    """Function table, constant pool and VM functions; entry signatures ride along for the
-    manifest (they are not part of bytecode.bin)."""
+    """Function table, constant pool and VM functions. Entry signatures and kernel origins
+    (kernel symbol -> the graph bindings, i.e. ONNX node outputs, that call it) ride along
+    for the manifest; they are not part of bytecode.bin."""
 
     table: list[tuple[FuncKind, str]] = field(default_factory=list)
     constants: list[tuple[int, ...] | str] = field(default_factory=list)
     functions: list[VMFunction] = field(default_factory=list)
     signatures: dict[str, dict] = field(default_factory=dict)
+    kernel_origins: dict[str, list[str]] = field(default_factory=dict)
 
     def function(self, name: str) -> VMFunction:
         for f in self.functions:

@@ -24,6 +24,7 @@ from tcc.rt.errors import PackError
 from tcc.rt.format import (
     BUILTINS,
     BYTECODE_VERSION,
+    KERNEL_ORIGINS_FIELD,
     MANIFEST,
     MANIFEST_HASH_FIELD,
     MAX_MANIFEST_BYTES,
@@ -66,6 +67,12 @@ class PackContents:
     shared_object: bytes | None
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     _mmap: mmap.mmap | None = None
+
+    @property
+    def kernel_origins(self) -> dict[str, list[str]]:
+        """Kernel symbol -> the graph bindings (ONNX node outputs) that call it; empty for
+        a pack written without them."""
+        return self.executable.kernel_origins
 
     def close(self) -> None:
         self.weights = {}
@@ -144,8 +151,14 @@ def _read(path: str, mm: mmap.mmap) -> PackContents:
     symbols = kinfo["symbols"]
     verify_executable(exe, set(symbols), set(manifest["weights"]["arrays"]),
                       manifest["entry_functions"])
+    origins = manifest.get(KERNEL_ORIGINS_FIELD, {})
+    stray = sorted(set(origins) - set(symbols))
+    if stray:
+        raise _Bad(f"{MANIFEST}: {KERNEL_ORIGINS_FIELD} names kernel {stray[0]!r}, which the "
+                   "kernel table lacks")
     weights = _map_weights(mm, member(manifest["weights"]["member"]), manifest["weights"])
     exe.signatures = manifest["entry_functions"]
+    exe.kernel_origins = origins
     obj, so = member(kinfo["object"]), member(kinfo["shared_object"])
     return PackContents(
         path=path,
@@ -233,7 +246,7 @@ def check_manifest(raw: bytes) -> dict:
     _expect(m, dict, "the manifest")
     known = {"format", "format_version", MANIFEST_HASH_FIELD, "target", "bytecode", "kernels",
              "weights", "entry_functions", "members"}
-    missing, unknown = sorted(known - set(m)), sorted(set(m) - known)
+    missing, unknown = sorted(known - set(m)), sorted(set(m) - known - {KERNEL_ORIGINS_FIELD})
     if missing or unknown:
         raise _Bad(f"{MANIFEST} fields are wrong (missing: {missing}, unknown: {unknown})")
     if m["format"] != PACK_FORMAT:
@@ -255,6 +268,7 @@ def check_manifest(raw: bytes) -> dict:
                                "symbols": list}, "kernels")
     for s in k["symbols"]:
         _expect(s, str, "a kernel symbol")
+    _check_origins(m.get(KERNEL_ORIGINS_FIELD, {}))
     w = _fields(m["weights"], {"member": (str, type(None)), "alignment": int, "arrays": dict}, "weights")
     if w["alignment"] != WEIGHT_ALIGN:
         raise _Bad(f"weights alignment is {w['alignment']}, expected {WEIGHT_ALIGN}")
@@ -276,6 +290,16 @@ def check_manifest(raw: bytes) -> dict:
         if not _SHA_RE.match(info["sha256"]) or info["size"] < 0:
             raise _Bad(f"member {name!r} has a malformed size or sha256")
     return m
+
+
+def _check_origins(origins) -> None:
+    """The optional kernel_origins: symbol -> binding names (symbols are checked against the
+    kernel table after the bytecode, whose errors say more)."""
+    _expect(origins, dict, KERNEL_ORIGINS_FIELD)
+    for sym, names in origins.items():
+        _expect(names, list, f"{KERNEL_ORIGINS_FIELD} of {sym!r}")
+        for name in names:
+            _expect(name, str, f"an origin of {sym!r}")
 
 
 def _expect(v, types, what: str) -> None:

@@ -5,11 +5,17 @@ every index is in range, every builtin has the arguments it needs, jumps only go
 and no function calls itself, so the loop below indexes without checks and always ends.
 What the verifier cannot know is data: the shapes and dtypes of the inputs, checked by the
 entry function's `match_shape` calls, which raise RunInputError naming the input.
+
+With `profile=True` the machine times every kernel call and every builtin call (grouped by
+category) with `time.perf_counter`, and each whole run; `Profile.rows()` turns that into a
+table whose shares add up to the total, the rest being the interpreter's own time.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -66,6 +72,76 @@ _SHAPE_FNS = {
 }
 
 
+# Builtins are profiled by category: what a reader of the table can act on.
+BUILTIN_CATEGORIES = {
+    "alloc_tensor": "alloc",
+    "reshape": "views",
+    "copy": "copies",
+    "match_shape": "shapes",
+    "make_shape": "shapes",
+    "load_constant": "constants",
+    "make_tuple": "tuples",
+    "tuple_get_item": "tuples",
+    "read_bool": "control flow",
+}
+INTERPRETER = "interpreter"  # the profile row of the time spent between calls
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    """One line of a profile, per run (averaged over the profiled runs).
+
+    `kind` is "kernel", "builtin" or "vm"; `name` the kernel symbol, the builtin category or
+    "interpreter"; `origins` the graph bindings (ONNX node outputs) that call a kernel;
+    `share` the fraction of the total run time (the rows' shares add up to 1)."""
+
+    kind: str
+    name: str
+    origins: tuple[str, ...]
+    calls: float
+    total_ms: float
+    mean_ms: float
+    share: float
+
+
+class Profile:
+    """Accumulated timings of a profiling VirtualMachine."""
+
+    def __init__(self):
+        self.seconds: dict[tuple[str, str], float] = {}
+        self.calls: dict[tuple[str, str], int] = {}
+        self.total_seconds = 0.0
+        self.runs = 0
+
+    def add(self, key: tuple[str, str], seconds: float) -> None:
+        self.seconds[key] = self.seconds.get(key, 0.0) + seconds
+        self.calls[key] = self.calls.get(key, 0) + 1
+
+    def rows(self, origins: Mapping[str, Sequence[str]] | None = None) -> list[ProfileRow]:
+        """Rows sorted by share, largest first, with an "interpreter" row for the time no
+        call accounts for; empty before the first run."""
+        if not self.runs:
+            return []
+        origins = origins or {}
+        runs, total = self.runs, self.total_seconds
+        timed = sum(self.seconds.values())
+        entries = [(k, self.seconds[k], self.calls[k]) for k in self.seconds]
+        entries.append((("vm", INTERPRETER), max(total - timed, 0.0), runs))
+        out = []
+        for (kind, name), secs, calls in entries:
+            out.append(ProfileRow(
+                kind=kind,
+                name=name,
+                origins=tuple(origins.get(name, ())) if kind == "kernel" else (),
+                calls=calls / runs,
+                total_ms=secs * 1e3 / runs,
+                mean_ms=secs * 1e3 / calls if calls else 0.0,
+                share=secs / max(total, timed) if total > 0 else 0.0,
+            ))
+        out.sort(key=lambda r: (-r.share, r.kind, r.name))
+        return out
+
+
 class _Frame:
     __slots__ = ("regs", "heap", "names")
 
@@ -78,9 +154,10 @@ class _Frame:
 class VirtualMachine:
     """Runs the entry functions of `contents` (a PackContents, or anything with
     `.executable`, `.weights` and `.signatures`), calling kernels through
-    `kernel_library.call(symbol, arrays)`."""
+    `kernel_library.call(symbol, arrays)`. With `profile=True` every run adds its timings
+    to `self.profile` (see `Profile`)."""
 
-    def __init__(self, contents, kernel_library):
+    def __init__(self, contents, kernel_library, profile: bool = False):
         self.exe: Executable = contents.executable
         self.weights: Mapping[str, np.ndarray] = contents.weights
         self.signatures: Mapping[str, dict] = contents.signatures
@@ -94,6 +171,19 @@ class VirtualMachine:
                 self._targets.append(index[name] if kind == FuncKind.VM else name)
         self._kinds = [kind for kind, _ in self.exe.table]
         self._index = index
+        self.profile: Profile | None = None
+        if profile:
+            self.profile = Profile()
+            self._keys = [("kernel", name) if kind == FuncKind.KERNEL
+                          else ("builtin", BUILTIN_CATEGORIES.get(name, name))
+                          for kind, name in self.exe.table]
+            self._call = self._timed_call  # the plain path stays free of timing checks
+
+    def profile_rows(self) -> list[ProfileRow]:
+        """The profile so far as rows (kernels named by their origins); needs profile=True."""
+        if self.profile is None:
+            raise ValueError("this VirtualMachine was made without profile=True")
+        return self.profile.rows(getattr(self.exe, "kernel_origins", None))
 
     # -- entry -----------------------------------------------------------------------------
 
@@ -104,13 +194,18 @@ class VirtualMachine:
         if sig is None:
             raise RunInputError(f"no entry function {name!r}; the pack has {sorted(self.signatures)}")
         inputs = self._bind_inputs(name, sig, args, named)
+        t0 = time.perf_counter()
         try:
             result = self._invoke(self._index[name], inputs)
         except RecursionError:
             raise PackError(f"bytecode calls of {name!r} nest too deeply to run") from None
         outs = list(result) if len(sig["outputs"]) != 1 else [result]
         # weights are read-only views of the pack; hand the caller arrays it owns
-        return [o if isinstance(o, np.ndarray) and o.flags.writeable else np.array(o) for o in outs]
+        outs = [o if isinstance(o, np.ndarray) and o.flags.writeable else np.array(o) for o in outs]
+        if self.profile is not None:
+            self.profile.total_seconds += time.perf_counter() - t0
+            self.profile.runs += 1
+        return outs
 
     def _bind_inputs(self, name, sig, args, named) -> list[np.ndarray]:
         specs = sig["inputs"]
@@ -193,6 +288,15 @@ class VirtualMachine:
                 arrays.append(v)
         self.lib.call(target, arrays)
         return None
+
+    def _timed_call(self, fi: int, frame: _Frame, vals: list):
+        if self._kinds[fi] == FuncKind.VM:
+            return VirtualMachine._call(self, fi, frame, vals)  # its own calls are timed
+        t0 = time.perf_counter()
+        try:
+            return VirtualMachine._call(self, fi, frame, vals)
+        finally:
+            self.profile.add(self._keys[fi], time.perf_counter() - t0)
 
     # -- builtins (docs/vm.md lists each) --------------------------------------------------
 

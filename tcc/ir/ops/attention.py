@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from tcc.ir.dtype import round_to_bfloat16, to_numpy
-from tcc.ir.errors import ShapeError
-from tcc.ir.expr import Dim
+from tcc.ir import te
+from tcc.ir.dtype import from_numpy, is_float, round_to_bfloat16, to_numpy
+from tcc.ir.errors import NoLoopProgram, ShapeError
+from tcc.ir.expr import Dim, prove_equal
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import match_dim
+from tcc.ir.ops._util import accumulate_dtype, match_dim, te_type
+from tcc.ir.ops.reduce import accumulator
 from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, register, same_dtype, tensor, tuple_type
 
 
@@ -185,6 +187,282 @@ def _attention_ref(
     return outs[:num_outputs]
 
 
+# ---------------------------------------------------------------------------------------------
+# attention's loop program
+#
+# Stages, all over (batch, q_heads, q_seq, kv_seq) unless said: the scaled Q.K^T reduction
+# (half floats accumulate in float32, as numpy's matmul does), the logits (rounded to the input
+# dtype, soft-capped), the scores (logits + the additive bias of mask, causal frontier, window
+# and key padding, each added as the reference adds it), the row max and exp-sum reductions
+# over the keys, the probabilities (zero on rows the bias masks entirely), then probs.V.
+# Grouped-query heads read K/V head h // (q_heads / kv_heads); past keys and values are read
+# in place of a concatenation, which only the present_key/present_value outputs materialize.
+
+
+def _no_loop(op: str, what: str) -> NoLoopProgram:
+    return NoLoopProgram(f"op {op}: {what} has no loop program")
+
+
+def _float_operands(op: str, *tensors) -> str:
+    """The common float dtype of the operands (None ones skipped), or NoLoopProgram."""
+    dtypes = {t.dtype for t in tensors if t is not None}
+    if len(dtypes) != 1 or not is_float(next(iter(dtypes))):
+        raise _no_loop(op, f"operand dtypes {', '.join(sorted(dtypes))} (not one float dtype)")
+    dt = dtypes.pop()
+    if dt == "bfloat16":
+        raise _no_loop(op, "bfloat16")
+    return dt
+
+
+def _head_view(t: te.Tensor, heads):
+    """(batch, head, seq, d) -> the element of a 4-D input, or of a 3-D (batch, seq, heads *
+    head_size) one."""
+    if t.ndim == 4:
+        return lambda n, h, s, d: t[n, h, s, d]
+    size = _heads(te_type(t), heads, "attention", t.name)[3]
+    return lambda n, h, s, d: t[n, s, h * size + d]
+
+
+def _group(hq: Dim, hk: Dim):
+    """The K/V head a query head reads (np.repeat of the K/V heads)."""
+    if isinstance(hq, int) and isinstance(hk, int) and hq == hk:
+        return lambda h: h
+    reps = hq // hk
+    return lambda h: h // reps
+
+
+def _sqrt_scale(scale, head: Dim, dt: str, root_dtype: str):
+    """sqrt(scale) (default scale 1/sqrt(head)) rounded to `dt`: the factor both Q and K are
+    multiplied by. The root is taken in `root_dtype` (float64 for attention, float32 for the
+    flex-attention scores), as the references take it."""
+    np_root = to_numpy(root_dtype).type
+    if scale is not None or isinstance(head, int):
+        value = scale if scale is not None else 1 / np.sqrt(head)
+        return te.const(float(to_numpy(dt).type(np.sqrt(np_root(value)))), dt)
+    inv = te.const(1.0, "float64") / te.sqrt(te.cast(head, "float64"))
+    return te.cast(te.sqrt(te.cast(inv, root_dtype)), dt)
+
+
+def _with_past(cur, past: te.Tensor | None):
+    """Element (n, h, t, d) of concat([past, cur], axis=2), read without concatenating."""
+    if past is None:
+        return cur
+    plen = past.shape[2]
+    return lambda n, h, t, d: te.if_then_else(
+        te.less(t, plen), past[n, h, t, d], cur(n, h, t - plen, d)
+    )
+
+
+def _broadcast_load(mask: te.Tensor, idx) -> tuple:
+    """The index of `mask` (right-aligned against (batch, heads, q, kv)) at `idx`: 0 where a
+    leading dimension is 1, `i % d` where a symbolic one may be 1 or the full size. The key
+    axis is never broadcast: a shorter mask is padded (the caller tests the bound)."""
+    full = idx[4 - mask.ndim :]
+    out = []
+    for axis, (d, i) in enumerate(zip(mask.shape, full)):
+        if axis == mask.ndim - 1:
+            out.append(i)
+        elif isinstance(d, int) and d == 1:
+            out.append(0)
+        else:
+            out.append(i % d if not isinstance(d, int) else i)
+    return tuple(out)
+
+
+def _bias_expr(mask, nonpad, offset, shape, attrs):
+    """bias(n, h, i, j) as the reference's `_attention_bias` builds it (None when there is
+    none), and its dtype."""
+    dt, total, is_causal = attrs["dtype"], shape[3], attrs["is_causal"]
+    left, right = attrs["left_window_size"], attrs["right_window_size"]
+    bt = dt
+    if mask is not None:
+        if mask.dtype != "bool":
+            if not is_float(mask.dtype) or mask.dtype == "bfloat16":
+                raise _no_loop("attention", f"an attn_mask of dtype {mask.dtype}")
+            bt = from_numpy(np.result_type(to_numpy(dt), to_numpy(mask.dtype)))
+    if mask is None and nonpad is None and not is_causal and left < 0 and right < 0:
+        return None, bt
+    zero, ninf = te.const(0, bt), te.const(-np.inf, bt)
+
+    def gate(allowed):
+        return te.if_then_else(allowed, zero, ninf)
+
+    def bias(n, h, i, j):
+        val = None
+        if mask is not None:
+            m = mask[_broadcast_load(mask, (n, h, i, j))]
+            val = gate(m) if mask.dtype == "bool" else te.cast(m, bt)
+            if not prove_equal(mask.shape[-1], total):  # padded with False / -inf
+                val = te.if_then_else(te.less(j, mask.shape[-1]), val, ninf)
+        diff = i - j + offset(n)
+        terms = []
+        if is_causal:
+            terms.append(te.greater_equal(diff, 0))
+        if left >= 0 or right >= 0:
+            allowed = None
+            for ok in ((te.less_equal(diff, left),) if left >= 0 else ()) + (
+                (te.less_equal(0 - diff, right),) if right >= 0 else ()
+            ):
+                allowed = ok if allowed is None else te.logical_and(allowed, ok)
+            terms.append(allowed)
+        if nonpad is not None:
+            terms.append(te.less(j, te.cast(nonpad[n], "int64")))
+        for allowed in terms:
+            val = gate(allowed) if val is None else val + gate(allowed)
+        return val
+
+    return bias, bt
+
+
+def _attention_compute(
+    q, k, v, mask=None, past_key=None, past_value=None, nonpad=None, *, scale, is_causal,
+    q_num_heads, kv_num_heads, softcap, qk_matmul_output_mode, softmax_dtype,
+    left_window_size, right_window_size, num_outputs, bfloat16,
+):  # fmt: skip
+    op = "attention"
+    if bfloat16:
+        raise _no_loop(op, "the bfloat16 rounding of every step (attribute bfloat16)")
+    dt = _float_operands(op, q, k, v, past_key, past_value)
+    if (past_key is None) != (past_value is None):
+        raise _no_loop(op, "past_key without past_value (or the reverse)")
+    if q.ndim not in (3, 4) or not q.ndim == k.ndim == v.ndim:
+        raise _no_loop(op, f"Q, K, V of ranks {q.ndim}, {k.ndim}, {v.ndim}")
+    nb, hq, sq, dh = _heads(te_type(q), q_num_heads, op, "Q")
+    _, hk, _, _ = _heads(te_type(k), kv_num_heads, op, "K")
+    dv = _heads(te_type(v), kv_num_heads, op, "V")[3]
+    if softmax_dtype is not None and (not is_float(softmax_dtype) or softmax_dtype == "bfloat16"):
+        raise _no_loop(op, f"softmax_dtype {softmax_dtype}")
+    key = _with_past(_head_view(k, kv_num_heads), past_key)
+    value = _with_past(_head_view(v, kv_num_heads), past_value)
+    qv = _head_view(q, q_num_heads)
+    kv_head = _group(hq, hk)
+    total = k.shape[2] if k.ndim == 4 else k.shape[1]
+    plen = 0 if past_key is None else past_key.shape[2]
+    total = total if past_key is None else plen + total
+    shape = (nb, hq, sq, total)
+
+    if past_key is not None:
+        offset = lambda n: plen  # noqa: E731
+    elif nonpad is not None:
+        offset = lambda n: te.cast(nonpad[n], "int64") - sq  # noqa: E731
+    else:
+        offset = lambda n: 0  # noqa: E731
+    attrs = {
+        "dtype": dt, "is_causal": is_causal,
+        "left_window_size": left_window_size, "right_window_size": right_window_size,
+    }  # fmt: skip
+    bias, bt = _bias_expr(mask, nonpad, offset, shape, attrs)
+
+    # Q.K^T, both operands scaled by sqrt(scale) in the input dtype first.
+    s = _sqrt_scale(scale, dh, dt, "float64")
+    acc = accumulate_dtype(dt)
+    r = te.reduce_axis(dh, "d")
+    qk = te.compute(
+        shape,
+        lambda n, h, i, j: te.sum(
+            te.cast(qv(n, h, i, r) * s, acc) * te.cast(key(n, kv_head(h), j, r) * s, acc),
+            axis=[r],
+        ),
+        "attention_qk",
+    )
+    logits = qk
+    if acc != dt or softcap > 0:
+        cap = te.const(float(to_numpy(dt).type(softcap)), dt)
+
+        def logit(n, h, i, j):
+            x = te.cast(qk[n, h, i, j], dt)
+            return te.tanh(x / cap) * cap if softcap > 0 else x
+
+        logits = te.compute(shape, logit, "attention_logits")
+    scores = logits
+    if bias is not None:
+        scores = te.compute(
+            shape,
+            lambda n, h, i, j: te.cast(logits[n, h, i, j], bt) + bias(n, h, i, j),
+            "attention_scores",
+        )
+
+    # Softmax over the keys in softmax_dtype (default the scores' dtype).
+    sdt = softmax_dtype or bt
+    sacc = accumulator(sdt)
+
+    def x(n, h, i, j):
+        return te.cast(scores[n, h, i, j], sdt)
+
+    rm = te.reduce_axis(total, "j")
+    row_max = te.compute(
+        shape[:3], lambda n, h, i: te.max(x(n, h, i, rm), axis=[rm]), "attention_max"
+    )
+
+    def shifted_exp(n, h, i, j):
+        m = row_max[n, h, i]
+        return te.exp(
+            x(n, h, i, j)
+            - te.if_then_else(te.equal(m, te.const(-np.inf, sdt)), te.const(0, sdt), m)
+        )
+
+    rs = te.reduce_axis(total, "j")
+    row_sum = te.compute(
+        shape[:3],
+        lambda n, h, i: te.sum(te.cast(shifted_exp(n, h, i, rs), sacc), axis=[rs]),
+        "attention_sum",
+    )
+    live = None
+    if bias is not None:
+        # A row is dead when its bias is -inf everywhere (a NaN keeps it alive, as in numpy).
+        rl = te.reduce_axis(total, "j")
+        ninf = te.const(-np.inf, bt)
+        live = te.compute(
+            shape[:3],
+            lambda n, h, i: te.max(
+                te.if_then_else(
+                    te.equal(bias(n, h, i, rl), ninf), te.const(0, "int32"), te.const(1, "int32")
+                ),
+                axis=[rl],
+            ),
+            "attention_live",
+        )
+
+    def prob(n, h, i, j):
+        total_ = te.cast(row_sum[n, h, i], sdt)
+        p = shifted_exp(n, h, i, j) / te.if_then_else(
+            te.equal(total_, te.const(0, sdt)), te.const(1, sdt), total_
+        )
+        if live is None:
+            return p
+        return te.if_then_else(te.equal(live[n, h, i], te.const(0, "int32")), te.const(0, sdt), p)
+
+    probs = te.compute(shape, prob, "attention_probs")
+
+    rv = te.reduce_axis(total, "j")
+    pv = te.compute(
+        (nb, hq, sq, dv),
+        lambda n, h, i, d: te.sum(
+            te.cast(te.cast(probs[n, h, i, rv], dt), acc)
+            * te.cast(value(n, kv_head(h), rv, d), acc),
+            axis=[rv],
+        ),
+        "attention_pv",
+    )
+    if q.ndim == 4:
+        y = te.compute(pv.shape, lambda n, h, i, d: te.cast(pv[n, h, i, d], dt), "attention")
+    else:
+        y = te.compute(
+            (nb, sq, hq * dv),
+            lambda n, i, c: te.cast(pv[n, c // dv, i, c % dv], dt),
+            "attention",
+        )
+    outs = [y]
+    if num_outputs > 1:
+        outs.append(te.compute((nb, hk, total, dh), key, "present_key"))
+    if num_outputs > 2:
+        outs.append(te.compute((nb, hk, total, dv), value, "present_value"))
+    if num_outputs > 3:
+        src = {3: probs, 2: scores}.get(qk_matmul_output_mode, logits)
+        outs.append(te.compute(shape, lambda *i: te.cast(src[i], dt), "qk_matmul_output"))
+    return outs
+
+
 register(
     OpDef(
         "attention",
@@ -205,6 +483,7 @@ register(
         },
         pattern=Pattern.OPAQUE,
         num_args=(3, 7),
+        compute=_attention_compute,
         doc="Scaled dot-product attention as ONNX Attention (opset 23-25). Operands: Q, K, "
         "V, attn_mask, past_key, past_value, nonpad_kv_seqlen (the last four optional). "
         "Returns a tuple of the first `num_outputs` of (Y, present_key, present_value, "
@@ -239,6 +518,29 @@ def _scores_ref(q, k, scale, out_dtype):
     return scores.astype(to_numpy(out_dtype) if out_dtype else q.dtype)
 
 
+def _scores_compute(q, k, *, scale, out_dtype):
+    """The scaled Q.K^T reduction (half floats accumulate in float32), rounded to Q's dtype,
+    then cast to `out_dtype`."""
+    dt = _float_operands("attention_scores", q, k)
+    s = _sqrt_scale(scale, q.shape[3], dt, "float32")
+    acc, out = accumulate_dtype(dt), out_dtype or dt
+    kv_head = _group(q.shape[1], k.shape[1])
+    r = te.reduce_axis(q.shape[3], "d")
+    name = "attention_scores" if acc == dt == out else "attention_scores_acc"
+    scores = te.compute(
+        q.shape[:3] + (k.shape[2],),
+        lambda n, h, i, j: te.sum(
+            te.cast(q[n, h, i, r] * s, acc) * te.cast(k[n, kv_head(h), j, r] * s, acc), axis=[r]
+        ),
+        name,
+    )
+    if acc == dt == out:
+        return scores
+    return te.compute(
+        scores.shape, lambda *i: te.cast(te.cast(scores[i], dt), out), "attention_scores"
+    )
+
+
 register(
     OpDef(
         "attention_scores",
@@ -247,6 +549,7 @@ register(
         attrs={"scale": None, "out_dtype": None},
         pattern=Pattern.OUT_FUSABLE,
         num_args=(2, 2),
+        compute=_scores_compute,
         doc="Q @ K^T * scale (default 1/sqrt(head_size)) for (batch, heads, seq, head) "
         "operands, each scaled by sqrt(scale) in Q's dtype; K's heads are repeated to Q's "
         "(grouped-query attention). The result is cast to `out_dtype` (default Q's).",
@@ -269,6 +572,30 @@ def _values_ref(p, v):
     return np.matmul(p, aligned).astype(v.dtype)
 
 
+def _values_compute(p, v):
+    """probs.V reduction in probs' dtype (half floats accumulate in float32), rounded to
+    probs' dtype, then cast to V's."""
+    if not is_float(p.dtype) or not is_float(v.dtype) or "bfloat16" in (p.dtype, v.dtype):
+        raise _no_loop("attention_values", f"operands of dtypes {p.dtype} and {v.dtype}")
+    pd, acc = p.dtype, accumulate_dtype(p.dtype)
+    kv_head = _group(p.shape[1], v.shape[1])
+    r = te.reduce_axis(p.shape[3], "j")
+    same = acc == pd == v.dtype
+    out = te.compute(
+        p.shape[:3] + (v.shape[3],),
+        lambda n, h, i, d: te.sum(
+            te.cast(p[n, h, i, r], acc) * te.cast(te.cast(v[n, kv_head(h), r, d], pd), acc),
+            axis=[r],
+        ),
+        "attention_values" if same else "attention_values_acc",
+    )
+    if same:
+        return out
+    return te.compute(
+        out.shape, lambda *i: te.cast(te.cast(out[i], pd), v.dtype), "attention_values"
+    )
+
+
 register(
     OpDef(
         "attention_values",
@@ -276,6 +603,7 @@ register(
         _values_ref,
         pattern=Pattern.OUT_FUSABLE,
         num_args=(2, 2),
+        compute=_values_compute,
         doc="probs @ V in probs' dtype, V's heads repeated to probs' (grouped-query "
         "attention); the result has V's dtype.",
     )
@@ -323,6 +651,59 @@ def _rotary_ref(x, cos, sin, position_ids=None, *, interleaved, rotary_embedding
     return out.reshape(shape) if len(shape) == 3 else out.transpose(0, 2, 1, 3)
 
 
+def _rotary_compute(
+    x, cos, sin, position_ids=None, *, interleaved, rotary_embedding_dim, num_heads
+):
+    """One elementwise stage in x's layout: each element of the rotated head prefix combines
+    its pair (c, c + rot/2), or (2k, 2k + 1) when interleaved, with the cos/sin entry of its
+    position; the rest of the head is copied. A position id outside the cache (where the
+    reference fails) reads NaN instead of out of bounds."""
+    dt = _float_operands("rotary_embedding", x, cos, sin)
+    head = _heads(te_type(x), num_heads, "rotary_embedding", "input")[3]
+    rot = rotary_embedding_dim or head
+    half = rot // 2
+    rows = cos.shape[0]
+
+    def cache(tab, n, s, k):
+        if position_ids is None:
+            return tab[n, s, k]
+        pos = te.cast(position_ids[n, s], "int64")
+        pos = te.if_then_else(te.less(pos, 0), pos + rows, pos)  # numpy indices wrap once
+        ok = te.logical_and(te.greater_equal(pos, 0), te.less(pos, rows))
+        return te.if_then_else(ok, tab[pos, k], te.const(np.nan, dt))
+
+    def rotate(load, n, s, c):
+        """The output at head offset c; load(c') reads offset c' of the same head."""
+        if interleaved:
+            k = c // 2
+            a, b = load(2 * k), load(2 * k + 1)
+            co, si = cache(cos, n, s, k), cache(sin, n, s, k)
+            even = te.equal(c % 2, 0)
+            val = te.if_then_else(even, co * a - si * b, si * a + co * b)
+        else:
+            low = te.less(c, half)
+            val = te.if_then_else(
+                low,
+                cache(cos, n, s, c) * load(c) - cache(sin, n, s, c) * load(c + half),
+                cache(sin, n, s, c - half) * load(c - half) + cache(cos, n, s, c - half) * load(c),
+            )
+        if prove_equal(rot, head):
+            return val
+        return te.if_then_else(te.less(c, rot), val, load(c))
+
+    if x.ndim == 4:
+        return te.compute(
+            x.shape,
+            lambda n, h, s, c: rotate(lambda c2: x[n, h, s, c2], n, s, c),
+            "rotary_embedding",
+        )
+    return te.compute(
+        x.shape,
+        lambda n, s, j: rotate(lambda c2: x[n, s, (j // head) * head + c2], n, s, j % head),
+        "rotary_embedding",
+    )
+
+
 register(
     OpDef(
         "rotary_embedding",
@@ -331,6 +712,7 @@ register(
         attrs={"interleaved": False, "rotary_embedding_dim": 0, "num_heads": 0},
         pattern=Pattern.INJECTIVE,
         num_args=(3, 4),
+        compute=_rotary_compute,
         doc="Rotary position embedding (RoPE) of a (batch, heads, seq, head) or (batch, seq, "
         "hidden) input; cos/sin caches indexed by position_ids (or already per position).",
     )
@@ -400,6 +782,129 @@ def _linear_attention_ref(
     return y, state.astype(q.dtype if past is None else past.dtype)
 
 
+# Time steps a linear_attention loop program unrolls at most: each step is two or three
+# stages (the recurrence has no closed form under the delta rules).
+MAX_UNROLLED_STEPS = 64
+
+
+def _per_head_f32(x: te.Tensor, size: Dim):
+    """(batch, head, t, d) -> element of a (batch, T, heads * size) input, in float32."""
+    return lambda n, h, t, d: te.cast(x[n, t, h * size + d], "float32")
+
+
+def _linear_step(t: int, prev, ops: dict):
+    """One token of the recurrence: the new state (a stage) from the state before, and the
+    token's unscaled output q.state (a stage)."""
+    gate, beta_at = ops["gate"], ops["beta"]
+    k, v, q = ops["k"], ops["v"], ops["q"]
+    nb, hk, dk, dv = ops["state_shape"]
+
+    def decayed(n, h, d, m):
+        return prev(n, h, d, m) * gate(n, h, t, d) if gate is not None else prev(n, h, d, m)
+
+    recalled = None
+    if beta_at is not None:
+        r = te.reduce_axis(dk, "d")
+        recalled = te.compute(
+            (nb, hk, dv),
+            lambda n, h, m: te.sum(decayed(n, h, r, m) * k(n, h, t, r), axis=[r]),
+            f"linear_attention_recall{t}",
+        )
+
+    def value(n, h, m):
+        if recalled is None:
+            return v(n, h, t, m)
+        return beta_at(n, h, t) * (v(n, h, t, m) - recalled[n, h, m])
+
+    new = te.compute(
+        ops["state_shape"],
+        lambda n, h, d, m: decayed(n, h, d, m) + k(n, h, t, d) * value(n, h, m),
+        f"linear_attention_state{t}",
+    )
+    r = te.reduce_axis(dk, "d")
+    group = ops["group"]
+    out = te.compute(
+        (nb, ops["q_heads"], dv),
+        lambda n, h, m: te.sum(q(n, h, t, r) * new[n, h // group, r, m], axis=[r]),
+        f"linear_attention_out{t}",
+    )
+    return new, out
+
+
+def _linear_attention_compute(
+    q, k, v, past=None, decay=None, beta=None, *, q_num_heads, kv_num_heads, scale, update_rule
+):
+    """The recurrence unrolled over the (static) sequence length, in float32 as the
+    reference runs it: per token, for the delta rules, the state.k reduction that corrects
+    the value; the updated state (decayed by exp(decay) for the gated rules, plus k v^T);
+    the output reduction q.state. The output stage picks each token's step."""
+    op = "linear_attention"
+    _float_operands(op, q, k, v, decay, beta)
+    if past is not None and (not is_float(past.dtype) or past.dtype == "bfloat16"):
+        raise _no_loop(op, f"a past_state of dtype {past.dtype}")
+    steps = q.shape[1]
+    if not isinstance(steps, int) or not 0 < steps <= MAX_UNROLLED_STEPS:
+        raise _no_loop(op, f"a sequence length of {steps} (unrolled: at most {MAX_UNROLLED_STEPS})")
+    nb, f32 = q.shape[0], "float32"
+    dk, dv = q.shape[2] // q_num_heads, v.shape[2] // kv_num_heads
+    ops = {
+        "q": _per_head_f32(q, dk), "k": _per_head_f32(k, dk), "v": _per_head_f32(v, dv),
+        "gate": None, "beta": None, "group": q_num_heads // kv_num_heads,
+        "q_heads": q_num_heads, "state_shape": (nb, kv_num_heads, dk, dv),
+    }  # fmt: skip
+    if decay is not None:
+        per_head = isinstance(decay.shape[2], int) and decay.shape[2] == kv_num_heads
+
+        def gate(n, h, t, d):
+            return te.exp(te.cast(decay[n, t, h if per_head else h * dk + d], f32))
+
+        ops["gate"] = gate
+    if beta is not None:
+        shared = isinstance(beta.shape[2], int) and beta.shape[2] == 1
+
+        def beta_at(n, h, t):
+            return te.cast(beta[n, t, 0 if shared else h], f32)
+
+        ops["beta"] = beta_at
+
+    def state(n, h, d, m):
+        return te.const(0, f32) if past is None else te.cast(past[n, h, d, m], f32)
+
+    outs = []
+    for t in range(steps):
+        new, out = _linear_step(t, state, ops)
+        outs.append(out)
+        state = _reader(new)
+
+    def scaled(x):
+        if scale:  # a Python float: rounded to float32 first, as numpy does
+            return x * te.const(float(np.float32(scale)), f32)
+        # the default is a float64 scalar: numpy multiplies in float64
+        if isinstance(dk, int):
+            inv = te.const(1.0 / np.sqrt(dk), "float64")
+        else:
+            inv = te.const(1.0, "float64") / te.sqrt(te.cast(dk, "float64"))
+        return te.cast(te.cast(x, "float64") * inv, f32)
+
+    def token(n, t, c):
+        h, m = c // dv, c % dv
+        val = outs[-1][n, h, m]
+        for i in range(steps - 2, -1, -1):
+            val = te.if_then_else(te.equal(t, i), outs[i][n, h, m], val)
+        return te.cast(scaled(val), q.dtype)
+
+    y = te.compute((nb, steps, q_num_heads * dv), token, "linear_attention")
+    state_dtype = q.dtype if past is None else past.dtype
+    final = te.compute(
+        ops["state_shape"], lambda *i: te.cast(state(*i), state_dtype), "linear_attention_state"
+    )
+    return [y, final]
+
+
+def _reader(t: te.Tensor):
+    return lambda *i: t[i]
+
+
 register(
     OpDef(
         "linear_attention",
@@ -413,6 +918,7 @@ register(
         },
         pattern=Pattern.OPAQUE,
         num_args=(3, 6),
+        compute=_linear_attention_compute,
         doc="Recurrent linear attention (ONNX LinearAttention): operands query, key, value, "
         "past_state, decay, beta; returns (output, present_state). The state is updated "
         "token by token with the `linear`, `gated`, `delta` or `gated_delta` rule, in float32.",
