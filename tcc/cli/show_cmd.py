@@ -19,7 +19,11 @@ from tcc.ir.summary import format_shape, module_summary
 @click.option("--stats", is_flag=True, help="Print a summary table instead of the IR text.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def command(file: Path, stats: bool, as_json: bool):
-    """Print an IR file (.tcir, or an .onnx model imported on the fly) as text."""
+    """Print an IR file (.tcir, or an .onnx model imported on the fly) as text, or a
+    .tvmpack: its summary (--stats/--json) or its bytecode disassembly."""
+    if file.suffix == ".tvmpack":
+        _show_pack(file, stats, as_json)
+        return
     from tcc.ir.printer import print_module
 
     mod = load_ir(file)
@@ -50,6 +54,8 @@ def _print_stats(console: Console, s: dict) -> None:
             for e in f[kind]:
                 sig.add_row(kind[:-1], e["name"], _shape_text(e))
         console.print(sig)
+        if not f["op_counts"]:
+            continue
         ops = Table(title=f"function {name}: ops ({f['bindings']} bindings)", title_justify="left")
         ops.add_column("op")
         ops.add_column("count", justify="right")
@@ -59,3 +65,37 @@ def _print_stats(console: Console, s: dict) -> None:
     console.print(f"constants: {s['constants']} ({s['constant_bytes']:,} bytes)")
     if s["prim_funcs"]:
         console.print(f"prim funcs: {len(s['prim_funcs'])}")
+
+
+def pack_summary(contents) -> dict:
+    return {
+        "target": contents.target,
+        "functions": contents.signatures,
+        "kernels": len(contents.kernel_symbols),
+        "shared_object": contents.shared_object is not None,
+        "object_bytes": len(contents.object_code or b""),
+        "constants": len(contents.weights),
+        "constant_bytes": int(sum(w.nbytes for w in contents.weights.values())),
+    }
+
+
+def _show_pack(file: Path, stats: bool, as_json: bool) -> None:
+    from tcc.errors import TccError
+    from tcc.rt.pack import read_pack
+
+    if not file.exists():
+        raise TccError(f"{file}: no such file")
+    with read_pack(file) as contents:
+        if as_json:
+            click.echo(json.dumps(pack_summary(contents), indent=2))
+        elif stats:
+            s = pack_summary(contents)
+            console = Console(highlight=False)
+            for name, sig in s["functions"].items():
+                _print_stats(console, {"functions": {name: {**sig, "bindings": 0, "op_counts": {}}},
+                                       "constants": s["constants"], "constant_bytes": s["constant_bytes"],
+                                       "prim_funcs": []})
+            console.print(f"target: {s['target']}; kernels: {s['kernels']} "
+                          f"({s['object_bytes']:,} bytes of object code)")
+        else:
+            click.echo(contents.executable.as_text(), nl=False)

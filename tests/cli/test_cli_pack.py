@@ -133,3 +133,14 @@ def test_api_raises_tcc_errors(pack):
             m["main"](np.zeros((2, 8), np.float64))
         with pytest.raises(tcc.TccError):
             m["main"](np.zeros((2, 9), np.float32))
+
+
+def test_show_pack(pack):
+    r = CliRunner().invoke(cli, ["show", str(pack)])
+    assert r.exit_code == 0 and "kernel matmul_kernel" in r.output and "function main" in r.output
+    import json
+
+    s = json.loads(CliRunner().invoke(cli, ["show", str(pack), "--json"]).output)
+    assert s["kernels"] == 3 and s["constants"] == 2 and s["functions"]["main"]["inputs"][0]["name"] == "x"
+    r = CliRunner().invoke(cli, ["show", str(pack), "--stats"])
+    assert r.exit_code == 0 and "batch" in r.output
