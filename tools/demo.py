@@ -185,6 +185,13 @@ def run(work: Path) -> int:
     if not ok:
         print(f"demo: FAILED (tolerance atol={ATOL}, rtol={RTOL})", file=sys.stderr)
         return 1
+
+    pack = work / "squeezenet.tvmpack"
+    step("(f) compiling the model for this CPU into one .tvmpack")
+    tcc("compile", str(model_path), "-o", str(pack), "--verbose")
+    step("(g) running the pack with the Python loader, checked against onnxruntime")
+    tcc("run", str(pack), "--input", f"{name}={x_path}", "--output-dir", str(work / "out_pack"),
+        "--bench", "3", "--check", "--onnx", str(model_path), "--rtol", str(RTOL), "--atol", str(ATOL))
     print("demo: OK")
     return 0
 
