@@ -1,6 +1,7 @@
 """Helpers shared by several op families: optional and run-time operands, axis and
-dimension checks, dimension arithmetic, and the spatial building blocks (padding, sliding
-window views, window scatter) of the convolution, pooling and image ops.
+dimension checks, dimension arithmetic, the spatial building blocks (padding, sliding
+window views, window scatter) of the convolution, pooling and image ops, and the head
+layout and loop-program checks of the attention, flex-attention and rotary ops.
 
 Spatial helpers assume channels-first layouts (NC + spatial dims); `padding` lists every
 spatial axis's begin pad, then every axis's end pad (ONNX order).
@@ -13,8 +14,9 @@ import itertools
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from tcc.ir.dtype import is_int
-from tcc.ir.errors import ShapeError
+from tcc.ir import te
+from tcc.ir.dtype import is_float, is_int, to_numpy
+from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.expr import BinOp, Dim, Var, as_dim, fresh_var, max_expr, min_expr
 from tcc.ir.graph import TensorType
 from tcc.ir.ops.registry import OpDef, Pattern, normalize_axis, register, tensor
@@ -311,3 +313,62 @@ def data_op(op: str, a, b):
     """`a op b` on tensor values, built as is: integer expressions are otherwise simplified
     as index arithmetic, which expands `(x - zx) * (w - zw)` into four products."""
     return BinOp(op, a, b, a.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# attention, flex-attention and rotary ops: head layout, loop-program checks
+
+
+def attention_heads(t: TensorType, heads, op: str, what: str) -> tuple[Dim, Dim, Dim, Dim]:
+    """(batch, heads, seq, head_size) of a 4-D input, or of a 3-D (batch, seq, heads *
+    head_size) input split into `heads` heads."""
+    if t.ndim == 4:
+        return t.shape  # type: ignore[return-value]
+    if t.ndim != 3:
+        raise ShapeError(f"op {op}: {what} must be 3-D or 4-D, got rank {t.ndim}")
+    if not heads:
+        raise ShapeError(f"op {op}: 3-D inputs need the number of heads for {what}")
+    hidden = t.shape[2]
+    if isinstance(hidden, int) and hidden % heads:
+        raise ShapeError(f"op {op}: {what} hidden size {hidden} is not divisible by {heads} heads")
+    return t.shape[0], heads, t.shape[1], hidden // heads
+
+
+def check_gqa_heads(hq: Dim, hk: Dim, op: str) -> None:
+    if isinstance(hq, int) and isinstance(hk, int) and hq % hk:
+        raise ShapeError(f"op {op}: {hq} query heads are not a multiple of {hk} key/value heads")
+
+
+def kv_group(hq: Dim, hk: Dim):
+    """The K/V head a query head reads (np.repeat of the K/V heads)."""
+    if isinstance(hq, int) and isinstance(hk, int) and hq == hk:
+        return lambda h: h
+    reps = hq // hk
+    return lambda h: h // reps
+
+
+def sqrt_scale(scale, head: Dim, dt: str, root_dtype: str):
+    """sqrt(scale) (default scale 1/sqrt(head)) rounded to `dt`: the factor both Q and K are
+    multiplied by. The root is taken in `root_dtype` (float64 for attention, float32 for the
+    flex-attention scores), as the references take it."""
+    np_root = to_numpy(root_dtype).type
+    if scale is not None or isinstance(head, int):
+        value = scale if scale is not None else 1 / np.sqrt(head)
+        return te.const(float(to_numpy(dt).type(np.sqrt(np_root(value)))), dt)
+    inv = te.const(1.0, "float64") / te.sqrt(te.cast(head, "float64"))
+    return te.cast(te.sqrt(te.cast(inv, root_dtype)), dt)
+
+
+def no_loop(op: str, what: str) -> NoLoopProgram:
+    return NoLoopProgram(f"op {op}: {what} has no loop program")
+
+
+def float_operands(op: str, *tensors) -> str:
+    """The common float dtype of the operands (None ones skipped), or NoLoopProgram."""
+    dtypes = {t.dtype for t in tensors if t is not None}
+    if len(dtypes) != 1 or not is_float(next(iter(dtypes))):
+        raise no_loop(op, f"operand dtypes {', '.join(sorted(dtypes))} (not one float dtype)")
+    dt = dtypes.pop()
+    if dt == "bfloat16":
+        raise no_loop(op, "bfloat16")
+    return dt
