@@ -1,8 +1,11 @@
 """The VM bytecode compiler: legalized graph functions -> `tcc.rt.format.Executable`.
 
-Every graph function becomes one VM function of straight-line register code (an `If`
-adds two forward jumps), so the verifier can reject any backward jump and any recursion and
-a verified program always terminates. Size variables live in a per-frame shape heap: the
+Every graph function becomes one VM function of register code: straight-line, except that
+an `If` adds two forward jumps and a `Loop` or `Scan` one loop whose only backward jump
+returns to an `if` that may leave it (the verifier accepts no other backward jump and no
+recursion, so only a loop's condition can keep a program running). A Loop or Scan calls its
+body function once per iteration, with a 0-d tensor counter, and stacks the per-iteration
+scan outputs at the end. Size variables live in a per-frame shape heap: the
 prologue's `match_shape` calls check each parameter against the signature and bind its
 variables; every later shape (an output to allocate, a view's new shape) is a postfix
 program over that heap evaluated by `make_shape` at run time, so one executable serves
@@ -22,6 +25,7 @@ from tcc.ir.module import IRModule
 from tcc.ir.printer import format_expr
 from tcc.lower.legalize import kernel_origins
 from tcc.rt.format import (
+    INT64_MAX,
     NO_REG,
     SHAPE_BINOPS,
     ArgKind,
@@ -137,8 +141,11 @@ class _FunctionCompiler:
         self.num_regs += 1
         return self.num_regs - 1
 
-    def builtin(self, name: str, *args: tuple[int, int], result: bool = True) -> int:
-        dst = self.new_reg() if result else NO_REG
+    def builtin(self, name: str, *args: tuple[int, int], result: bool = True,
+                dst: int | None = None) -> int:
+        """Call builtin `name`; its result goes to `dst`, else to a new register."""
+        if dst is None:
+            dst = self.new_reg() if result else NO_REG
         self.code.append(Instr(Op.CALL, self.b.func(FuncKind.BUILTIN, name), dst, tuple(args)))
         return dst
 
@@ -182,6 +189,10 @@ class _FunctionCompiler:
             return self.builtin("make_shape", self.cst(self.shape_program(v.dims, "a shape value")))
         if isinstance(v, G.If):
             return self.call_if(v, binding.var)
+        if isinstance(v, G.Loop):
+            return self.call_loop(v, binding.var)
+        if isinstance(v, G.Scan):
+            return self.call_scan(v, binding.var)
         if isinstance(v, G.Call):
             x = self.reg(self.value(v.args[0]))
             if v.op == "identity":
@@ -247,6 +258,148 @@ class _FunctionCompiler:
         self.match(dst, var.type, f"the result of if_ {var.name!r} in {self.name!r}", deferred)
         self.finish_match(deferred)
         return dst
+
+    # -- loops -----------------------------------------------------------------------------
+
+    def call_loop(self, v: G.Loop, var: G.Var) -> int:
+        """ONNX Loop: the body gets the counter, the condition, the carried values and the
+        captured ones, and returns the next condition, carried values and scan elements."""
+        n, n_out = len(v.carried), self.num_outputs(v.body)
+        k = n_out - 1 - n
+        scalar_shape = self.builtin("make_shape", self.cst((0,)))
+        if v.max_trip_count is not None:
+            limit = self.value(v.max_trip_count)
+        else:  # only the condition ends the loop
+            limit = self.builtin("scalar", (ArgKind.IMM, INT64_MAX), self.cst("int64"))
+        if v.cond is not None:  # the body takes it as a 0-d tensor, whatever its rank here
+            cond = self.builtin("reshape", self.reg(self.value(v.cond)), self.reg(scalar_shape))
+        else:
+            cond = self.builtin("scalar", (ArgKind.IMM, 1), self.cst("bool"))
+        i = self.builtin("scalar", (ArgKind.IMM, 0), self.cst("int64"))
+        carried = self.loop_registers([self.value(a) for a in v.carried])
+        captured = [self.value(a) for a in v.captured]
+        accs = [self.builtin("stack_new") for _ in range(k)]
+        ok = self.new_reg()
+        body_f = self.b.func(FuncKind.VM, v.body)
+        out = self.new_reg()
+
+        def test():
+            self.builtin("loop_continue", self.reg(i), self.reg(limit), self.reg(cond), dst=ok)
+
+        def step():
+            args = (i, cond, *carried, *captured)
+            self.code.append(Instr(Op.CALL, body_f, out, tuple(self.reg(r) for r in args)))
+            if v.cond is not None:
+                self.builtin("reshape", self.reg(self.output(out, 0, n_out)),
+                             self.reg(scalar_shape), dst=cond)
+            for j, r in enumerate(carried):
+                self.output(out, 1 + j, n_out, dst=r)
+            for j, acc in enumerate(accs):
+                self.builtin("stack_push", self.reg(acc), self.reg(self.output(out, 1 + n + j, n_out)),
+                             result=False)
+            self.builtin("scalar_add", self.reg(i), (ArgKind.IMM, 1), dst=i)
+
+        self.emit_loop(ok, test, step)
+        return self.loop_result(var, carried, accs, [(0, 0)] * k, "loop")
+
+    def call_scan(self, v: G.Scan, var: G.Var) -> int:
+        """ONNX Scan (opset 9+): one body call per slice of the scan inputs."""
+        m = v.num_scan_inputs
+        n, n_out = len(v.args) - m, self.num_outputs(v.body)
+        k = n_out - n
+        seqs = [self.value(a) for a in v.args[n:]]
+        axes = []
+        for a, axis in zip(v.args[n:], v.scan_input_axes):
+            t = G.type_of(a)
+            assert isinstance(t, G.TensorType)
+            axes.append(axis % max(t.ndim, 1))
+        length = self.builtin("dim_size", self.reg(seqs[0]), (ArgKind.IMM, axes[0]))
+        true = self.builtin("scalar", (ArgKind.IMM, 1), self.cst("bool"))
+        t_reg = self.builtin("scalar", (ArgKind.IMM, 0), self.cst("int64"))
+        states = self.loop_registers([self.value(a) for a in v.args[:n]])
+        captured = [self.value(a) for a in v.captured]
+        accs = [self.builtin("stack_new") for _ in range(k)]
+        slices = [self.new_reg() for _ in seqs]
+        ok = self.new_reg()
+        body_f = self.b.func(FuncKind.VM, v.body)
+        out = self.new_reg()
+
+        def test():
+            self.builtin("loop_continue", self.reg(t_reg), self.reg(length), self.reg(true), dst=ok)
+
+        def step():
+            for seq, axis, rev, dst in zip(seqs, axes, v.scan_input_directions, slices):
+                self.builtin("take", self.reg(seq), self.reg(t_reg), (ArgKind.IMM, axis),
+                             (ArgKind.IMM, int(bool(rev))), dst=dst)
+            args = (*states, *slices, *captured)
+            self.code.append(Instr(Op.CALL, body_f, out, tuple(self.reg(r) for r in args)))
+            for j, r in enumerate(states):
+                self.output(out, j, n_out, dst=r)
+            for j, acc in enumerate(accs):
+                self.builtin("stack_push", self.reg(acc), self.reg(self.output(out, n + j, n_out)),
+                             result=False)
+            self.builtin("scalar_add", self.reg(t_reg), (ArgKind.IMM, 1), dst=t_reg)
+
+        self.emit_loop(ok, test, step)
+        stacking = list(zip(v.scan_output_axes, v.scan_output_directions))
+        return self.loop_result(var, states, accs, stacking, "scan")
+
+    def num_outputs(self, name: str) -> int:
+        fn = self.b.mod.functions.get(name)
+        if not isinstance(fn, G.Function):
+            raise VMCompileError(f"function {self.name!r}: the loop body {name!r} is not a graph "
+                                 "function of the module")
+        return len(fn.outputs)
+
+    def loop_registers(self, regs: list[int]) -> list[int]:
+        """Fresh registers holding the values of `regs`, for the loop to overwrite while the
+        originals stay readable after it (a tuple is the VM's only way to move values)."""
+        if not regs:
+            return []
+        packed = self.builtin("make_tuple", *(self.reg(r) for r in regs))
+        return [self.builtin("tuple_get_item", self.reg(packed), (ArgKind.IMM, j))
+                for j in range(len(regs))]
+
+    def output(self, out: int, j: int, count: int, dst: int | None = None) -> int:
+        """Field `j` of a call's result `out` (the value itself when the callee returns one)."""
+        if count == 1 and dst is None:
+            return out
+        if count == 1:  # a move, for a lone carried value
+            out, j = self.builtin("make_tuple", self.reg(out)), 0
+        return self.builtin("tuple_get_item", self.reg(out), (ArgKind.IMM, j), dst=dst)
+
+    def emit_loop(self, ok: int, test, step) -> None:
+        """`test; head: if ok else exit; step; test; goto head; exit:` -- the verifier
+        accepts a backward goto only onto such a head."""
+        test()
+        head = len(self.code)
+        self.code.append(Instr(Op.IF, ok, 0))  # patched below
+        step()
+        test()
+        back = len(self.code)
+        self.code.append(Instr(Op.GOTO, head - back))
+        self.code[head] = Instr(Op.IF, ok, back + 1 - head)
+
+    def loop_result(self, var: G.Var, finals: list[int], accs: list[int],
+                    stacking: list[tuple[int, int]], what: str) -> int:
+        """Gather the final carried values and the stacked scan outputs, then bind the fresh
+        size variables of the result type (trip counts, shapes that changed in the loop)."""
+        types = var.type.fields if isinstance(var.type, G.TupleType) else (var.type,)
+        outs = list(finals)
+        for acc, t, (axis, rev) in zip(accs, types[len(finals):], stacking):
+            assert isinstance(t, G.TensorType)
+            # with no iteration the result is empty: dimensions only a run would tell are 0
+            dims = [d if isinstance(d, int) or all(x in self.slots for x in E.free_vars(d)) else 0
+                    for d in t.shape]
+            empty = self.builtin("make_shape", self.cst(self.shape_program(dims, f"a {what} output")))
+            outs.append(self.builtin("stack_finish", self.reg(acc), (ArgKind.IMM, axis % t.ndim),
+                                     (ArgKind.IMM, int(bool(rev))), self.reg(empty),
+                                     self.cst(t.dtype)))
+        result = outs[0] if len(outs) == 1 else self.builtin("make_tuple", *(self.reg(o) for o in outs))
+        deferred: list = []
+        self.match(result, var.type, f"the result of {what} {var.name!r} in {self.name!r}", deferred)
+        self.finish_match(deferred)
+        return result
 
     # -- shapes ----------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ KERNEL_ORIGINS_FIELD = "kernel_origins"  # optional manifest field: symbol -> bi
 BYTECODE_MAGIC = int.from_bytes(b"TCCVMBC\x00", "little")
 BYTECODE_VERSION = 1
 NO_REG = -1  # the `dst` of a call whose result is dropped
+INT64_MAX = (1 << 63) - 1  # the trip count of a Loop that only its condition ends
 
 
 class Op(enum.IntEnum):
@@ -42,7 +43,7 @@ class Op(enum.IntEnum):
 
     CALL = 1  # CALL func dst nargs (kind value)*nargs
     RET = 2  # RET reg
-    GOTO = 3  # GOTO offset              (relative, in instructions, > 0)
+    GOTO = 3  # GOTO offset              (relative, in instructions; < 0 only to a loop head)
     IF = 4  # IF cond_reg false_offset   (falls through when true)
 
 
@@ -114,6 +115,16 @@ BUILTINS: dict[str, tuple[str, bool]] = {
     "make_tuple": ("*", True),
     "tuple_get_item": ("ri", True),
     "read_bool": ("r", True),
+    # Loop and Scan (docs/vm.md, "Loops"): counters and flags are 0-d tensors, so the body
+    # function takes them as it takes any tensor.
+    "scalar": ("is", True),  # value, dtype -> a new 0-d tensor
+    "scalar_add": ("ri", True),  # 0-d integer tensor, step -> a new 0-d tensor
+    "loop_continue": ("rrr", True),  # counter, limit, condition -> counter < limit and cond
+    "dim_size": ("ri", True),  # tensor, axis -> its length along axis as a 0-d int64 tensor
+    "take": ("rrii", True),  # tensor, index, axis, reverse -> the slice at index along axis
+    "stack_new": ("", True),  # -> an empty accumulator
+    "stack_push": ("rr", False),  # accumulator, tensor
+    "stack_finish": ("riirs", True),  # accumulator, axis, reverse, empty shape, dtype
 }
 
 

@@ -4,8 +4,8 @@ The file is memory-mapped. The tar headers are parsed here with bounds checks (e
 moves forward by at least one block, so a corrupted header cannot loop), the manifest is
 checked field by field against its own hash, every member against its sha256, the weights
 index against the weights member, and the bytecode by `verify_executable` (every index in
-range, forward jumps only, no recursion), as IREE verifies a module once at load. Any
-problem is a PackError whose one-line message starts with the file's path.
+range, backward jumps only to loop heads, no recursion), as IREE verifies a module once at
+load. Any problem is a PackError whose one-line message starts with the file's path.
 """
 
 from __future__ import annotations
@@ -386,7 +386,9 @@ def _verify_function(exe: Executable, f, weights: set[str]) -> set[str]:
             off = ins.a if ins.op == Op.GOTO else ins.b
             if ins.op == Op.IF:
                 reg(ins.a, pc)
-            if not (0 < off and pc + off < n):  # forward only: every run ends
+            if ins.op == Op.GOTO and off < 0 and pc + off >= 0:
+                _verify_back_edge(f, pc, pc + off, where)
+            elif not (0 < off and pc + off < n):
                 raise _Bad(f"{where} at {pc}: jump offset {off} leaves the function or goes back")
         else:
             if not 0 <= ins.a < len(exe.table):
@@ -414,6 +416,17 @@ def _verify_function(exe: Executable, f, weights: set[str]) -> set[str]:
     return callees
 
 
+def _verify_back_edge(f, pc: int, head: int, where: str) -> None:
+    """A backward `goto` closes a loop: it must land on the loop's head, an `if` whose false
+    target is the instruction right after this `goto`. Every cycle of the code then passes
+    through a head that decides whether to go round again, so only a loop condition (data,
+    as in the model) can keep a run going; there is no loop that nothing tests."""
+    ins = f.code[head]
+    if ins.op != Op.IF or head + ins.b != pc + 1:
+        raise _Bad(f"{where} at {pc}: jump offset {head - pc} goes back to {head}, which is not "
+                   "a loop head (an if whose false target is just after the jump)")
+
+
 def _verify_builtin(exe, f, name, ins, weights, where) -> None:
     spec, _ = BUILTINS[name]
     args = ins.args
@@ -435,10 +448,17 @@ def _verify_builtin(exe, f, name, ins, weights, where) -> None:
         _verify_shape_program(consts[0], len(f.heap_names), where)
     elif name == "match_shape":
         _verify_pattern(exe, consts[2], len(f.heap_names), where)
-    if name in ("match_shape", "alloc_tensor") and consts[-2 if name == "match_shape" else 0] not in DTYPES:
+    if name in _DTYPE_ARG and consts[_DTYPE_ARG[name]] not in DTYPES:
         raise _Bad(f"{where}: unknown dtype")
+    if name == "scalar" and consts[0] not in _SCALAR_DTYPES:
+        raise _Bad(f"{where}: builtin scalar makes bool or integer tensors, not {consts[0]}")
     if name == "load_constant" and consts[0] not in weights:
         raise _Bad(f"{where}: weight {consts[0]!r} is not in the pack")
+
+
+# Builtins with a dtype argument: which of their constant arguments it is.
+_DTYPE_ARG = {"match_shape": 1, "alloc_tensor": 0, "scalar": 0, "stack_finish": 0}
+_SCALAR_DTYPES = frozenset("bool int8 int16 int32 int64 uint8 uint16 uint32 uint64".split())
 
 
 def _verify_shape_program(prog, heap_size: int, where: str, ndim: int | None = None) -> None:
@@ -481,7 +501,8 @@ def _verify_pattern(exe, pattern, heap_size: int, where: str) -> None:
 
 
 def _check_acyclic(calls: dict[str, set[str]]) -> None:
-    """No VM function may reach itself: with forward-only jumps, every run then ends."""
+    """No VM function may reach itself: with backward jumps only onto loop heads, a run
+    then ends unless a loop's condition keeps it going."""
     state: dict[str, int] = {}
     for root in sorted(calls):
         stack = [(root, iter(sorted(calls[root])))]

@@ -1,10 +1,12 @@
 """The Python VM: runs the verified bytecode of a pack (docs/vm.md).
 
 The executable was verified once when the pack was read (`tcc.rt.pack.verify_executable`):
-every index is in range, every builtin has the arguments it needs, jumps only go forward
-and no function calls itself, so the loop below indexes without checks and always ends.
-What the verifier cannot know is data: the shapes and dtypes of the inputs, checked by the
-entry function's `match_shape` calls, which raise RunInputError naming the input.
+every index is in range, every builtin has the arguments it needs, a backward jump only
+returns to a loop head (an `if` that may leave the loop) and no function calls itself, so
+the loop below indexes without checks and ends unless a loop's condition (data, as in the
+model) keeps it going. What the verifier cannot know is data: the shapes and dtypes of the
+inputs, checked by the entry function's `match_shape` calls, which raise RunInputError
+naming the input.
 
 With `profile=True` the machine times every kernel call and every builtin call (grouped by
 category) with `time.perf_counter`, and each whole run; `Profile.rows()` turns that into a
@@ -83,6 +85,14 @@ BUILTIN_CATEGORIES = {
     "make_tuple": "tuples",
     "tuple_get_item": "tuples",
     "read_bool": "control flow",
+    "scalar": "control flow",
+    "scalar_add": "control flow",
+    "loop_continue": "control flow",
+    "dim_size": "control flow",
+    "stack_new": "control flow",
+    "stack_push": "control flow",
+    "take": "copies",
+    "stack_finish": "copies",
 }
 INTERPRETER = "interpreter"  # the profile row of the time spent between calls
 
@@ -356,3 +366,79 @@ class VirtualMachine:
         if x.size != 1:
             raise RunInputError(f"an if_ condition must hold one element, got shape {list(x.shape)}")
         return bool(x.reshape(-1)[0])
+
+    # Loop and Scan: counters and flags are 0-d tensors, results are stacked at the end.
+
+    def _b_scalar(self, frame: _Frame, value: int, dtype: str):
+        return _scalar(value, numpy_dtype(dtype))
+
+    def _b_scalar_add(self, frame: _Frame, x, step: int):
+        return _scalar(_one(x, "a loop counter") + step, x.dtype)
+
+    def _b_loop_continue(self, frame: _Frame, i, limit, cond):
+        return bool(_one(i, "a loop counter") < _one(limit, "a loop trip count")
+                    and _one(cond, "a loop condition"))
+
+    def _b_dim_size(self, frame: _Frame, x, axis: int):
+        return np.array(x.shape[axis], np.int64)
+
+    def _b_take(self, frame: _Frame, x, index, axis: int, reverse: int):
+        length, t = x.shape[axis], int(_one(index, "a scan index"))
+        if not 0 <= t < length:
+            raise RunInputError(f"a scan input has {length} elements along axis {axis}, "
+                                f"fewer than the first scan input; give every one the same length")
+        # np.take copies (kernels take compact row-major tensors only); a slice of a vector
+        # comes back as a numpy scalar, which asarray turns into a 0-d tensor
+        out = np.asarray(np.take(x, length - 1 - t if reverse else t, axis=axis))
+        return out if out.flags.c_contiguous else out.copy()
+
+    def _b_stack_new(self, frame: _Frame):
+        return _Stack()
+
+    def _b_stack_push(self, frame: _Frame, acc, x):
+        if not isinstance(acc, _Stack) or not isinstance(x, np.ndarray):
+            raise PackError("bytecode pushes onto something that is not a stack, or pushes "
+                            "something that is not a tensor")
+        acc.items.append(x)
+
+    def _b_stack_finish(self, frame: _Frame, acc, axis: int, reverse: int, empty, dtype: str):
+        if not isinstance(acc, _Stack) or not isinstance(empty, tuple):
+            raise PackError("bytecode finishes a stack it did not make with stack_new, or "
+                            "gives an empty shape that is not a shape")
+        items = acc.items[::-1] if reverse else acc.items
+        if not items:
+            return np.zeros(empty, numpy_dtype(dtype))
+        first = items[0]
+        for x in items:
+            if x.shape != first.shape or x.dtype != first.dtype:
+                raise RunInputError(f"a scan output is {first.dtype.name}{list(first.shape)} in one "
+                                    f"iteration and {x.dtype.name}{list(x.shape)} in another; every "
+                                    "iteration must give the same shape")
+        if not 0 <= axis <= first.ndim:
+            raise PackError(f"bytecode stacks along axis {axis} of rank-{first.ndim} tensors")
+        return np.stack(items, axis=axis)
+
+
+class _Stack:
+    """The per-iteration scan outputs of a running Loop or Scan (the one mutable value a
+    register can hold; only stack_push changes it)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self):
+        self.items: list[np.ndarray] = []
+
+
+def _scalar(value: int, dtype: np.dtype) -> np.ndarray:
+    try:
+        return np.array(value, dtype)
+    except OverflowError:
+        raise PackError(f"bytecode makes the value {value}, which {dtype.name} cannot hold") from None
+
+
+def _one(x, what: str):
+    """The value of a one-element tensor."""
+    if not isinstance(x, np.ndarray) or x.size != 1:
+        shape = list(x.shape) if isinstance(x, np.ndarray) else type(x).__name__
+        raise RunInputError(f"{what} must hold one element, got {shape}")
+    return x.reshape(-1)[0].item()

@@ -290,14 +290,14 @@ def test_unlegalized_op_is_refused():
         compile_module(mod)
 
 
-def test_loop_is_not_supported_yet():
+def test_loop_with_a_missing_body_is_refused():
     mod = IRModule()
     bb = FunctionBuilder()
     x = bb.param("x", T(2))
     loop = G.Loop("body", None, None, (x,), ())
     y = bb.bind(loop, T(2), "y")
     mod.functions["main"] = bb.finish([y], ["y"])
-    with pytest.raises(VMCompileError, match="Loop is not supported by the VM yet"):
+    with pytest.raises(VMCompileError, match="the loop body 'body' is not a graph function"):
         compile_module(mod)
 
 
