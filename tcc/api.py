@@ -92,7 +92,7 @@ def compile_to_bytes(
     return stage(
         "pack",
         lambda: pack_bytes(
-            state["exe"], state["kernels"], str(target), state["lowered"].const_values
+            state["exe"], state["kernels"], str(parsed_target), state["lowered"].const_values
         ),
     )
 

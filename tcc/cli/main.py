@@ -27,17 +27,27 @@ class TccGroup(click.Group):
                 raise
             err_console.print(f"[bold red]error:[/] {_one_line(e)}", markup=True)
             sys.exit(EXIT_USER_ERROR)
-        except InternalError as e:
+        except MemoryError:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             err_console.print(
-                f"[bold red]internal error:[/] {_one_line(e)} "
-                "(a tcc bug; rerun with --debug for the traceback and please report it)"
+                "[bold red]error:[/] out of memory; use smaller inputs (e.g. a smaller --shape)"
             )
-            sys.exit(EXIT_INTERNAL_ERROR)
+            sys.exit(EXIT_USER_ERROR)
         except KeyboardInterrupt:
             err_console.print("interrupted")
             sys.exit(130)
+        except (click.exceptions.Exit, click.exceptions.ClickException, SystemExit):
+            raise
+        except Exception as e:  # InternalError and anything unexpected: a tcc bug
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            kind = "" if isinstance(e, InternalError) else f"{type(e).__name__}: "
+            err_console.print(
+                f"[bold red]internal error:[/] {kind}{_one_line(e)} "
+                "(a tcc bug; rerun with --debug for the traceback and please report it)"
+            )
+            sys.exit(EXIT_INTERNAL_ERROR)
 
 
 def _one_line(e: BaseException) -> str:
@@ -71,5 +81,16 @@ _register()
 
 
 def main(argv=None):
-    """Console-script entry point."""
-    return cli.main(args=argv, prog_name="tcc")
+    """Console-script entry point; usage errors are one line too."""
+    try:
+        return cli.main(args=argv, prog_name="tcc", standalone_mode=False)
+    except click.exceptions.UsageError as e:
+        hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+        err_console.print(f"[bold red]error:[/] {_one_line(e.format_message())}{hint}")
+        sys.exit(EXIT_USER_ERROR)
+    except click.exceptions.ClickException as e:
+        err_console.print(f"[bold red]error:[/] {_one_line(e.format_message())}")
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        err_console.print("interrupted")
+        sys.exit(130)

@@ -135,7 +135,14 @@ def _check_against_onnx(console: Console, onnx_path: Path, inputs: dict, named: 
         sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     except Exception as e:
         raise TccError(f"--onnx {onnx_path}: onnxruntime cannot load it: {str(e).splitlines()[0]}") from None
-    want = sess.run(None, inputs)
+    try:
+        want = sess.run(None, inputs)
+    except Exception as e:
+        raise TccError(f"--onnx {onnx_path}: onnxruntime cannot run it on these inputs "
+                       f"({str(e).splitlines()[0][:160]}); is it the model the file was built from?") from None
+    if len(want) != len(named):
+        raise TccError(f"--onnx {onnx_path} has {len(want)} outputs but the run produced {len(named)}; "
+                       "is it the model the file was built from?")
     ok = True
     for (name, got), ref in zip(named.items(), want):
         got, ref = np.asarray(got), np.asarray(ref)
@@ -163,7 +170,7 @@ def _check_against_onnx(console: Console, onnx_path: Path, inputs: dict, named: 
 @click.option("--shape", "shape_pairs", multiple=True, metavar="NAME=DIMS",
               help="Shape of a random input, e.g. input_ids=1,128 (symbolic dims default to 1).")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write one NAME.npy per output here.")
+              help="Write one NAME.npy per output here (the folder is created if missing).")
 @click.option("--output", "output_npz", type=click.Path(dir_okay=False, path_type=Path),
               help="Write all outputs into one .npz keyed by output name.")
 @click.option("--entry", default="main", show_default=True, help="The function to run.")
@@ -192,6 +199,12 @@ def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, 
          entry, bench, threads, profile, check, onnx_path, rtol, atol):
     if check and onnx_path is None:
         raise TccError("--check needs the source model: add --onnx MODEL.onnx")
+    if onnx_path is not None and not check:
+        raise TccError("--onnx is only used by --check; add --check")
+    if rtol < 0 or atol < 0:
+        raise TccError("--rtol and --atol must not be negative")
+    if shape_pairs and not random_inputs:
+        raise TccError("--shape sets the shape of random inputs; add --random-inputs")
     if profile and file.suffix != ".tvmpack":
         raise TccError(f"{file}: --profile times compiled kernels and needs a .tvmpack; "
                        f"compile it first: tcc compile {file} -o {file.stem}.tvmpack")
@@ -200,7 +213,15 @@ def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, 
     if threads:
         runner.set_num_threads(threads)
     if random_inputs:
-        inputs = make_random_inputs(runner.signature, inputs, _parse_shapes(shape_pairs))
+        shapes = _parse_shapes(shape_pairs)
+        names = [spec["name"] for spec in runner.signature["inputs"]]
+        unknown = [n for n in shapes if n not in names]
+        if unknown:
+            raise TccError(f"--shape {unknown[0]}: no such input; the inputs are {', '.join(names)}")
+        given = [n for n in shapes if n in inputs]
+        if given:
+            raise TccError(f"--shape {given[0]}: that input is given with --input/--inputs")
+        inputs = make_random_inputs(runner.signature, inputs, shapes)
     outputs = runner(inputs)
     names = [o["name"] for o in runner.signature["outputs"]]
     named = dict(zip(names, outputs))

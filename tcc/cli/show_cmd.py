@@ -91,10 +91,9 @@ def _show_pack(file: Path, stats: bool, as_json: bool) -> None:
         elif stats:
             s = pack_summary(contents)
             console = Console(highlight=False)
-            for name, sig in s["functions"].items():
-                _print_stats(console, {"functions": {name: {**sig, "bindings": 0, "op_counts": {}}},
-                                       "constants": s["constants"], "constant_bytes": s["constant_bytes"],
-                                       "prim_funcs": []})
+            functions = {n: {**sig, "bindings": 0, "op_counts": {}} for n, sig in s["functions"].items()}
+            _print_stats(console, {"functions": functions, "constants": s["constants"],
+                                   "constant_bytes": s["constant_bytes"], "prim_funcs": []})
             console.print(f"target: {s['target']}; kernels: {s['kernels']} "
                           f"({s['object_bytes']:,} bytes of object code)")
         else:

@@ -159,3 +159,36 @@ def test_damaged_ir_file_is_a_clean_error_in_a_real_process(workdir, damage):
 def test_version():
     r = invoke("--version")
     assert r.exit_code == 0 and "tcc, version" in r.output
+
+
+@pytest.mark.parametrize("args", [["run", "x.tcir", "--bench", "0"], ["nosuch"], ["run"]])
+def test_usage_errors_are_one_line_exit_2(args):
+    p = subprocess.run([sys.executable, "-m", "tcc", *args], capture_output=True, text=True)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert p.stderr.startswith("error:")
+
+
+def test_output_files_and_folders(workdir):
+    tcir = _imported(workdir)
+    x = f"x={workdir / 'x.npy'}"
+    r = invoke("run", tcir, "--input", x, "--output", workdir / "missing" / "o.npz")
+    assert r.exit_code == 2 and not (workdir / "missing").exists()
+    r = invoke("run", tcir, "--input", x, "--output", workdir / "o.npz", "--output-dir", workdir / "new")
+    assert r.exit_code == 0
+    for f in [workdir / "o.npz", workdir / "new" / "sum.npy"]:
+        assert f.stat().st_mode & 0o044, oct(f.stat().st_mode)  # readable by others, like any file
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--random-inputs", "--shape", "nope=2,3"], "--shape nope: no such input"),
+        (["--shape", "x=2,3"], "add --random-inputs"),
+        (["--random-inputs", "--onnx", "m.onnx"], "--onnx is only used by --check"),
+        (["--random-inputs", "--check", "--onnx", "m.onnx", "--rtol", "-1"], "must not be negative"),
+    ],
+)
+def test_run_option_misuse(workdir, extra, message):
+    tcir = _imported(workdir)
+    r = CliRunner().invoke(cli, ["run", str(tcir), *[str(workdir / a) if a == "m.onnx" else a for a in extra]])
+    assert r.exit_code == 2 and message in r.output, r.output

@@ -403,7 +403,12 @@ def graph_input_type(ctx: ImportContext, vi: onnx.ValueInfoProto) -> Type:
 def from_onnx(model_or_path, name: str = "main") -> IRModule:
     """Import an ONNX model (ModelProto, bytes or path) as an IRModule with function `name`."""
     model = load_model(model_or_path)
-    check_structure(model)
+    try:
+        check_structure(model)
+    except FrontendError as e:
+        if isinstance(model_or_path, (str, os.PathLike)):
+            raise FrontendError(f"{os.fspath(model_or_path)}: {e}") from None
+        raise
     if model.functions:
         from onnx import inliner
 
