@@ -46,6 +46,13 @@ class OnnxNode:
         """A FrontendError located at this node."""
         return FrontendError(f"{self.where()}: {message}")
 
+    def choice(self, name: str, default: str, allowed) -> str:
+        """String attribute `name`, rejected with a node error when tcc does not know the value."""
+        value = self.attrs.get(name, default)
+        if value not in allowed:
+            raise self.error(f"unsupported {name} {value!r}; supported: {', '.join(allowed)}")
+        return value
+
     def has_input(self, i: int) -> bool:
         return i < len(self.inputs) and self.inputs[i] != ""
 

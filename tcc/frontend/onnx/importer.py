@@ -215,6 +215,28 @@ class ImportContext:
         v = self.sym_value(node.inputs[i])
         return None if v is None or v[1] else v[0]
 
+    def int_vector(self, node: OnnxNode, i: int) -> list[Dim] | None:
+        """Operand `i` as a list of (possibly symbolic) ints when known at import time."""
+        dims = self.shape_value(node, i)
+        if dims is not None:
+            return dims
+        arr = self.const_value(node, i)
+        if arr is None or arr.dtype.kind not in "iu":
+            return None
+        return [int(v) for v in arr.reshape(-1)]
+
+    def scalar_value(self, node: OnnxNode, i: int):
+        """Operand `i` as a Python number (or symbolic int) when known at import time."""
+        if not node.has_input(i):
+            return None
+        sym = self.sym_value(node.inputs[i])
+        if sym is not None and len(sym[0]) == 1:
+            return sym[0][0]
+        arr = self.const_value(node, i)
+        if arr is None or arr.size != 1:
+            return None
+        return arr.reshape(-1)[0].item()
+
     def sym_value(self, name: str) -> tuple[list[Dim], bool] | None:
         """(dims, is_scalar) of a small integer vector or scalar known at import time."""
         if name in self.sym:

@@ -21,14 +21,6 @@ from tcc.ir.ops.resize import (
 )
 
 
-def _choice(node, name: str, default: str, allowed) -> str:
-    """String attribute `name`, rejected with a node error when tcc does not know the value."""
-    value = node.attrs.get(name, default)
-    if value not in allowed:
-        raise node.error(f"unsupported {name} {value!r}; supported: {', '.join(allowed)}")
-    return value
-
-
 @converter("Gather")
 class Gather(OnnxOp):
     @classmethod
@@ -55,7 +47,7 @@ class GatherND(OnnxOp):
 
 
 def _scatter_elements(cls, ctx, node):
-    reduction = _choice(node, "reduction", "none", REDUCTIONS)
+    reduction = node.choice("reduction", "none", REDUCTIONS)
     data, idx, upd = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
     return ctx.emit(
         "scatter_elements", data, idx, upd, axis=node.attrs.get("axis", 0), reduction=reduction
@@ -78,7 +70,7 @@ class ScatterElements(OnnxOp):
 class ScatterND(OnnxOp):
     @classmethod
     def v11(cls, ctx, node):
-        reduction = _choice(node, "reduction", "none", REDUCTIONS)
+        reduction = node.choice("reduction", "none", REDUCTIONS)
         data, idx, upd = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
         return ctx.emit("scatter_nd", data, idx, upd, reduction=reduction)
 
@@ -87,7 +79,7 @@ class ScatterND(OnnxOp):
 class TensorScatter(OnnxOp):
     @classmethod
     def v24(cls, ctx, node):
-        mode = _choice(node, "mode", "linear", ("linear", "circular"))
+        mode = node.choice("mode", "linear", ("linear", "circular"))
         return ctx.emit(
             "tensor_scatter",
             ctx.input(node, 0),
@@ -169,11 +161,10 @@ class Binarizer(OnnxOp):
 def _sampling_attrs(node, ctm_default: str, nearest_default: str) -> dict:
     """The sampling attributes of a Resize node, validated."""
     attrs = {
-        "mode": _choice(node, "mode", "nearest", MODES),
-        "coordinate_transformation_mode": _choice(
-            node, "coordinate_transformation_mode", ctm_default, COORDINATE_MODES
+        "mode": node.choice("mode", "nearest", MODES),
+        "coordinate_transformation_mode": node.choice("coordinate_transformation_mode", ctm_default, COORDINATE_MODES
         ),
-        "nearest_mode": _choice(node, "nearest_mode", nearest_default, NEAREST_MODES),
+        "nearest_mode": node.choice("nearest_mode", nearest_default, NEAREST_MODES),
         "cubic_coeff_a": float(node.attrs.get("cubic_coeff_a", -0.75)),
         "exclude_outside": bool(node.attrs.get("exclude_outside", 0)),
         "extrapolation_value": float(node.attrs.get("extrapolation_value", 0.0)),
@@ -201,7 +192,7 @@ def _emit_resize(ctx, node, roi_i: int | None, scales_i: int, sizes_i: int | Non
     import time, else `resize_dynamic` with them as run-time operands."""
     x_type = ctx.type_of(node, 0)
     axes = node.attrs.get("axes")
-    policy = _choice(node, "keep_aspect_ratio_policy", "stretch", ASPECT_POLICIES)
+    policy = node.choice("keep_aspect_ratio_policy", "stretch", ASPECT_POLICIES)
     crop = attrs["coordinate_transformation_mode"] == "tf_crop_and_resize"
     roi = _known_floats(ctx, node, roi_i) if crop else []
     scales = _known_floats(ctx, node, scales_i)

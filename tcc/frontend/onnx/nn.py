@@ -16,17 +16,6 @@ from tcc.ir.expr import Dim, as_dim, max_expr
 # helpers
 
 
-def _vector(ctx, node, i: int) -> list[Dim] | None:
-    """Operand `i` as a list of (possibly symbolic) ints when known at import time."""
-    dims = ctx.shape_value(node, i)
-    if dims is not None:
-        return dims
-    arr = ctx.const_value(node, i)
-    if arr is None or arr.dtype.kind not in "iu":
-        return None
-    return [int(v) for v in arr.reshape(-1)]
-
-
 def _spatial_rank(ctx, node, ranks=(1, 2, 3)) -> int:
     t = ctx.type_of(node, 0)
     nd = t.ndim - 2
@@ -304,7 +293,7 @@ class MaxUnpool(OnnxOp):
         }
         ops = [ctx.input(node, 0), ctx.input(node, 1)]
         if node.has_input(2):
-            shape = _vector(ctx, node, 2)
+            shape = ctx.int_vector(node, 2)
             if shape is None:
                 ops.append(ctx.input(node, 2))
             attrs["output_shape"] = shape
@@ -471,7 +460,7 @@ class SpaceToDepth(OnnxOp):
 class Col2Im(OnnxOp):
     @classmethod
     def v18(cls, ctx, node):
-        image, block = _vector(ctx, node, 1), _vector(ctx, node, 2)
+        image, block = ctx.int_vector(node, 1), ctx.int_vector(node, 2)
         nd = ctx.type_of(node, 1).shape[0]
         if not isinstance(nd, int):
             raise node.error("image_shape must have a static length")
@@ -558,7 +547,7 @@ class GridSample(OnnxOp):
 class AffineGrid(OnnxOp):
     @classmethod
     def v20(cls, ctx, node):
-        size = _vector(ctx, node, 1)
+        size = ctx.int_vector(node, 1)
         ops = [ctx.input(node, 0)] if size is not None else [ctx.input(node, 0), ctx.input(node, 1)]
         return ctx.emit(
             "affine_grid", *ops, size=size, align_corners=bool(node.attrs.get("align_corners", 0))

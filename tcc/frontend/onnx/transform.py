@@ -23,30 +23,6 @@ from tcc.ir.ops.transform import equal_split_sizes, onnx_reshape_shape
 # operand helpers
 
 
-def _vector(ctx, node, i: int) -> list[Dim] | None:
-    """Operand `i` as a list of (possibly symbolic) ints when known at import time."""
-    dims = ctx.shape_value(node, i)
-    if dims is not None:
-        return dims
-    arr = ctx.const_value(node, i)
-    if arr is None or arr.dtype.kind not in "iu":
-        return None
-    return [int(v) for v in arr.reshape(-1)]
-
-
-def _scalar(ctx, node, i: int):
-    """Operand `i` as a Python number (or symbolic int) when known at import time."""
-    if not node.has_input(i):
-        return None
-    sym = ctx.sym_value(node.inputs[i])
-    if sym is not None and len(sym[0]) == 1:
-        return sym[0][0]
-    arr = ctx.const_value(node, i)
-    if arr is None or arr.size != 1:
-        return None
-    return arr.reshape(-1)[0].item()
-
-
 def _fold_generator(ctx, node, op: str, **attrs):
     """Emit an operand-less op; a static result of at most FOLD_MAX_ELEMENTS becomes a
     known constant instead, so later converters see its value."""
@@ -110,7 +86,7 @@ class Reshape(OnnxOp):
 
     @classmethod
     def v5(cls, ctx, node):
-        return _reshape(ctx, node, _vector(ctx, node, 1))
+        return _reshape(ctx, node, ctx.int_vector(node, 1))
 
 
 @converter("Flatten")
@@ -142,7 +118,7 @@ def _squeeze(ctx, node, op: str, axes_from_input: bool):
         return ctx.emit(op, x, axes=None if axes is None else list(axes))
     if not node.has_input(1):
         return ctx.emit(op, x)
-    axes = _vector(ctx, node, 1)
+    axes = ctx.int_vector(node, 1)
     if axes is None:
         return ctx.emit(f"dyn_{op}", x, _vector_operand(ctx, node, 1, "axes"))
     return ctx.emit(op, x, axes=axes)
@@ -190,7 +166,7 @@ def _split(ctx, node, sizes_input: int | None):
     axis = normalize_axis(node.attrs.get("axis", 0), t.ndim, "split")
     n = len(node.outputs)
     if sizes_input is not None and node.has_input(sizes_input):
-        sizes = _vector(ctx, node, sizes_input)
+        sizes = ctx.int_vector(node, sizes_input)
         if sizes is None:
             parts = ctx.emit(
                 "dyn_split", x, _vector_operand(ctx, node, sizes_input, "split"), axis=axis
@@ -252,7 +228,7 @@ class Slice(OnnxOp):
 
     @classmethod
     def v10(cls, ctx, node):
-        vals = [_vector(ctx, node, i) for i in range(1, 5)]
+        vals = [ctx.int_vector(node, i) for i in range(1, 5)]
         known = vals[0] is not None and vals[1] is not None
         known = known and all(
             v is not None or not node.has_input(i + 1) for i, v in enumerate(vals)
@@ -274,7 +250,7 @@ class Slice(OnnxOp):
 class Expand(OnnxOp):
     @classmethod
     def v8(cls, ctx, node):
-        x, shape = ctx.input(node, 0), _vector(ctx, node, 1)
+        x, shape = ctx.input(node, 0), ctx.int_vector(node, 1)
         if shape is None:
             return ctx.emit("dyn_broadcast_to", x, _vector_operand(ctx, node, 1, "shape"))
         out = broadcast_shapes([ctx.type_of(node, 0).shape, shape], "broadcast_to")
@@ -285,7 +261,7 @@ class Expand(OnnxOp):
 class Tile(OnnxOp):
     @classmethod
     def v6(cls, ctx, node):
-        x, reps = ctx.input(node, 0), _vector(ctx, node, 1)
+        x, reps = ctx.input(node, 0), ctx.int_vector(node, 1)
         if reps is None:
             return ctx.emit("dyn_tile", x, _vector_operand(ctx, node, 1, "repeats"))
         return ctx.emit("tile", x, repeats=reps)
@@ -320,8 +296,8 @@ class Pad(OnnxOp):
     def v11(cls, ctx, node):
         mode = _check_mode(node, node.attrs.get("mode", "constant"))
         t = ctx.type_of(node, 0)
-        pads = _vector(ctx, node, 1)
-        axes = _vector(ctx, node, 3) if node.has_input(3) else list(range(t.ndim))
+        pads = ctx.int_vector(node, 1)
+        axes = ctx.int_vector(node, 3) if node.has_input(3) else list(range(t.ndim))
         value = ctx.input(node, 2) if mode == "constant" else None
         if pads is None or axes is None:
             ops = [ctx.input(node, 0), _vector_operand(ctx, node, 1, "pads"), value]
@@ -346,7 +322,7 @@ class CenterCropPad(OnnxOp):
             normalize_axis(a, t.ndim, "center_crop_pad")
             for a in node.attrs.get("axes", range(t.ndim))
         ]
-        shape = _vector(ctx, node, 1)
+        shape = ctx.int_vector(node, 1)
         if shape is None:
             return ctx.emit(
                 "dyn_center_crop_pad",
@@ -396,7 +372,7 @@ class ConstantOfShape(OnnxOp):
         fill = node.attrs.get("value")
         fill = np.zeros(1, np.float32) if fill is None else np.asarray(fill)
         dtype, value = from_numpy(fill.dtype), fill.reshape(-1)[0].item()
-        shape = _vector(ctx, node, 0)
+        shape = ctx.int_vector(node, 0)
         if shape is None:
             return ctx.emit(
                 "dyn_full", _vector_operand(ctx, node, 0, "shape"), value=value, dtype=dtype
@@ -408,7 +384,7 @@ class ConstantOfShape(OnnxOp):
 class Range(OnnxOp):
     @classmethod
     def v11(cls, ctx, node):
-        bounds = [_scalar(ctx, node, i) for i in range(3)]
+        bounds = [ctx.scalar_value(node, i) for i in range(3)]
         dtype = ctx.type_of(node, 0).dtype
         symbolic = any(isinstance(b, PrimExpr) for b in bounds)
         if None in bounds or (symbolic and not isinstance(bounds[2], int)):
