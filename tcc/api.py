@@ -42,16 +42,27 @@ def load_module(source):
     return from_onnx(source)
 
 
-def lower(mod):
-    """Legalize; refuse ops that have neither a loop program nor a VM builtin."""
+def _legalized(mod):
     from tcc.emit.vm import VIEW_OPS
     from tcc.lower.legalize import legalize, unlegalized_ops
 
     # Views (reshape, squeeze, ...) stay graph calls: the VM runs them without copying.
     lowered = legalize(mod, keep=VIEW_OPS)
-    left = {op: n for op, n in unlegalized_ops(lowered).items() if op not in VIEW_OPS | {"identity"}}
+    left = {op: n for op, n in sorted(unlegalized_ops(lowered).items())
+            if op not in VIEW_OPS | {"identity"}}
+    return lowered, left
+
+
+def ops_without_loop_program(mod) -> dict[str, int]:
+    """Op calls `tcc compile` would refuse (no loop program for them), by op, with counts."""
+    return _legalized(mod)[1]
+
+
+def lower(mod):
+    """Legalize; refuse ops that have neither a loop program nor a VM builtin."""
+    lowered, left = _legalized(mod)
     if left:
-        listed = ", ".join(f"{op} (x{n})" for op, n in sorted(left.items()))
+        listed = ", ".join(f"{op} (x{n})" for op, n in left.items())
         raise CompileError(
             f"no loop program yet for op{'s' if len(left) > 1 else ''} {listed}; "
             "run the model with the reference interpreter (`tcc run FILE.tcir`) instead"

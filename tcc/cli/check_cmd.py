@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from tcc.api import ops_without_loop_program
 from tcc.frontend.onnx import find_unsupported, from_onnx, load_model
 from tcc.ir.errors import TccError
 from tcc.ir.summary import format_shape, signature
@@ -18,10 +19,14 @@ from tcc.ir.summary import format_shape, signature
 @click.command("check")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def command(model: Path, as_json: bool):
-    """Report whether tcc can import MODEL: unsupported ops, inputs and outputs.
+@click.option("--compile", "for_compile", is_flag=True,
+              help="Also require every op to have a loop program (so `tcc compile` works).")
+def command(model: Path, as_json: bool, for_compile: bool):
+    """Report whether tcc can import MODEL: unsupported ops, inputs and outputs, and the
+    ops `tcc compile` cannot lower yet.
 
-    Exits 1 when any op is unsupported or the import fails, 0 when it imports.
+    Exits 1 when any op is unsupported or the import fails (with --compile: or an op has
+    no loop program), 0 otherwise.
     """
     proto = load_model(model)
     unsupported = [
@@ -33,9 +38,12 @@ def command(model: Path, as_json: bool):
         try:
             mod = from_onnx(proto)
             report.update(signature(mod["main"]))
+            report["no_loop_program"] = ops_without_loop_program(mod)
         except TccError as e:
             report["import_error"] = str(e)
     ok = not unsupported and report["import_error"] is None
+    if for_compile:
+        ok = ok and not report.get("no_loop_program")
     report["ok"] = ok
     if as_json:
         click.echo(json.dumps(report, indent=2))
@@ -65,4 +73,9 @@ def _print_report(console: Console, r: dict) -> None:
                 ty = f"{e['dtype']}{format_shape(e['shape'])}" if "shape" in e else json.dumps(e)
                 t.add_row(kind[:-1], e["name"], ty)
         console.print(t)
+    if r.get("no_loop_program"):
+        listed = ", ".join(f"{op} (x{n})" for op, n in r["no_loop_program"].items())
+        console.print(f"[yellow]no loop program yet (tcc compile refuses):[/] {listed}")
+    elif "no_loop_program" in r:
+        console.print("every op has a loop program: `tcc compile` can build it")
     console.print("[green]ok: every op is supported[/]" if r["ok"] else "[red]not supported[/]")

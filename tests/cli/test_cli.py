@@ -192,3 +192,14 @@ def test_run_option_misuse(workdir, extra, message):
     tcir = _imported(workdir)
     r = CliRunner().invoke(cli, ["run", str(tcir), *[str(workdir / a) if a == "m.onnx" else a for a in extra]])
     assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_check_compile_lists_ops_without_loop_programs(tmp_path):
+    g = helper.make_graph([helper.make_node("NonZero", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TP.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TP.INT64, None)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "nz.onnx")
+    r = invoke("check", tmp_path / "nz.onnx", "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["no_loop_program"] == {"nonzero": 1}
+    r = invoke("check", tmp_path / "nz.onnx", "--json", "--compile")
+    assert r.exit_code == 1
