@@ -6,7 +6,7 @@ VENV := .venv
 # Lint only the source directories that exist (benchmarks/ and tools/ may not).
 LINT_DIRS := $(wildcard tcc tests benchmarks tools)
 
-.PHONY: install lint test demo clean distclean
+.PHONY: install lint runtime test demo clean distclean
 
 # Create the virtual environment (if missing) and install tcc editable with its
 # test extras.  Reruns whenever pyproject.toml changes.
@@ -21,7 +21,11 @@ install: $(VENV)/.installed
 lint: install
 	$(VENV)/bin/ruff check $(LINT_DIRS)
 
-test: lint
+# The C runtime (runtime_c/): a C compiler and make are all it needs.
+runtime:
+	$(MAKE) -C runtime_c
+
+test: lint runtime
 	$(VENV)/bin/python -m pytest -n 2
 
 demo: install
@@ -30,6 +34,7 @@ demo: install
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis out
 	rm -f ./*.tcir ./*.tvmpack
+	$(MAKE) -C runtime_c clean
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
 
 distclean: clean

@@ -1,0 +1,54 @@
+/* The pack object, shared by the reader's sources. */
+#ifndef TCCRT_PACK_INTERNAL_H_
+#define TCCRT_PACK_INTERNAL_H_
+
+#include <stdatomic.h>
+
+#include "internal.h"
+
+typedef struct tccrt_member_t {
+  const char *name;
+  size_t offset; /* of the data, within the file */
+  size_t size;
+} tccrt_member_t;
+
+typedef struct tccrt_function_t {
+  const char *name;
+  size_t counts[2]; /* TCCRT_INPUT, TCCRT_OUTPUT */
+  tccrt_tensor_info_t *tensors[2];
+} tccrt_function_t;
+
+struct tccrt_pack_t {
+  atomic_int refs; /* packs may be shared between threads */
+  tccrt_arena_t arena;
+  const char *path; /* for messages; "<memory>" for tccrt_pack_open_memory */
+  const uint8_t *data;
+  size_t size;
+  void *mapping; /* munmap'ed on release; NULL for memory packs */
+  size_t mapping_size;
+
+  tccrt_member_t *members;
+  size_t member_count;
+  const tccrt_json_t *manifest;
+  const char *target;
+  tccrt_function_t *functions;
+  size_t function_count;
+  const char **kernels;
+  size_t kernel_count;
+  const tccrt_member_t *object;
+  const tccrt_member_t *shared_object;
+  tccrt_weight_info_t *weights;
+  size_t weight_count;
+};
+
+tccrt_status_t tccrt_tar_members(tccrt_pack_t *pack);
+const tccrt_member_t *tccrt_pack_find_member(const tccrt_pack_t *pack, const char *name);
+
+/* Check the manifest's fields, its own hash, the members and the weights index, filling
+ * in the pack's tables (manifest.c). */
+tccrt_status_t tccrt_manifest_load(tccrt_pack_t *pack);
+
+/* Check the framing of bytecode.bin (bytecode.c). */
+tccrt_status_t tccrt_bytecode_check(const tccrt_pack_t *pack, const tccrt_member_t *member);
+
+#endif /* TCCRT_PACK_INTERNAL_H_ */
