@@ -1,0 +1,75 @@
+"""Graph passes and the one pipeline `tcc optimize` runs.
+
+Each pass is one module here with one public function `pass_name(mod) -> IRModule` that
+returns a new module and never mutates its input, registered under a kebab-case name
+(`dead-code-elimination` = `dead_code_elimination.py` = `dead_code_elimination()`). The
+pipeline is a flat, ordered list of those names, so what runs, and in which order, is read
+in one place; `--disable-pass` and `--print-after` refer to the same names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from tcc.errors import TccError
+from tcc.ir.module import IRModule
+
+Pass = Callable[[IRModule], IRModule]
+
+PASSES: dict[str, Pass] = {}
+
+
+class UnknownPassError(TccError):
+    """A pass name (in --disable-pass or --print-after) that no registered pass has."""
+
+
+def register_pass(name: str) -> Callable[[Pass], Pass]:
+    """Register the decorated pass under `name` (kebab-case, unique)."""
+
+    def wrap(fn: Pass) -> Pass:
+        if name in PASSES:
+            raise ValueError(f"pass {name!r} registered twice")
+        PASSES[name] = fn
+        return fn
+
+    return wrap
+
+
+# Registration happens on import; the modules sit below the registry they use.
+from tcc.lower.passes import common_subexpression_elimination, dead_code_elimination  # noqa: E402, F401, I001
+
+# CSE first: merging duplicates leaves the losers unused, and DCE then drops them along
+# with the constants and functions nothing refers to any more.
+PIPELINE: tuple[str, ...] = (
+    "common-subexpression-elimination",
+    "dead-code-elimination",
+)
+
+
+def check_pass_name(name: str, option: str = "pass name") -> str:
+    """`name` if a pass has it, else an UnknownPassError listing the known names."""
+    if name not in PASSES:
+        raise UnknownPassError(
+            f"unknown {option} {name!r}; known passes: {', '.join(PIPELINE)}"
+        )
+    return name
+
+
+def run_pipeline(
+    mod: IRModule,
+    disable: Iterable[str] = (),
+    print_after: str | None = None,
+    on_print: Callable[[str], object] = print,
+) -> IRModule:
+    """Run PIPELINE on `mod`, skipping the passes in `disable`; after the pass named
+    `print_after` (or after every pass for "all") hand the module text to `on_print`."""
+    skip = {check_pass_name(n, "pass in --disable-pass") for n in disable}
+    if print_after is not None and print_after != "all":
+        check_pass_name(print_after, "pass in --print-after")
+    for name in PIPELINE:
+        if name in skip:
+            continue
+        mod = PASSES[name](mod)
+        if print_after in ("all", name):
+            on_print(f"# IR after {name}\n{mod}")
+    return mod

@@ -1,0 +1,98 @@
+"""common-subexpression-elimination: compute each distinct op call once per function.
+
+May change: a binding `b = op(args, attrs)` that repeats an earlier `a = op(args, attrs)` in
+the same graph function (same op, the same operand variables, references to the same named
+constant, and equal attributes) is removed and every later use of `b` reads `a`. Only calls
+whose result types are equal merge, so a result whose dimensions are fresh per call (as a
+data-dependent shape makes them) is never conflated with another. Preserves each
+function's parameters, returned values (by position and public name) and numerics: op
+calls are pure. Unused bindings are left for dead-code-elimination; the input module is
+not changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from tcc.ir import expr as E
+from tcc.ir import graph as G
+from tcc.ir.module import IRModule
+from tcc.lower.passes import register_pass
+
+
+def _attr_key(v):
+    """A hashable stand-in for an attribute value; equal attrs give equal keys. Size
+    variables compare by identity, as they do in the IR."""
+    if isinstance(v, E.Var):
+        return ("sizevar", id(v))
+    if isinstance(v, float):
+        return ("float", "nan" if math.isnan(v) else repr(v))
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__, *(_attr_key(x) for x in v))
+    if isinstance(v, dict):
+        return ("dict", *((k, _attr_key(x)) for k, x in sorted(v.items())))
+    if isinstance(v, np.ndarray):
+        return ("array", v.dtype.str, v.shape, v.tobytes())
+    if isinstance(v, np.generic):
+        return _attr_key(v.item())
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return (type(v).__name__, *(_attr_key(getattr(v, f.name)) for f in dataclasses.fields(v)))
+    return (type(v).__name__, v)
+
+
+def _operand_key(a):
+    if a is None:
+        return None
+    if isinstance(a, G.Constant):
+        return ("const", a.name)
+    return ("value", id(a))
+
+
+def _substitute(e, mapping: dict[int, G.Var]):
+    """`e` with each variable in `mapping` (by id) replaced; shares unchanged nodes."""
+    if isinstance(e, G.Var):
+        return mapping.get(id(e), e)
+    if isinstance(e, tuple):
+        new = tuple(_substitute(x, mapping) for x in e)
+        return e if all(a is b for a, b in zip(new, e)) else new
+    if isinstance(e, G.Expr) and dataclasses.is_dataclass(e):
+        changes = {}
+        for f in dataclasses.fields(e):
+            old = getattr(e, f.name)
+            if isinstance(old, (G.Expr, tuple)):
+                new = _substitute(old, mapping)
+                if new is not old:
+                    changes[f.name] = new
+        return dataclasses.replace(e, **changes) if changes else e
+    return e
+
+
+def _eliminate(fn: G.Function) -> G.Function:
+    mapping: dict[int, G.Var] = {}
+    seen: dict[tuple, G.Var] = {}
+    kept = []
+    for b in fn.bindings:
+        value = _substitute(b.value, mapping)
+        if isinstance(value, G.Call):
+            key = (value.op, tuple(_operand_key(a) for a in value.args), _attr_key(value.attrs))
+            first = seen.get(key)
+            if first is not None and first.type == b.var.type:
+                mapping[id(b.var)] = first
+                continue
+            seen.setdefault(key, b.var)
+        kept.append(b if value is b.value else G.Binding(b.var, value))
+    if not mapping:
+        return fn
+    return dataclasses.replace(fn, bindings=tuple(kept), ret=_substitute(fn.ret, mapping))
+
+
+@register_pass("common-subexpression-elimination")
+def common_subexpression_elimination(mod: IRModule) -> IRModule:
+    functions = {
+        name: _eliminate(f) if isinstance(f, G.Function) else f
+        for name, f in mod.functions.items()
+    }
+    return IRModule(functions, dict(mod.const_types), dict(mod.const_values))
