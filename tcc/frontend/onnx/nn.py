@@ -425,13 +425,6 @@ class LRN(OnnxOp):
 # rearrangement
 
 
-def _block_mode(node) -> str:
-    mode = node.attrs.get("mode", "DCR")
-    if mode not in ("DCR", "CRD"):
-        raise node.error(f"unsupported mode {mode!r}; expected DCR or CRD")
-    return mode
-
-
 @converter("DepthToSpace")
 class DepthToSpace(OnnxOp):
     @classmethod
@@ -440,7 +433,7 @@ class DepthToSpace(OnnxOp):
             "depth_to_space",
             ctx.input(node, 0),
             block_size=node.attrs["blocksize"],
-            mode=_block_mode(node),
+            mode=node.choice("mode", "DCR", ("DCR", "CRD")),
         )
 
 
@@ -452,7 +445,7 @@ class SpaceToDepth(OnnxOp):
             "space_to_depth",
             ctx.input(node, 0),
             block_size=node.attrs["blocksize"],
-            mode=_block_mode(node),
+            mode=node.choice("mode", "DCR", ("DCR", "CRD")),
         )
 
 
