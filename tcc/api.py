@@ -110,23 +110,9 @@ def compile_to_bytes(
 
 def write_atomic(path, data: bytes) -> None:
     """Write `data` to `path` whole or not at all."""
-    import tempfile
+    from tcc.emit.pack import write_file_atomic
 
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tcc-", dir=folder)
-    except OSError as e:
-        raise TccError(f"{path}: cannot write: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_file_atomic(path, data)
 
 
 def compile(model_or_path, target: str = "llvm", output=None) -> bytes | None:  # noqa: A001

@@ -101,10 +101,18 @@ def write_pack(path, executable: Executable, kernels=None, target: str = "llvm",
                signatures: Mapping[str, dict] | None = None,
                kernel_origins: Mapping[str, list[str]] | None = None) -> None:
     """Write the pack to `path` atomically (a temp file in the same folder, then rename)."""
-    data = pack_bytes(executable, kernels, target, weights, signatures, kernel_origins)
+    write_file_atomic(path, pack_bytes(executable, kernels, target, weights, signatures, kernel_origins))
+
+
+def write_file_atomic(path, data: bytes) -> None:
+    """Write `data` to `path` whole or not at all (temp file in the same folder, fsync,
+    rename); a folder that cannot be written is a PackWriteError."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tvmpack-", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tvmpack-", dir=folder)
+    except OSError as e:
+        raise PackWriteError(f"{path}: cannot write: {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -360,6 +360,7 @@ def sqrt_scale(scale, head: Dim, dt: str, root_dtype: str):
 
 
 def no_loop(op: str, what: str) -> NoLoopProgram:
+    """The error a compute raises for a call its loop program does not cover."""
     return NoLoopProgram(f"op {op}: {what} has no loop program")
 
 

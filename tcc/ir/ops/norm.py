@@ -21,8 +21,7 @@ from tcc.ir import te
 from tcc.ir.dtype import to_numpy
 from tcc.ir.errors import ShapeError
 from tcc.ir.graph import TensorType, TupleType
-from tcc.ir.ops._util import check_vector, compute_dtype, optional_tensor
-from tcc.ir.ops.reduce import no_loop_program
+from tcc.ir.ops._util import check_vector, compute_dtype, no_loop, optional_tensor
 from tcc.ir.ops.registry import (
     REQUIRED,
     OpDef,
@@ -41,11 +40,11 @@ def _compute_type(op: str, x: te.Tensor, stash_type: str | None = None) -> str:
     """The dtype a normalization computes in: the reference's `compute_dtype`, promoted
     with `stash_type` where the op has one."""
     if x.dtype not in ("float16", "float32", "float64"):
-        raise no_loop_program(op, f"dtype {x.dtype}")
+        raise no_loop(op, f"dtype {x.dtype}")
     ct = compute_dtype(to_numpy(x.dtype))
     if stash_type is not None:
         if stash_type not in ("float16", "float32", "float64"):
-            raise no_loop_program(op, f"stash_type {stash_type}")
+            raise no_loop(op, f"stash_type {stash_type}")
         ct = np.promote_types(to_numpy(stash_type), ct)
     return np.dtype(ct).name
 

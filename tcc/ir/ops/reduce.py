@@ -19,10 +19,10 @@ import numpy as np
 
 from tcc.ir import te
 from tcc.ir.dtype import is_float
-from tcc.ir.errors import NoLoopProgram, ShapeError
+from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Dim, fresh_var
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import operand, scalar_int, static_length
+from tcc.ir.ops._util import no_loop, operand, scalar_int, static_length
 from tcc.ir.ops.registry import (
     OpDef,
     Pattern,
@@ -56,11 +56,6 @@ def reduced_shape(shape, axes: tuple[int, ...], keepdims: bool) -> tuple[Dim, ..
 _TE_REDUCE = {"sum": te.sum, "prod": te.prod, "max": te.max, "min": te.min}
 
 
-def no_loop_program(op: str, what: str) -> NoLoopProgram:
-    """The error a compute raises for a call its loop program does not cover."""
-    return NoLoopProgram(f"op {op}: {what} has no loop program")
-
-
 def value_kind(op: str, dtype: str) -> str:
     """The arithmetic a loop program does on `dtype`: "float", "int" or "bool"; other
     dtypes (complex, strings, low-precision storage types) have no loop program."""
@@ -70,7 +65,7 @@ def value_kind(op: str, dtype: str) -> str:
         return "bool"
     if dtype in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"):
         return "int"
-    raise no_loop_program(op, f"dtype {dtype}")
+    raise no_loop(op, f"dtype {dtype}")
 
 
 def accumulator(dtype: str) -> str:
@@ -298,7 +293,7 @@ def _log_sum_exp_loop(x, axes, keepdims, name):
 def _reduce_compute(name: str):
     def compute(x, axes_tensor=None, *, axes, keepdims):
         if axes_tensor is not None:
-            raise no_loop_program(name, "a run-time axes operand")
+            raise no_loop(name, "a run-time axes operand")
         ax = reduce_axes(axes, x.ndim, name)
         if name == "reduce_log_sum_exp":
             return _log_sum_exp_loop(x, ax, keepdims, name)
@@ -451,7 +446,7 @@ def _scan_compute(name: str):
 
     def compute(x, axis_tensor=None, *, axis, exclusive, reverse):
         if axis_tensor is not None:
-            raise no_loop_program(name, "a run-time axis operand")
+            raise no_loop(name, "a run-time axis operand")
         value_kind(name, x.dtype)
         ax = normalize_axis(axis, x.ndim, name)
         n = x.shape[ax]

@@ -15,13 +15,12 @@ from tcc.ir import te
 from tcc.ir.dtype import is_float, is_int
 from tcc.ir.errors import ShapeError
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import operand
+from tcc.ir.ops._util import no_loop, operand
 from tcc.ir.ops.reduce import (
     accumulator,
     count_of,
     first_extremum,
     map_stage,
-    no_loop_program,
     reduce_axes,
     reduce_stage,
 )
@@ -82,7 +81,7 @@ def _softmax_ref(fn):
 
 def _float_only(op: str, dtype: str) -> None:
     if not is_float(dtype):
-        raise no_loop_program(op, f"dtype {dtype}")
+        raise no_loop(op, f"dtype {dtype}")
 
 
 def stat_index(i, axes) -> tuple:
@@ -330,7 +329,7 @@ def _mvn_compute(x, *, axes):
     ax = reduce_axes(axes, x.ndim, "mean_variance_normalize")
     dt = x.dtype
     if not is_float(dt) and not is_int(dt):
-        raise no_loop_program("mean_variance_normalize", f"dtype {dt}")
+        raise no_loop("mean_variance_normalize", f"dtype {dt}")
     ct = dt if is_float(dt) else "float64"
     acc, count = accumulator(ct), count_of(x.shape, ax)
     s = reduce_stage(x, ax, False, lambda i, o: te.cast(x[i], acc), "sum", "mvn_sum")
