@@ -61,9 +61,9 @@ def _one_line(e: BaseException) -> str:
 def cli(ctx, debug):
     """tcc: a tensor compiler toolchain.
 
-    Import an ONNX model into tcc's IR, inspect it, run it with the reference
-    interpreter, or compile it into a .tvmpack and run that. Exit codes: 0 ok, 1 a
-    check failed, 2 bad input, 3 internal error.
+    Import an ONNX model into tcc's IR, inspect it, optimize it, run it with the
+    reference interpreter, or compile it into a .tvmpack and run that. Exit codes:
+    0 ok, 1 a check failed, 2 bad input, 3 internal error.
     """
     ctx.obj = {"debug": debug}
 
