@@ -2,8 +2,9 @@
 
 One flat pipeline, each stage named (DESIGN.md §1):
 
-    import (ONNX -> IRModule) -> legalize (op calls -> call_tir + PrimFuncs)
-      -> vm (graph functions -> bytecode) -> llvm (PrimFuncs -> object code) -> pack
+    import (ONNX -> IRModule) -> optimize (graph passes, tcc.lower.passes.PIPELINE)
+      -> legalize (op calls -> call_tir + PrimFuncs) -> vm (graph functions -> bytecode)
+      -> llvm (PrimFuncs -> object code) -> pack
 
 The driver lives beside the rooms, not in one: it is the one place that calls all of them.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,8 +76,11 @@ def compile_to_bytes(
     target: str = "llvm",
     on_stage: Callable[[str], None] | None = None,
     times: StageTimes | None = None,
+    optimize: bool = True,
+    disable_passes: Iterable[str] = (),
 ) -> bytes:
-    """Compile `source` (see load_module) into the bytes of a .tvmpack."""
+    """Compile `source` (see load_module) into the bytes of a .tvmpack, running the graph
+    passes first unless `optimize` is False (`disable_passes` skips some of them)."""
     from tcc.emit.llvm import compile_prim_funcs
     from tcc.emit.pack import pack_bytes
     from tcc.emit.target import parse_target
@@ -95,6 +99,10 @@ def compile_to_bytes(
         return out
 
     state["mod"] = stage("import", lambda: load_module(source))
+    if optimize:
+        from tcc.lower.passes import run_pipeline
+
+        state["mod"] = stage("optimize", lambda: run_pipeline(state["mod"], disable_passes))
     state["lowered"] = stage("legalize", lambda: lower(state["mod"]))
     state["exe"] = stage("vm", lambda: compile_module(state["lowered"]))
     state["kernels"] = stage(
@@ -115,23 +123,26 @@ def write_atomic(path, data: bytes) -> None:
     write_file_atomic(path, data)
 
 
-def compile(model_or_path, target: str = "llvm", output=None) -> bytes | None:  # noqa: A001
-    """Compile a model into a .tvmpack: returns its bytes, or writes `output` and returns None."""
-    data = compile_to_bytes(model_or_path, target)
+def compile(  # noqa: A001
+    model_or_path, target: str = "llvm", output=None, optimize: bool = True
+) -> bytes | None:
+    """Compile a model into a .tvmpack: returns its bytes, or writes `output` and returns None.
+    `optimize=False` skips the graph passes."""
+    data = compile_to_bytes(model_or_path, target, optimize=optimize)
     if output is None:
         return data
     write_atomic(output, data)
     return None
 
 
-def compile_onnx(model, target: str = "llvm"):
+def compile_onnx(model, target: str = "llvm", optimize: bool = True):
     """Compile an ONNX model and load it: returns `fn(*arrays) -> list of outputs` in the
     ONNX graph's output order."""
     import tempfile
 
     from tcc.rt import load
 
-    data = compile_to_bytes(model, target)
+    data = compile_to_bytes(model, target, optimize=optimize)
     with tempfile.NamedTemporaryFile(suffix=".tvmpack", delete=False) as f:
         f.write(data)
         path = f.name

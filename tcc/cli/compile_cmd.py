@@ -13,6 +13,7 @@ from tcc.errors import TccError
 
 _STAGES = {
     "import": "importing",
+    "optimize": "optimizing the graph",
     "legalize": "legalizing ops to loop programs",
     "vm": "compiling graph functions to bytecode",
     "llvm": "generating CPU code (LLVM)",
@@ -20,7 +21,8 @@ _STAGES = {
 }
 
 
-def _build(source: Path, target: str, output: Path, verbose: bool) -> None:
+def _build(source: Path, target: str, output: Path, verbose: bool, optimize: bool = False,
+           disable_passes: tuple[str, ...] = ()) -> None:
     if not source.exists():
         raise TccError(f"{source}: no such file")
     console = Console(stderr=True, highlight=False)
@@ -32,7 +34,7 @@ def _build(source: Path, target: str, output: Path, verbose: bool) -> None:
         task = progress.add_task("starting", total=None)
         data = compile_to_bytes(
             source, target, on_stage=lambda s: progress.update(task, description=_STAGES[s]),
-            times=times,
+            times=times, optimize=optimize, disable_passes=disable_passes,
         )
     write_atomic(output, data)
     total = sum(times.seconds.values())
@@ -56,9 +58,17 @@ _target = click.option(
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="The pack to write (default: MODEL with the suffix .tvmpack).")
 @click.option("-v", "--verbose", is_flag=True, help="Print the time of every stage.")
-def compile_command(model: Path, target: str, output: Path | None, verbose: bool):
-    """Compile an ONNX model (or a .tcir file) into a .tvmpack."""
-    _build(model, target, output or model.with_suffix(".tvmpack"), verbose)
+@click.option("--no-optimize", is_flag=True, help="Skip the graph passes of `tcc optimize`.")
+@click.option("--disable-pass", "disable_passes", multiple=True, metavar="NAME",
+              help="Skip one graph pass (repeatable); see `tcc optimize --help`.")
+def compile_command(model: Path, target: str, output: Path | None, verbose: bool,
+                    no_optimize: bool, disable_passes: tuple[str, ...]):
+    """Compile an ONNX model (or a .tcir file) into a .tvmpack.
+
+    Runs the graph passes of `tcc optimize` first (unless --no-optimize), then generates
+    code as `tcc emit` does."""
+    _build(model, target, output or model.with_suffix(".tvmpack"), verbose,
+           optimize=not no_optimize, disable_passes=disable_passes)
 
 
 @click.command("emit")
@@ -68,7 +78,8 @@ def compile_command(model: Path, target: str, output: Path | None, verbose: bool
               help="The pack to write (default: IR_FILE with the suffix .tvmpack).")
 @click.option("-v", "--verbose", is_flag=True, help="Print the time of every stage.")
 def emit_command(ir_file: Path, target: str, output: Path | None, verbose: bool):
-    """Generate code for a .tcir file and write a .tvmpack."""
+    """Generate code for a .tcir file and write a .tvmpack (the module as it is: run
+    `tcc optimize` first for the graph passes)."""
     if ir_file.suffix != ".tcir":
         raise TccError(f"{ir_file}: `tcc emit` reads a .tcir file; use `tcc compile` for ONNX models")
     _build(ir_file, target, output or ir_file.with_suffix(".tvmpack"), verbose)

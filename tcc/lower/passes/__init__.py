@@ -36,12 +36,25 @@ def register_pass(name: str) -> Callable[[Pass], Pass]:
 
 
 # Registration happens on import; the modules sit below the registry they use.
-from tcc.lower.passes import common_subexpression_elimination, dead_code_elimination  # noqa: E402, F401, I001
+from tcc.lower.passes import (  # noqa: E402, F401, I001
+    common_subexpression_elimination,
+    constant_folding,
+    dead_code_elimination,
+    fold_batch_norm,
+    simplify_algebra,
+)
 
-# CSE first: merging duplicates leaves the losers unused, and DCE then drops them along
-# with the constants and functions nothing refers to any more.
+# Algebra first: collapsed reshape/transpose chains can leave duplicate calls for CSE to
+# merge. CSE before BatchNorm folding (duplicate BNs of one conv would give the conv two
+# users and keep the BN as a scale-shift) and before constant folding (identical constant
+# calls fold once; folded duplicates get different constant names, which CSE could not
+# merge). DCE last drops what the others left unused, along with the constants and
+# functions nothing refers to any more.
 PIPELINE: tuple[str, ...] = (
+    "simplify-algebra",
     "common-subexpression-elimination",
+    "fold-batch-norm",
+    "constant-folding",
     "dead-code-elimination",
 )
 

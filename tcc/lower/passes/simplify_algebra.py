@@ -1,0 +1,237 @@
+"""simplify-algebra: replace op calls that compute nothing new by the value they copy.
+
+May change: in each graph function, a call that returns one of its operands unchanged is
+removed and its uses read that operand (`x * 1`, `1 * x`, `x + 0`, `0 + x`, `x - 0`,
+`x / 1`, `pow(x, 1)` with the neutral value held in a module constant of any shape that
+does not enlarge x; `cast` to x's own dtype; `identity`; a reshape, squeeze or expand_dims
+chain, or a transpose, that gives x's own shape and element order back); any other
+reshape/squeeze/expand_dims of such a chain becomes one reshape of the chain's source, and
+a transpose of a transpose becomes one transpose with the composed permutation. Every
+rewrite keeps the binding's result type (dtype and shape, provably equal dimensions), and
+one forward sweep reaches the fixed point, since each rule only looks at values defined
+earlier, already simplified.
+
+Preserves each function's parameters, returned values (by position and public name; a
+returned value may become a parameter or another output, which a function may return
+directly) and numerics, with one exception: `-0.0 + 0` is `+0.0` while the rewritten
+value keeps `-0.0` (they compare equal). `x * 0` is never simplified (NaN and inf times 0
+are NaN), nor is an integer `pow` with a float exponent (the reference rounds large
+integers through float64 there). A value is never replaced by a bare constant: that is
+constant folding, and a function's outputs must stay variables. Producers left unused are
+dropped by dead-code-elimination; the input module is not changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from tcc.ir import graph as G
+from tcc.ir.builder import infer_call
+from tcc.ir.dtype import INT_DTYPES
+from tcc.ir.expr import prove_equal
+from tcc.ir.module import IRModule
+from tcc.lower.passes import register_pass
+
+# Binary op -> (its neutral value, the operand positions where that value is neutral).
+NEUTRAL = {
+    "add": (0, (0, 1)),
+    "sub": (0, (1,)),
+    "mul": (1, (0, 1)),
+    "div": (1, (1,)),
+    "pow": (1, (1,)),
+}
+# Ops that keep the elements in row-major order and only change the shape.
+RESHAPES = frozenset({"reshape", "squeeze", "expand_dims"})
+
+
+@dataclasses.dataclass
+class _Scope:
+    """What a rule may look at: the (simplified) call bound to each variable defined so far
+    in the function, and the module's constant values."""
+
+    defs: dict[int, G.Call]
+    const_values: Mapping[str, np.ndarray]
+
+    def producer(self, e: G.Expr | None, ops: frozenset[str]) -> G.Call | None:
+        """The call that defines `e` when it is one of `ops`."""
+        call = self.defs.get(id(e)) if isinstance(e, G.Var) else None
+        return call if call is not None and call.op in ops else None
+
+
+# A rule takes a call, the result type of its binding and the scope; it returns an existing
+# variable that replaces the binding, a new call with the same result type, or None.
+Rule = Callable[[G.Call, G.Type, _Scope], G.Expr | None]
+
+
+def _same_type(a: G.Type, b: G.Type) -> bool:
+    if isinstance(a, G.TensorType) and isinstance(b, G.TensorType):
+        return (a.dtype == b.dtype and a.ndim == b.ndim
+                and all(prove_equal(x, y) for x, y in zip(a.shape, b.shape)))
+    return a == b
+
+
+def _replaces(e: G.Expr | None, out: G.Type) -> bool:
+    """`e` is a variable that may stand for a result of type `out`."""
+    return isinstance(e, G.Var) and _same_type(e.type, out)
+
+
+def _call(op: str, args: tuple, attrs: dict, out: G.Type) -> G.Call | None:
+    """A new call, or None when its inferred type is not provably `out`."""
+    attrs, result = infer_call(op, args, attrs)
+    return G.Call(op, args, attrs) if _same_type(result, out) else None
+
+
+# -- rules -----------------------------------------------------------------------------------
+
+
+def _all_equal(value: np.ndarray | None, scalar) -> bool:
+    """Every element of a constant equals `scalar` (False when its value is not loaded).
+    The first element is checked alone first: most weights fail there, unread."""
+    if value is None:
+        return False
+    value = np.asarray(value)
+    return (value.size == 0 or value.flat[0] == scalar) and bool(np.all(value == scalar))
+
+
+def _neutral_operand(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None:
+    """`x op c` (or `c op x`) is x when every element of the constant c is neutral."""
+    neutral, positions = NEUTRAL[call.op]
+    for pos in positions:
+        const, other = call.args[pos], call.args[1 - pos]
+        if not (isinstance(const, G.Constant) and _replaces(other, out)):
+            continue
+        if not _all_equal(scope.const_values.get(const.name), neutral):
+            continue
+        if call.op == "pow" and out.dtype in INT_DTYPES and const.type.dtype not in INT_DTYPES:
+            continue
+        return other
+    return None
+
+
+def _same_dtype_cast(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None:
+    x = call.args[0]
+    return x if _replaces(x, out) and x.type.dtype == call.attrs["dtype"] else None
+
+
+def _copy(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None:
+    x = call.args[0]
+    return x if _replaces(x, out) else None
+
+
+def _reshape_chain(e: G.Expr | None, scope: _Scope) -> list[G.Expr | None]:
+    """`e`, then the operand of its reshape-like producer, and so on back to a source that
+    no reshape-like op defines."""
+    chain = [e]
+    while (producer := scope.producer(chain[-1], RESHAPES)) is not None:
+        chain.append(producer.args[0])
+    return chain
+
+
+def _collapse_reshapes(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None:
+    """A reshape-like op over a reshape-like chain: the earliest value of the chain with the
+    result's shape (its elements are in the same order), else one reshape of the chain's
+    source (keeping a reshape's own target, which may hold a -1)."""
+    chain = _reshape_chain(call.args[0], scope)
+    for e in reversed(chain):
+        if _replaces(e, out):
+            return e
+    if len(chain) == 1:
+        return None
+    attrs = call.attrs if call.op == "reshape" else {"shape": list(out.shape)}
+    return _call("reshape", (chain[-1],), attrs, out)
+
+
+def _permutation(axes, ndim: int) -> list[int]:
+    return list(range(ndim))[::-1] if axes is None else [a % ndim for a in axes]
+
+
+def _identity_transpose(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None:
+    x = call.args[0]
+    if not _replaces(x, out):
+        return None
+    return x if _permutation(call.attrs.get("axes"), out.ndim) == list(range(out.ndim)) else None
+
+
+def _merge_transposes(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None:
+    """transpose(transpose(x, p1), p2) reads axis p1[p2[k]] of x at output axis k."""
+    inner = scope.producer(call.args[0], frozenset({"transpose"}))
+    if inner is None:
+        return None
+    p1 = _permutation(inner.attrs.get("axes"), out.ndim)
+    p2 = _permutation(call.attrs.get("axes"), out.ndim)
+    return _call("transpose", inner.args, {"axes": [p1[k] for k in p2]}, out)
+
+
+RULES: dict[str, tuple[Rule, ...]] = {
+    **{op: (_neutral_operand,) for op in NEUTRAL},
+    "cast": (_same_dtype_cast,),
+    "identity": (_copy,),
+    **{op: (_collapse_reshapes,) for op in RESHAPES},
+    "transpose": (_identity_transpose, _merge_transposes),
+}
+
+
+# -- driver ----------------------------------------------------------------------------------
+
+
+def _simplify(value: G.Call, out: G.Type, scope: _Scope) -> G.Expr:
+    """Apply the rules until none does. Each new call reads a value defined earlier than
+    the operand it replaces, so this ends."""
+    while isinstance(value, G.Call):
+        for rule in RULES.get(value.op, ()):
+            new = rule(value, out, scope)
+            if new is not None:
+                value = new
+                break
+        else:
+            break
+    return value
+
+
+def _substitute(e, mapping: dict[int, G.Var]):
+    """`e` with each variable in `mapping` (by id) replaced; shares unchanged nodes."""
+    if isinstance(e, G.Var):
+        return mapping.get(id(e), e)
+    if isinstance(e, tuple):
+        new = tuple(_substitute(x, mapping) for x in e)
+        return e if all(a is b for a, b in zip(new, e)) else new
+    if isinstance(e, G.Expr) and dataclasses.is_dataclass(e):
+        changes = {}
+        for f in dataclasses.fields(e):
+            old = getattr(e, f.name)
+            if isinstance(old, (G.Expr, tuple)):
+                new = _substitute(old, mapping)
+                if new is not old:
+                    changes[f.name] = new
+        return dataclasses.replace(e, **changes) if changes else e
+    return e
+
+
+def _simplify_function(fn: G.Function, const_values: Mapping[str, np.ndarray]) -> G.Function:
+    scope = _Scope({}, const_values)
+    mapping: dict[int, G.Var] = {}
+    kept = []
+    for b in fn.bindings:
+        value = _substitute(b.value, mapping)
+        if isinstance(value, G.Call):
+            value = _simplify(value, b.var.type, scope)
+            if isinstance(value, G.Var):
+                mapping[id(b.var)] = value
+                continue
+            scope.defs[id(b.var)] = value
+        kept.append(b if value is b.value else G.Binding(b.var, value))
+    if len(kept) == len(fn.bindings) and all(a is b for a, b in zip(kept, fn.bindings)):
+        return fn
+    return dataclasses.replace(fn, bindings=tuple(kept), ret=_substitute(fn.ret, mapping))
+
+
+@register_pass("simplify-algebra")
+def simplify_algebra(mod: IRModule) -> IRModule:
+    functions = {
+        name: _simplify_function(f, mod.const_values) if isinstance(f, G.Function) else f
+        for name, f in mod.functions.items()
+    }
+    return IRModule(functions, dict(mod.const_types), dict(mod.const_values))
