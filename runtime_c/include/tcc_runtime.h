@@ -1,16 +1,19 @@
 /* tcc_runtime.h: the C runtime of tcc, for running a .tvmpack without Python.
  *
- * This increment opens and verifies a pack and answers questions about it: its target,
- * entry functions and their signatures, kernel table and weights.  Every call returns a
- * tccrt_status_t; on failure tccrt_last_error() holds a one-line message saying what is
- * wrong and where (for a pack, starting with its path).  Handles are opaque and counted:
- * tccrt_pack_retain adds a reference, tccrt_pack_release drops one and frees the pack
- * with the last.  Strings and arrays returned by queries belong to the pack and live as
- * long as it does.
+ * A pack is opened and verified (tccrt_pack_*), answers questions about itself (target,
+ * entry functions and their signatures, kernel table, weights), and is loaded into a
+ * module (tccrt_module_*) that runs its entry functions on tensors (tccrt_tensor_*).
+ * Every call returns a tccrt_status_t; on failure tccrt_last_error() holds a one-line
+ * message saying what is wrong and where (for a pack, starting with its path).  Handles
+ * are opaque and counted: *_retain adds a reference, *_release drops one and frees the
+ * object with the last (NULL is allowed).  Strings and arrays returned by queries belong
+ * to the object queried and live as long as it does.
  *
  * Opening verifies the whole pack once (tar headers, manifest fields, every member's
- * sha256 and the manifest's own, the weights index), so later queries need no checks.
- * The file is mapped read-only and weights point into the mapping: they are not copied.
+ * sha256 and the manifest's own, the weights index, and the bytecode: every index, jump
+ * and builtin argument, as docs/vm.md "Verification" lists), so later calls need no
+ * checks beyond the data they are given.  The file is mapped read-only and weights point
+ * into the mapping: they are not copied.
  */
 #ifndef TCC_RUNTIME_H_
 #define TCC_RUNTIME_H_
@@ -35,6 +38,8 @@ typedef enum tccrt_status_e {
   TCCRT_IO_ERROR = 2,         /* the file cannot be opened, sized or mapped */
   TCCRT_INVALID_PACK = 3,     /* the bytes are not a well-formed pack of this version */
   TCCRT_OUT_OF_MEMORY = 4,
+  TCCRT_INVALID_INPUT = 5,  /* a run's inputs: wrong count, dtype, rank or dimension */
+  TCCRT_KERNEL_ERROR = 6,   /* the kernels cannot be loaded, or a kernel reported an error */
 } tccrt_status_t;
 
 /* The message of the last failed call on this thread ("" when none has failed). */
@@ -129,6 +134,82 @@ typedef struct tccrt_weight_info_t {
 TCCRT_API tccrt_status_t tccrt_pack_weight_count(const tccrt_pack_t *pack, size_t *out_count);
 TCCRT_API tccrt_status_t tccrt_pack_weight(const tccrt_pack_t *pack, size_t weight,
                                  tccrt_weight_info_t *out_info);
+
+/* -- tensors ------------------------------------------------------------------------ */
+
+/* The DLPack layout (dlpack.h's DLDevice, DLDataType and DLTensor, field for field), so a
+ * tensor can be handed to any DLPack consumer without copying. */
+typedef struct tccrt_dl_device_t {
+  int32_t device_type; /* 1: CPU */
+  int32_t device_id;
+} tccrt_dl_device_t;
+
+typedef struct tccrt_dl_dtype_t {
+  uint8_t code; /* 0 int, 1 uint, 2 float, 6 bool (one byte a value) */
+  uint8_t bits;
+  uint16_t lanes;
+} tccrt_dl_dtype_t;
+
+typedef struct tccrt_dl_tensor_t {
+  void *data;
+  tccrt_dl_device_t device;
+  int32_t ndim;
+  tccrt_dl_dtype_t dtype;
+  int64_t *shape;
+  int64_t *strides; /* NULL: compact row-major, the only layout tcc uses */
+  uint64_t byte_offset;
+} tccrt_dl_tensor_t;
+
+/* A dense row-major CPU tensor of one of the dtypes the kernels take: bool, int8..int64,
+ * uint8..uint64, float16, float32, float64. */
+typedef struct tccrt_tensor_t tccrt_tensor_t;
+
+/* A new zero-filled tensor owning 64-byte aligned memory. */
+TCCRT_API tccrt_status_t tccrt_tensor_new(const char *dtype, size_t rank, const int64_t *shape,
+                                          tccrt_tensor_t **out_tensor);
+
+/* A tensor over the caller's memory (row-major, `dtype` elements of `shape`), not copied:
+ * the memory must stay valid until the tensor's last reference is released.  A run never
+ * writes to its inputs. */
+TCCRT_API tccrt_status_t tccrt_tensor_wrap(void *data, const char *dtype, size_t rank,
+                                           const int64_t *shape, tccrt_tensor_t **out_tensor);
+
+TCCRT_API void tccrt_tensor_retain(tccrt_tensor_t *tensor);
+TCCRT_API void tccrt_tensor_release(tccrt_tensor_t *tensor); /* NULL is allowed */
+
+/* The tensor as DLPack sees it (valid while the tensor is). */
+TCCRT_API const tccrt_dl_tensor_t *tccrt_tensor_dl(const tccrt_tensor_t *tensor);
+TCCRT_API const char *tccrt_tensor_dtype(const tccrt_tensor_t *tensor);
+TCCRT_API size_t tccrt_tensor_rank(const tccrt_tensor_t *tensor);
+TCCRT_API const int64_t *tccrt_tensor_shape(const tccrt_tensor_t *tensor);
+TCCRT_API void *tccrt_tensor_data(const tccrt_tensor_t *tensor);
+TCCRT_API size_t tccrt_tensor_nbytes(const tccrt_tensor_t *tensor);
+
+/* -- modules: a pack loaded to run ---------------------------------------------------- */
+
+typedef struct tccrt_module_t tccrt_module_t;
+
+/* Load the pack's kernels (its shared object, written to a private temporary file or an
+ * anonymous memory file and opened with dlopen) and get ready to run.  The module holds a
+ * reference to the pack.  The thread count for parallel kernels starts from the
+ * environment variable TCC_NUM_THREADS when it is set (a positive integer), else the
+ * OpenMP default (OMP_NUM_THREADS or every core). */
+TCCRT_API tccrt_status_t tccrt_module_load(tccrt_pack_t *pack, tccrt_module_t **out_module);
+TCCRT_API void tccrt_module_retain(tccrt_module_t *module);
+TCCRT_API void tccrt_module_release(tccrt_module_t *module); /* NULL is allowed */
+
+/* Threads for parallel kernels; 0 restores the default.  Applies to every module that
+ * shares this process's OpenMP runtime. */
+TCCRT_API tccrt_status_t tccrt_module_set_num_threads(tccrt_module_t *module, int num_threads);
+
+/* Run entry function `function` (NULL: "main") on `inputs`, in signature order.  On
+ * success `outputs[0 .. n_outputs-1]` receive new references, in signature order, which
+ * the caller releases; `n_outputs` must be the signature's output count.  Wrong inputs
+ * (count, dtype, rank, a dimension) give TCCRT_INVALID_INPUT naming the input.  Runs on
+ * one module may happen on several threads at once. */
+TCCRT_API tccrt_status_t tccrt_module_run(tccrt_module_t *module, const char *function,
+                                          tccrt_tensor_t *const *inputs, size_t n_inputs,
+                                          tccrt_tensor_t **outputs, size_t n_outputs);
 
 /* -- hashing ------------------------------------------------------------------------ */
 

@@ -1,8 +1,9 @@
-/* The framing of bytecode.bin (docs/vm.md, "Encoding"), checked as tcc/rt/format.py's
- * decode checks it: magic, version, every count bounded by the words left (so a corrupted
- * count cannot allocate or loop), every string in bounds and UTF-8, every instruction
- * inside its function's code, no trailing words.  The deeper verifier (indices, jumps,
- * builtin arguments) belongs with the VM interpreter. */
+/* Decoding bytecode.bin (docs/vm.md, "Encoding") into the pack's tccrt_program_t, with the
+ * framing checked as tcc/rt/format.py's decode checks it: magic, version, every count
+ * bounded by the words left before anything is allocated (so a corrupted count cannot
+ * allocate or loop), every string in bounds, UTF-8 and free of NUL bytes, every
+ * instruction inside its function's code, no trailing words.  What the words mean (indices,
+ * jumps, builtin arguments) is verify.c's. */
 #include <stdio.h>
 #include <string.h>
 
@@ -12,6 +13,8 @@
 typedef struct words_t {
   const uint8_t *data; /* any alignment: words are read bytewise, little-endian */
   size_t n, i;
+  tccrt_arena_t *arena;
+  int out_of_memory;
   char *why;
   size_t why_size;
 } words_t;
@@ -25,6 +28,14 @@ static int bad(words_t *r, const char *fmt, ...) {
   return 0;
 }
 
+/* `n` zeroed items of `size` bytes from the arena, or NULL (out of memory is flagged so the
+ * caller reports it as such, not as a malformed pack). */
+static void *alloc(words_t *r, size_t n, size_t size) {
+  void *p = n > SIZE_MAX / size ? NULL : tccrt_arena_alloc(r->arena, n * size);
+  if (!p) r->out_of_memory = 1;
+  return p;
+}
+
 static int take(words_t *r, const char *what, int64_t *out) {
   if (r->i >= r->n) return bad(r, "truncated: ran out of words reading %s", what);
   uint64_t v = 0;
@@ -34,99 +45,147 @@ static int take(words_t *r, const char *what, int64_t *out) {
   return 1;
 }
 
-static int count(words_t *r, const char *what, uint64_t words_each, int64_t *out) {
-  if (!take(r, what, out)) return 0;
+/* A count that must fit in the words left, `words_each` words per item. */
+static int count(words_t *r, const char *what, uint64_t words_each, size_t *out) {
+  int64_t v;
+  if (!take(r, what, &v)) return 0;
   uint64_t left = r->n - r->i;
-  if (*out < 0 || (uint64_t)*out > left / words_each)
-    return bad(r, "%s is %lld but only %llu words remain", what, (long long)*out, (unsigned long long)left);
+  if (v < 0 || (uint64_t)v > left / words_each)
+    return bad(r, "%s is %lld but only %llu words remain", what, (long long)v, (unsigned long long)left);
+  *out = (size_t)v;
   return 1;
 }
 
-static int string(words_t *r, const char *what) {
+static int string(words_t *r, const char *what, const char **out) {
   int64_t n;
   char label[96];
   snprintf(label, sizeof label, "%s length", what);
   if (!take(r, label, &n)) return 0;
   uint64_t nw = n >= 0 ? (uint64_t)n / 8 + ((uint64_t)n % 8 != 0) : 0;
   if (n < 0 || nw > r->n - r->i) return bad(r, "%s length %lld runs past the end", what, (long long)n);
-  if (!tccrt_utf8_valid(r->data + 8 * r->i, (size_t)n)) return bad(r, "%s is not UTF-8", what);
+  const char *bytes = (const char *)r->data + 8 * r->i;
+  if (!tccrt_utf8_valid((const uint8_t *)bytes, (size_t)n)) return bad(r, "%s is not UTF-8", what);
+  if (memchr(bytes, 0, (size_t)n))
+    return bad(r, "%s contains a NUL byte, which tcc names and strings never hold", what);
   r->i += (size_t)nw;
-  return 1;
+  if (!(*out = tccrt_arena_strndup(r->arena, bytes, (size_t)n))) r->out_of_memory = 1;
+  return *out != NULL;
 }
 
-static int instruction(words_t *r, size_t end) {
-  int64_t op, x;
+static int instruction(words_t *r, size_t end, tccrt_instr_t *ins) {
   const char *where = "an instruction";
-  if (!take(r, where, &op)) return 0;
-  if (op == TCCRT_OP_CALL) {
-    if (!take(r, where, &x) || !take(r, where, &x) || !count(r, "an instruction's argument count", 2, &x))
+  if (!take(r, where, &ins->op)) return 0;
+  if (ins->op == TCCRT_OP_CALL) {
+    if (!take(r, where, &ins->a) || !take(r, where, &ins->b) ||
+        !count(r, "an instruction's argument count", 2, &ins->nargs))
       return 0;
-    for (int64_t k = 0; k < 2 * x; k++)
-      if (!take(r, where, &op)) return 0;
-  } else if (op == TCCRT_OP_IF) {
-    if (!take(r, where, &x) || !take(r, where, &x)) return 0;
-  } else if (op == TCCRT_OP_RET || op == TCCRT_OP_GOTO) {
-    if (!take(r, where, &x)) return 0;
+    /* A call without arguments (stack_new) allocates nothing. */
+    tccrt_arg_t *args = ins->nargs ? alloc(r, ins->nargs, sizeof *args) : NULL;
+    if (ins->nargs && !args) return 0;
+    for (size_t k = 0; k < ins->nargs; k++)
+      if (!take(r, where, &args[k].kind) || !take(r, where, &args[k].value)) return 0;
+    ins->args = args;
+  } else if (ins->op == TCCRT_OP_IF) {
+    if (!take(r, where, &ins->a) || !take(r, where, &ins->b)) return 0;
+  } else if (ins->op == TCCRT_OP_RET || ins->op == TCCRT_OP_GOTO) {
+    if (!take(r, where, &ins->a)) return 0;
   } else {
-    return bad(r, "instruction %zu: unknown opcode %lld", r->i - 1, (long long)op);
+    return bad(r, "instruction %zu: unknown opcode %lld", r->i - 1, (long long)ins->op);
   }
   if (r->i > end) return bad(r, "an instruction runs past the code length");
   return 1;
 }
 
-static int frame(words_t *r) {
-  int64_t magic, version, n_table, n_consts, n_funcs, kind, x, n;
+static int table(words_t *r, tccrt_program_t *p) {
+  tccrt_entry_t *entries = alloc(r, p->table_size, sizeof *entries);
+  if (!entries) return 0;
+  p->table = entries;
+  for (size_t i = 0; i < p->table_size; i++) {
+    if (!take(r, "a table entry kind", &entries[i].kind)) return 0;
+    int64_t kind = entries[i].kind;
+    if (kind != TCCRT_FUNC_KIND_KERNEL && kind != TCCRT_FUNC_KIND_BUILTIN && kind != TCCRT_FUNC_KIND_VM)
+      return bad(r, "table entry %zu has unknown kind %lld", i, (long long)kind);
+    if (!string(r, "a table entry name", &entries[i].name)) return 0;
+  }
+  return 1;
+}
+
+static int constants(words_t *r, tccrt_program_t *p) {
+  tccrt_const_t *consts = alloc(r, p->constant_count, sizeof *consts);
+  if (!consts) return 0;
+  p->constants = consts;
+  for (size_t i = 0; i < p->constant_count; i++) {
+    tccrt_const_t *c = &consts[i];
+    if (!take(r, "a constant kind", &c->kind)) return 0;
+    if (c->kind == TCCRT_CONST_KIND_STR) {
+      if (!string(r, "a constant", &c->str)) return 0;
+      c->length = strlen(c->str);
+    } else if (c->kind == TCCRT_CONST_KIND_INTS) {
+      if (!count(r, "a constant length", 1, &c->length)) return 0;
+      int64_t *ints = alloc(r, c->length, sizeof *ints); /* aligned, unlike the file's words */
+      if (!ints) return 0;
+      for (size_t k = 0; k < c->length; k++)
+        if (!take(r, "a constant", &ints[k])) return 0;
+      c->ints = ints;
+    } else {
+      return bad(r, "constant %zu has unknown kind %lld", i, (long long)c->kind);
+    }
+  }
+  return 1;
+}
+
+static int function(words_t *r, size_t index, tccrt_vm_function_t *f) {
+  size_t n_words;
+  if (!string(r, "a function name", &f->name) || !take(r, "num_params", &f->num_params) ||
+      !take(r, "num_regs", &f->num_regs) || !count(r, "a heap size", 1, &f->heap_size))
+    return 0;
+  const char **heap = alloc(r, f->heap_size, sizeof *heap);
+  if (!heap) return 0;
+  f->heap_names = heap;
+  for (size_t h = 0; h < f->heap_size; h++)
+    if (!string(r, "a heap name", &heap[h])) return 0;
+  if (!count(r, "an instruction count", 1, &f->code_length) || !count(r, "a code length", 1, &n_words))
+    return 0;
+  tccrt_instr_t *code = alloc(r, f->code_length, sizeof *code);
+  if (!code) return 0;
+  f->code = code;
+  size_t end = r->i + n_words;
+  for (size_t k = 0; k < f->code_length; k++)
+    if (!instruction(r, end, &code[k])) return 0;
+  if (r->i != end)
+    return bad(r, "function %zu: code length %zu does not match its instructions", index, n_words);
+  return 1;
+}
+
+static int program(words_t *r, tccrt_program_t *p) {
+  int64_t magic, version;
   if (!take(r, "magic", &magic)) return 0;
   if (magic != TCCRT_BYTECODE_MAGIC) return bad(r, "bad magic (not tcc bytecode)");
   if (!take(r, "version", &version)) return 0;
   if (version != TCCRT_BYTECODE_VERSION)
     return bad(r, "bytecode version %lld, this runtime reads %d", (long long)version, TCCRT_BYTECODE_VERSION);
-  if (!count(r, "table size", 1, &n_table) || !count(r, "constants", 1, &n_consts) ||
-      !count(r, "functions", 1, &n_funcs))
+  if (!count(r, "table size", 1, &p->table_size) || !count(r, "constants", 1, &p->constant_count) ||
+      !count(r, "functions", 1, &p->function_count))
     return 0;
-  for (int64_t i = 0; i < n_table; i++) {
-    if (!take(r, "a table entry kind", &kind)) return 0;
-    if (kind != TCCRT_FUNC_KIND_KERNEL && kind != TCCRT_FUNC_KIND_BUILTIN && kind != TCCRT_FUNC_KIND_VM)
-      return bad(r, "table entry %lld has unknown kind %lld", (long long)i, (long long)kind);
-    if (!string(r, "a table entry name")) return 0;
-  }
-  for (int64_t i = 0; i < n_consts; i++) {
-    if (!take(r, "a constant kind", &kind)) return 0;
-    if (kind == TCCRT_CONST_KIND_STR) {
-      if (!string(r, "a constant")) return 0;
-    } else if (kind == TCCRT_CONST_KIND_INTS) {
-      if (!count(r, "a constant length", 1, &n)) return 0;
-      r->i += (size_t)n;
-    } else {
-      return bad(r, "constant %lld has unknown kind %lld", (long long)i, (long long)kind);
-    }
-  }
-  for (int64_t i = 0; i < n_funcs; i++) {
-    int64_t n_instrs, n_words;
-    if (!string(r, "a function name") || !take(r, "num_params", &x) || !take(r, "num_regs", &x) ||
-        !count(r, "a heap size", 1, &n))
-      return 0;
-    for (int64_t h = 0; h < n; h++)
-      if (!string(r, "a heap name")) return 0;
-    if (!count(r, "an instruction count", 1, &n_instrs) || !count(r, "a code length", 1, &n_words))
-      return 0;
-    size_t end = r->i + (size_t)n_words;
-    for (int64_t k = 0; k < n_instrs; k++)
-      if (!instruction(r, end)) return 0;
-    if (r->i != end)
-      return bad(r, "function %lld: code length %lld does not match its instructions", (long long)i,
-                 (long long)n_words);
-  }
+  if (!table(r, p) || !constants(r, p)) return 0;
+  tccrt_vm_function_t *functions = alloc(r, p->function_count, sizeof *functions);
+  if (!functions) return 0;
+  p->functions = functions;
+  for (size_t i = 0; i < p->function_count; i++)
+    if (!function(r, i, &functions[i])) return 0;
   if (r->i != r->n) return bad(r, "%zu trailing words after the last function", r->n - r->i);
   return 1;
 }
 
-tccrt_status_t tccrt_bytecode_check(const tccrt_pack_t *pack, const tccrt_member_t *member) {
+tccrt_status_t tccrt_bytecode_decode(tccrt_pack_t *pack, const tccrt_member_t *member) {
   char why[160] = "";
   if (member->size % 8)
     return tccrt_fail(TCCRT_INVALID_PACK, "%s: %s: size %zu is not a multiple of 8 bytes", pack->path,
                       member->name, member->size);
-  words_t r = {pack->data + member->offset, member->size / 8, 0, why, sizeof why};
-  if (!frame(&r)) return tccrt_fail(TCCRT_INVALID_PACK, "%s: %s: %s", pack->path, member->name, why);
-  return TCCRT_OK;
+  words_t r = {pack->data + member->offset, member->size / 8, 0, &pack->arena, 0, why, sizeof why};
+  if (program(&r, &pack->program)) return TCCRT_OK;
+  if (r.out_of_memory)
+    return tccrt_fail(TCCRT_OUT_OF_MEMORY, "%s: %s: out of memory decoding the bytecode", pack->path,
+                      member->name);
+  return tccrt_fail(TCCRT_INVALID_PACK, "%s: %s: %s", pack->path, member->name, why);
 }

@@ -15,6 +15,11 @@
 tccrt_status_t tccrt_fail(tccrt_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* -- dtypes (manifest.c) -- */
+
+/* Whether `name` is a tcc dtype (tcc/rt/tensor.py DTYPES). */
+int tccrt_dtype_known(const char *name);
+
 /* -- arena (arena.c): every allocation of one pack, freed at once -- */
 
 typedef struct tccrt_arena_block_t tccrt_arena_block_t;

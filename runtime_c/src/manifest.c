@@ -35,12 +35,17 @@ static const struct {
     {"uint2", 1},
 };
 
-static unsigned dtype_itemsize(const tccrt_json_t *v) {
-  if (v->kind != TCCRT_JSON_STRING) return 0;
+static unsigned itemsize_of(const char *name) {
   for (size_t i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++)
-    if (strcmp(v->string, DTYPES[i].name) == 0) return DTYPES[i].itemsize;
+    if (strcmp(name, DTYPES[i].name) == 0) return DTYPES[i].itemsize;
   return 0;
 }
+
+static unsigned dtype_itemsize(const tccrt_json_t *v) {
+  return v->kind == TCCRT_JSON_STRING ? itemsize_of(v->string) : 0;
+}
+
+int tccrt_dtype_known(const char *name) { return itemsize_of(name) != 0; }
 
 static const char *type_name(const tccrt_json_t *v) {
   switch (v->kind) {
@@ -431,7 +436,7 @@ tccrt_status_t tccrt_manifest_load(tccrt_pack_t *pack) {
   const tccrt_member_t *bytecode;
   if ((st = named_member(pack, tccrt_json_get(tccrt_json_get(m, "bytecode"), "member"), &bytecode)))
     return st;
-  if ((st = tccrt_bytecode_check(pack, bytecode))) return st;
+  if ((st = tccrt_bytecode_decode(pack, bytecode))) return st;
 
   const tccrt_json_t *kernels = tccrt_json_get(m, "kernels");
   const tccrt_json_t *symbols = tccrt_json_get(kernels, "symbols");
@@ -470,5 +475,5 @@ tccrt_status_t tccrt_manifest_load(tccrt_pack_t *pack) {
         (st = load_tensors(pack, outs, &f->tensors[TCCRT_OUTPUT])))
       return st;
   }
-  return TCCRT_OK;
+  return tccrt_program_verify(pack);
 }

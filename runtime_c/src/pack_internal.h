@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 
 #include "internal.h"
+#include "program.h"
 
 typedef struct tccrt_member_t {
   const char *name;
@@ -39,6 +40,7 @@ struct tccrt_pack_t {
   const tccrt_member_t *shared_object;
   tccrt_weight_info_t *weights;
   size_t weight_count;
+  tccrt_program_t program; /* decoded and verified bytecode.bin */
 };
 
 tccrt_status_t tccrt_tar_members(tccrt_pack_t *pack);
@@ -48,7 +50,11 @@ const tccrt_member_t *tccrt_pack_find_member(const tccrt_pack_t *pack, const cha
  * in the pack's tables (manifest.c). */
 tccrt_status_t tccrt_manifest_load(tccrt_pack_t *pack);
 
-/* Check the framing of bytecode.bin (bytecode.c). */
-tccrt_status_t tccrt_bytecode_check(const tccrt_pack_t *pack, const tccrt_member_t *member);
+/* Decode bytecode.bin into pack->program, checking its framing (bytecode.c). */
+tccrt_status_t tccrt_bytecode_decode(tccrt_pack_t *pack, const tccrt_member_t *member);
+
+/* Verify pack->program against itself, the kernel table and the weights (verify.c); runs
+ * once the manifest's tables are loaded. */
+tccrt_status_t tccrt_program_verify(tccrt_pack_t *pack);
 
 #endif /* TCCRT_PACK_INTERNAL_H_ */

@@ -25,6 +25,8 @@ const char *tccrt_status_string(tccrt_status_t status) {
     case TCCRT_IO_ERROR: return "i/o error";
     case TCCRT_INVALID_PACK: return "invalid pack";
     case TCCRT_OUT_OF_MEMORY: return "out of memory";
+    case TCCRT_INVALID_INPUT: return "invalid input";
+    case TCCRT_KERNEL_ERROR: return "kernel error";
   }
   return "unknown status";
 }

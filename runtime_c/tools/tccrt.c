@@ -1,15 +1,61 @@
-/* tccrt: the C runtime's command line.  `tccrt info [--json] PACK` verifies a pack and
- * prints its target, entry functions with their signatures, kernels and weights (--json:
- * the same summary as `tcc show PACK --json`).  Any error is one line on stderr starting
- * with "error: " and exit status 2. */
-#include <stdio.h>
+/* tccrt: the C runtime's command line.
+ *
+ *   tccrt info [--json] PACK   verify a pack; print its target, entry functions with their
+ *                              signatures, kernels and weights (--json: the summary of
+ *                              `tcc show PACK --json`)
+ *   tccrt run PACK ...         run an entry function on .npy inputs (see USAGE below)
+ *
+ * Any error is one line on stderr starting with "error: " and exit status 2, as for
+ * `tcc run` (kernel failures included: tcc counts them as errors in the input). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "npy.h"
 #include "tcc_runtime.h"
 
-static int usage(void) {
-  fprintf(stderr, "error: usage: tccrt info [--json] PACK (print a pack's signatures, kernels and weights)\n");
+static const char USAGE[] =
+    "usage: tccrt info [--json] PACK\n"
+    "       tccrt run PACK [--function NAME] [--input NAME=FILE.npy]... [--output-dir DIR]\n"
+    "                      [--bench N] [--threads N]\n"
+    "\n"
+    "info  Verify PACK and print its target, entry functions with their signatures, kernels\n"
+    "      and weights; --json prints the summary `tcc show PACK --json` prints.\n"
+    "run   Run entry function NAME (default main) of PACK.  Give every input of its signature\n"
+    "      once, by name, as a C-order .npy file (numpy.save writes one).  Prints one line per\n"
+    "      output, NAME: DTYPE[SHAPE], on stdout.\n"
+    "      --output-dir DIR  also write each output to DIR/NAME.npy (DIR is created if its\n"
+    "                        parent exists; characters other than letters, digits, '-', '_'\n"
+    "                        and '.' in NAME become '_'; all files appear or none do)\n"
+    "      --bench N         after that first (warm-up) run, time N more and print\n"
+    "                        \"bench: N runs, median X ms (min Y, max Z)\" on stdout\n"
+    "      --threads N       threads for parallel kernels (default: TCC_NUM_THREADS if set,\n"
+    "                        else OMP_NUM_THREADS, else every core)\n"
+    "\n"
+    "Exit status: 0 ok; 2 an error (bad arguments, a bad pack or .npy file, inputs that do\n"
+    "not match the signature, a kernel failure), printed as one line \"error: ...\" on stderr.\n";
+
+static int errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Print one "error: ..." line and return the exit status of an error. */
+static int errorf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("error: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
   return 2;
+}
+
+static int usage_error(const char *what) {
+  return errorf("%s (see `tccrt --help`)", what);
 }
 
 static int fail(void) {
@@ -123,23 +169,382 @@ static int info(const tccrt_pack_t *pack, const char *path, int as_json) {
   return 0;
 }
 
-int main(int argc, char **argv) {
-  if (argc < 2 || strcmp(argv[1], "info") != 0) return usage();
+
+/* -- tccrt run ----------------------------------------------------------------------- */
+
+typedef struct run_args_t {
+  const char *pack, *function, *output_dir;
+  char **input_names, **input_files; /* n_inputs each, pointing into argv */
+  size_t n_inputs;
+  int bench, threads;
+} run_args_t;
+
+/* Matches argv[*i] against option `name` ("--name value" or "--name=value"): 0 when it is
+ * another argument, 1 with *value set (and *i moved past it), -1 after reporting a
+ * missing value. */
+static int option(int argc, char **argv, int *i, const char *name, char **value) {
+  size_t n = strlen(name);
+  if (strncmp(argv[*i], name, n) != 0) return 0;
+  if (argv[*i][n] == '=') {
+    *value = argv[*i] + n + 1;
+    return 1;
+  }
+  if (argv[*i][n] != '\0') return 0;
+  if (*i + 1 >= argc) {
+    errorf("%s needs a value (see `tccrt run --help`)", name);
+    return -1;
+  }
+  *value = argv[++*i];
+  return 1;
+}
+
+static int positive_int(const char *name, const char *text, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (errno || end == text || *end || v < 1 || v > INT_MAX)
+    return errorf("%s '%s': expected a positive integer", name, text);
+  *out = (int)v;
+  return 0;
+}
+
+static int parse_run_args(int argc, char **argv, run_args_t *a) {
+  memset(a, 0, sizeof *a);
+  a->function = "main";
+  a->input_names = calloc((size_t)argc, sizeof *a->input_names);
+  a->input_files = calloc((size_t)argc, sizeof *a->input_files);
+  if (!a->input_names || !a->input_files) return errorf("out of memory");
+  for (int i = 2; i < argc; i++) {
+    char *v = NULL;
+    int m;
+    if ((m = option(argc, argv, &i, "--input", &v)) != 0) {
+      if (m < 0) return 2;
+      char *eq = strchr(v, '=');
+      if (!eq || eq == v || !eq[1]) return errorf("--input '%s': expected NAME=FILE.npy", v);
+      *eq = '\0';
+      a->input_names[a->n_inputs] = v;
+      a->input_files[a->n_inputs++] = eq + 1;
+    } else if ((m = option(argc, argv, &i, "--function", &v)) != 0) {
+      if (m < 0) return 2;
+      a->function = v;
+    } else if ((m = option(argc, argv, &i, "--output-dir", &v)) != 0) {
+      if (m < 0) return 2;
+      a->output_dir = v;
+    } else if ((m = option(argc, argv, &i, "--bench", &v)) != 0) {
+      if (m < 0 || positive_int("--bench", v, &a->bench)) return 2;
+    } else if ((m = option(argc, argv, &i, "--threads", &v)) != 0) {
+      if (m < 0 || positive_int("--threads", v, &a->threads)) return 2;
+    } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+      return errorf("unknown option '%s' (see `tccrt run --help`)", argv[i]);
+    } else if (a->pack) {
+      return errorf("one pack at a time: '%s' after '%s' (see `tccrt run --help`)", argv[i],
+                    a->pack);
+    } else {
+      a->pack = argv[i];
+    }
+  }
+  if (!a->pack) return errorf("run needs a pack: tccrt run PACK --input NAME=FILE.npy ...");
+  return 0;
+}
+
+/* "['a', 'b']": the inputs of function `f`, as the Python runtime lists them. */
+static void input_list(const tccrt_pack_t *pack, size_t f, size_t n, char *buf, size_t size) {
+  size_t used = (size_t)snprintf(buf, size, "[");
+  for (size_t i = 0; i < n && used < size; i++) {
+    tccrt_tensor_info_t t;
+    if (tccrt_pack_signature_tensor(pack, f, TCCRT_INPUT, i, &t) == TCCRT_OK)
+      used += (size_t)snprintf(buf + used, size - used, "%s'%s'", i ? ", " : "", t.name);
+  }
+  if (used < size) snprintf(buf + used, size - used, "]");
+}
+
+static int find_function(const tccrt_pack_t *pack, const char *name, size_t *out) {
+  if (tccrt_pack_function_find(pack, name, out) == TCCRT_OK) return 0;
+  char list[512];
+  size_t n = 0, used = (size_t)snprintf(list, sizeof list, "[");
+  tccrt_pack_function_count(pack, &n);
+  for (size_t f = 0; f < n && used < sizeof list; f++) {
+    const char *fname = "";
+    tccrt_pack_function_name(pack, f, &fname);
+    used += (size_t)snprintf(list + used, sizeof list - used, "%s'%s'", f ? ", " : "", fname);
+  }
+  if (used < sizeof list) snprintf(list + used, sizeof list - used, "]");
+  return errorf("no entry function '%s'; the pack has %s", name, list);
+}
+
+/* Read each --input into `inputs` (signature order), after checking that the names are
+ * exactly the signature's. */
+static int read_inputs(const tccrt_pack_t *pack, size_t f, const char *fname, const run_args_t *a,
+                       tccrt_tensor_t **inputs, size_t n_inputs) {
+  char want[1024];
+  input_list(pack, f, n_inputs, want, sizeof want);
+  size_t *slot = calloc(a->n_inputs + 1, sizeof *slot);
+  if (!slot) return errorf("out of memory");
+  int rc = 0;
+  for (size_t k = 0; k < a->n_inputs && !rc; k++) {
+    tccrt_tensor_info_t t;
+    size_t i = 0;
+    for (; i < n_inputs; i++)
+      if (tccrt_pack_signature_tensor(pack, f, TCCRT_INPUT, i, &t) == TCCRT_OK &&
+          strcmp(t.name, a->input_names[k]) == 0)
+        break;
+    slot[k] = i;
+    if (i == n_inputs)
+      rc = errorf("'%s' has no input named '%s'; its inputs are %s", fname, a->input_names[k],
+                  want);
+    for (size_t j = 0; j < k && !rc; j++)
+      if (slot[j] == i)
+        rc = errorf("input '%s' is given twice (--input %s=...)", a->input_names[k],
+                    a->input_names[k]);
+  }
+  for (size_t i = 0; i < n_inputs && !rc; i++) {
+    size_t k = 0;
+    while (k < a->n_inputs && slot[k] != i) k++;
+    tccrt_tensor_info_t t;
+    if (k == a->n_inputs && tccrt_pack_signature_tensor(pack, f, TCCRT_INPUT, i, &t) == TCCRT_OK)
+      rc = errorf("'%s': input '%s' is missing; its inputs are %s", fname, t.name, want);
+  }
+  for (size_t k = 0; k < a->n_inputs && !rc; k++) {
+    char why[1024];
+    if (npy_read(a->input_files[k], &inputs[slot[k]], why, sizeof why))
+      rc = errorf("input '%s': %s", a->input_names[k], why);
+  }
+  free(slot);
+  return rc;
+}
+
+static int safe_char(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+static int taken(char *const *names, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(names[i], name) == 0) return 1;
+  return 0;
+}
+
+/* The file name (without ".npy") of output `name`, as tcc/cli/arrays_io.py safe_file_names
+ * makes it: every character (a UTF-8 sequence is one) other than [A-Za-z0-9._-] becomes '_',
+ * "", "." and ".." get a leading '_', and a name in `used` gets "_1", "_2", ...  NULL when
+ * out of memory; the caller frees the result. */
+static char *safe_file_name(const char *name, char *const *used, size_t n_used) {
+  size_t len = strlen(name), cand_size = len + 24;
+  char *base = malloc(len + 2), *cand = malloc(cand_size), *p = base;
+  if (!base || !cand) {
+    free(base);
+    free(cand);
+    return NULL;
+  }
+  for (const unsigned char *s = (const unsigned char *)name; *s; s++)
+    if ((*s & 0xc0) != 0x80) *p++ = safe_char(*s) ? (char)*s : '_'; /* skip continuation bytes */
+  *p = '\0';
+  if (!strcmp(base, "") || !strcmp(base, ".") || !strcmp(base, "..")) {
+    memmove(base + 1, base, strlen(base) + 1);
+    base[0] = '_';
+  }
+  snprintf(cand, cand_size, "%s", base);
+  for (size_t k = 1; taken(used, n_used, cand); k++) snprintf(cand, cand_size, "%s_%zu", base, k);
+  free(base);
+  return cand;
+}
+
+static char *join_path(const char *dir, const char *name, const char *suffix) {
+  size_t size = strlen(dir) + strlen(name) + strlen(suffix) + 2;
+  char *path = malloc(size);
+  if (path) snprintf(path, size, "%s/%s%s", dir, name, suffix);
+  return path;
+}
+
+/* Write `t` to a new temporary file in `dir` (created with the umask's permissions, as
+ * any output file is); returns its path, or NULL with errno set. */
+static char *write_temp(const char *dir, size_t index, const tccrt_tensor_t *t) {
+  for (int attempt = 0; attempt < 100; attempt++) {
+    char name[64];
+    snprintf(name, sizeof name, ".tccrt-%ld-%zu-%d", (long)getpid(), index, attempt);
+    char *path = join_path(dir, name, ".npy.tmp");
+    if (!path) return NULL;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (fd < 0) {
+      int e = errno;
+      free(path);
+      if (e == EEXIST) continue; /* left by an earlier run that was killed */
+      errno = e;
+      return NULL;
+    }
+    FILE *f = fdopen(fd, "wb");
+    int e = 0;
+    if (!f) {
+      e = errno;
+      close(fd);
+    } else {
+      if (npy_write(f, t) != 0) e = errno ? errno : EIO;
+      if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
+    }
+    if (!e) return path;
+    unlink(path);
+    free(path);
+    errno = e;
+    return NULL;
+  }
+  errno = EEXIST;
+  return NULL;
+}
+
+/* Write output i to dir/<safe name>.npy: every file is written to a temporary name
+ * first and all are renamed at the end, so an error leaves none half-written. */
+static int write_outputs(const tccrt_pack_t *pack, size_t f, const char *dir,
+                         tccrt_tensor_t *const *outputs, size_t n) {
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    return errorf("--output-dir %s: cannot write outputs: %s", dir, strerror(errno));
+  char **files = calloc(n + 1, sizeof *files), **staged = calloc(n + 1, sizeof *staged);
+  int err = files && staged ? 0 : ENOMEM;
+  for (size_t i = 0; i < n && !err; i++) {
+    tccrt_tensor_info_t t;
+    tccrt_pack_signature_tensor(pack, f, TCCRT_OUTPUT, i, &t);
+    files[i] = safe_file_name(t.name, files, i);
+    if (!files[i]) err = ENOMEM;
+    else if (!(staged[i] = write_temp(dir, i, outputs[i]))) err = errno ? errno : EIO;
+  }
+  for (size_t i = 0; i < n && !err; i++) {
+    char *final = join_path(dir, files[i], ".npy");
+    if (!final || rename(staged[i], final) != 0) err = final ? errno : ENOMEM;
+    else staged[i][0] = '\0'; /* published: nothing to clean up */
+    free(final);
+  }
+  for (size_t i = 0; i < n && staged && files; i++) {
+    if (staged[i] && staged[i][0]) unlink(staged[i]);
+    free(staged[i]);
+    free(files[i]);
+  }
+  free(staged);
+  free(files);
+  if (err) return errorf("--output-dir %s: cannot write outputs: %s", dir, strerror(err));
+  return 0;
+}
+
+static void print_outputs(const tccrt_pack_t *pack, size_t f, tccrt_tensor_t *const *outputs,
+                          size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    tccrt_tensor_info_t t;
+    tccrt_pack_signature_tensor(pack, f, TCCRT_OUTPUT, i, &t);
+    const int64_t *shape = tccrt_tensor_shape(outputs[i]);
+    printf("%s: %s[", t.name, tccrt_tensor_dtype(outputs[i]));
+    for (size_t d = 0; d < tccrt_tensor_rank(outputs[i]); d++)
+      printf("%s%lld", d ? ", " : "", (long long)shape[d]);
+    printf("]\n");
+  }
+}
+
+static void release_outputs(tccrt_tensor_t **tensors, size_t n) {
+  for (size_t i = 0; tensors && i < n; i++) {
+    tccrt_tensor_release(tensors[i]);
+    tensors[i] = NULL;
+  }
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Time `runs` runs (the caller's first run was the warm-up) and print them as `tcc run
+ * --bench` does; the median of an even count is the mean of the middle two. */
+static int bench(tccrt_module_t *module, const char *function, tccrt_tensor_t *const *inputs,
+                 size_t n_inputs, tccrt_tensor_t **outputs, size_t n_outputs, int runs) {
+  double *ms = malloc((size_t)runs * sizeof *ms);
+  if (!ms) return errorf("out of memory");
+  for (int r = 0; r < runs; r++) {
+    double t0 = now_ms();
+    if (tccrt_module_run(module, function, inputs, n_inputs, outputs, n_outputs)) {
+      free(ms);
+      return fail();
+    }
+    ms[r] = now_ms() - t0;
+    release_outputs(outputs, n_outputs);
+  }
+  qsort(ms, (size_t)runs, sizeof *ms, compare_doubles);
+  double median = runs % 2 ? ms[runs / 2] : (ms[runs / 2 - 1] + ms[runs / 2]) / 2;
+  printf("bench: %d runs, median %.3f ms (min %.3f, max %.3f)\n", runs, median, ms[0],
+         ms[runs - 1]);
+  free(ms);
+  return 0;
+}
+
+static int cmd_run(int argc, char **argv) {
+  run_args_t a;
+  tccrt_pack_t *pack = NULL;
+  tccrt_module_t *module = NULL;
+  tccrt_tensor_t **inputs = NULL, **outputs = NULL;
+  size_t f = 0, n_in = 0, n_out = 0;
+  int rc = parse_run_args(argc, argv, &a);
+  if (!rc && tccrt_pack_open_file(a.pack, &pack)) rc = fail();
+  if (!rc) rc = find_function(pack, a.function, &f);
+  if (!rc && (tccrt_pack_signature_count(pack, f, TCCRT_INPUT, &n_in) ||
+              tccrt_pack_signature_count(pack, f, TCCRT_OUTPUT, &n_out)))
+    rc = fail();
+  if (!rc) {
+    inputs = calloc(n_in + 1, sizeof *inputs);
+    outputs = calloc(n_out + 1, sizeof *outputs);
+    if (!inputs || !outputs) rc = errorf("out of memory");
+  }
+  if (!rc) rc = read_inputs(pack, f, a.function, &a, inputs, n_in);
+  if (!rc && tccrt_module_load(pack, &module)) rc = fail();
+  if (!rc && a.threads && tccrt_module_set_num_threads(module, a.threads)) rc = fail();
+  if (!rc && tccrt_module_run(module, a.function, inputs, n_in, outputs, n_out)) rc = fail();
+  if (!rc && a.output_dir) rc = write_outputs(pack, f, a.output_dir, outputs, n_out);
+  if (!rc) print_outputs(pack, f, outputs, n_out);
+  release_outputs(outputs, n_out);
+  if (!rc && a.bench) rc = bench(module, a.function, inputs, n_in, outputs, n_out, a.bench);
+  release_outputs(outputs, n_out);
+  release_outputs(inputs, n_in);
+  free(outputs);
+  free(inputs);
+  tccrt_module_release(module);
+  tccrt_pack_release(pack);
+  free(a.input_names);
+  free(a.input_files);
+  return rc;
+}
+
+/* -- main ---------------------------------------------------------------------------- */
+
+static int cmd_info(int argc, char **argv) {
   int as_json = 0;
   const char *path = NULL;
   for (int i = 2; i < argc; i++) {
     if (strcmp(argv[i], "--json") == 0) as_json = 1;
-    else if (!path && argv[i][0] != '-') path = argv[i];
-    else return usage();
+    else if (argv[i][0] == '-') return errorf("unknown option '%s' (see `tccrt --help`)", argv[i]);
+    else if (path) return usage_error("info takes one pack");
+    else path = argv[i];
   }
-  if (!path) return usage();
+  if (!path) return usage_error("info needs a pack: tccrt info [--json] PACK");
   tccrt_pack_t *pack;
   if (tccrt_pack_open_file(path, &pack)) return fail();
   int rc = info(pack, path, as_json);
   tccrt_pack_release(pack);
-  if (!rc && fflush(stdout) != 0) {
-    fprintf(stderr, "error: cannot write the output\n");
-    return 2;
-  }
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      fputs(USAGE, stdout);
+      return 0;
+    }
+  int rc;
+  if (argc < 2) rc = usage_error("a command is needed: tccrt info PACK, or tccrt run PACK ...");
+  else if (strcmp(argv[1], "info") == 0) rc = cmd_info(argc, argv);
+  else if (strcmp(argv[1], "run") == 0) rc = cmd_run(argc, argv);
+  else
+    rc = errorf("unknown command '%s'; the commands are info and run (see `tccrt --help`)",
+                argv[1]);
+  if (!rc && fflush(stdout) != 0) return errorf("cannot write the output: %s", strerror(errno));
   return rc;
 }

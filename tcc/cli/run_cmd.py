@@ -1,10 +1,15 @@
 """`tcc run FILE.tcir|FILE.tvmpack [inputs] [outputs] [--random-inputs] [--bench N] [--profile]
-[--check]`."""
+[--check] [--runtime python|c]`."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
 import statistics
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -13,11 +18,25 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from tcc.cli.arrays_io import load_inputs, write_npz, write_output_dir
+from tcc.cli.arrays_io import load_inputs, safe_file_names, write_npz, write_output_dir
 from tcc.errors import TccError
+from tcc.ir.errors import InternalError
 
 
-class _IRRunner:
+class _InProcessRunner:
+    """A runner called in this process; --bench times it here."""
+
+    def bench(self, inputs: dict, runs: int) -> tuple[float, float, float]:
+        """Median, min and max ms of `runs` runs (the caller's run was the warm-up)."""
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            self(inputs)
+            times.append((time.perf_counter() - t0) * 1000)
+        return statistics.median(times), min(times), max(times)
+
+
+class _IRRunner(_InProcessRunner):
     """A .tcir (or .onnx) file run by the reference interpreter."""
 
     def __init__(self, path: Path, entry: str):
@@ -39,7 +58,7 @@ class _IRRunner:
         pass  # the interpreter's threads are numpy's
 
 
-class _PackRunner:
+class _PackRunner(_InProcessRunner):
     """A .tvmpack run by the Python loader (tcc.rt)."""
 
     def __init__(self, path: Path, entry: str):
@@ -56,6 +75,97 @@ class _PackRunner:
 
     def set_num_threads(self, n: int) -> None:
         self.module.set_num_threads(n)
+
+
+# The dtypes .npy files carry to the C runtime (runtime_c/tools/npy.c).
+_C_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+             "float16", "float32", "float64"}
+_BENCH_LINE = re.compile(r"bench: \d+ runs, median ([\d.]+) ms \(min ([\d.]+), max ([\d.]+)\)")
+
+
+def find_tccrt() -> str:
+    """The C runtime's command: $TCCRT, else runtime_c/build/tccrt of this source tree (an
+    editable install), else `tccrt` on the PATH."""
+    env = os.environ.get("TCCRT")
+    if env:
+        if not (os.path.isfile(env) and os.access(env, os.X_OK)):
+            raise TccError(f"TCCRT={env} is not an executable file; build it with `make runtime` "
+                           "or unset TCCRT")
+        return env
+    built = Path(__file__).resolve().parents[2] / "runtime_c" / "build" / "tccrt"
+    if built.is_file() and os.access(built, os.X_OK):
+        return str(built)
+    found = shutil.which("tccrt")
+    if found:
+        return found
+    raise TccError("the C runtime is not built; run `make runtime` (or set TCCRT=/path/to/tccrt)")
+
+
+class _CRunner:
+    """A .tvmpack run by the C runtime: `tccrt run` in a subprocess, with the inputs and
+    outputs as .npy files in a private temporary directory."""
+
+    def __init__(self, path: Path, entry: str):
+        self.tccrt = find_tccrt()
+        self.path, self.entry = path, entry
+        self.thread_args: list[str] = []
+        functions = json.loads(self._tccrt("info", "--json", str(path)))["functions"]
+        if entry not in functions:
+            raise TccError(f"no entry function {entry!r}; the pack has {sorted(functions)}")
+        self.signature = functions[entry]
+
+    def _tccrt(self, *args: str) -> str:
+        r = subprocess.run([self.tccrt, *args], capture_output=True, text=True)
+        if r.returncode == 0:
+            return r.stdout
+        lines = r.stderr.strip().splitlines()
+        if r.returncode == 2 and lines and lines[-1].startswith("error: "):
+            raise TccError(lines[-1].removeprefix("error: "))
+        code = r.returncode
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
+        raise InternalError(f"{self.tccrt} {how}: {lines[-1] if lines else 'no message'}")
+
+    def _input_args(self, directory: Path, inputs: dict) -> list[str]:
+        """Write each input as a C-order little-endian .npy; `--input NAME=PATH` for each."""
+        want = [s["name"] for s in self.signature["inputs"]]
+        args = []
+        for i, (name, arr) in enumerate(inputs.items()):
+            arr = np.asarray(arr)
+            if arr.dtype.name not in _C_DTYPES:  # the Python runtime's messages, as tccrt's
+                if name not in want:
+                    raise TccError(
+                        f"{self.entry!r} has no input named {name!r}; its inputs are {want}")
+                dtype = self.signature["inputs"][want.index(name)]["dtype"]
+                raise TccError(f"input {name!r} of {self.entry!r}: expected dtype {dtype}, "
+                               f"got {arr.dtype.name}")
+            path = directory / f"input{i}.npy"
+            np.save(path, np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")))
+            args += ["--input", f"{name}={path}"]
+        return args
+
+    def __call__(self, inputs: dict) -> list:
+        with tempfile.TemporaryDirectory(prefix="tcc-run-") as tmp:
+            out = Path(tmp) / "outputs"
+            self._tccrt("run", str(self.path), "--function", self.entry,
+                        *self._input_args(Path(tmp), inputs), "--output-dir", str(out),
+                        *self.thread_args)
+            files = safe_file_names([o["name"] for o in self.signature["outputs"]])
+            return [np.load(out / f"{f}.npy") for f in files]
+
+    def bench(self, inputs: dict, runs: int) -> tuple[float, float, float]:
+        """Median, min and max ms as tccrt measures them (after its own warm-up run)."""
+        with tempfile.TemporaryDirectory(prefix="tcc-run-") as tmp:
+            stdout = self._tccrt("run", str(self.path), "--function", self.entry,
+                                 *self._input_args(Path(tmp), inputs), "--bench", str(runs),
+                                 *self.thread_args)
+        m = _BENCH_LINE.search(stdout)
+        if m is None:
+            raise InternalError(f"{self.tccrt} printed no bench line: {stdout[-200:]!r}")
+        median, lo, hi = (float(g) for g in m.groups())
+        return median, lo, hi
+
+    def set_num_threads(self, n: int) -> None:
+        self.thread_args = ["--threads", str(n)]
 
 
 def _parse_shapes(pairs: tuple[str, ...]) -> dict[str, list[int]]:
@@ -181,13 +291,17 @@ def _check_against_onnx(console: Console, onnx_path: Path, inputs: dict, named: 
 @click.option("--profile", is_flag=True,
               help="Time each kernel (packs only) over the --bench runs (or one) and print a "
                    "table sorted by share, kernels named after the ONNX nodes they run.")
+@click.option("--runtime", type=click.Choice(["python", "c"]), default="python", show_default=True,
+              help="Which runtime runs a .tvmpack: tcc.rt in this process, or the C runtime's "
+                   "tccrt ($TCCRT, else runtime_c/build/tccrt, else tccrt on the PATH).")
 @click.option("--check", is_flag=True, help="Compare with onnxruntime (needs --onnx); exit 1 when outside tolerance.")
 @click.option("--onnx", "onnx_path", type=click.Path(dir_okay=False, path_type=Path),
               help="The source ONNX model, for --check.")
 @click.option("--rtol", default=1e-3, show_default=True, help="Relative tolerance for --check.")
 @click.option("--atol", default=1e-4, show_default=True, help="Absolute tolerance for --check.")
 def command(file, input_pairs, inputs_npz, **opts):
-    """Run an IR file with the reference interpreter, or a .tvmpack with the Python loader.
+    """Run an IR file with the reference interpreter, or a .tvmpack with the Python loader
+    (or, with --runtime c, the C runtime's `tccrt run`; both give the same bits).
 
     Output file names replace characters other than letters, digits, '-', '_' and '.'
     with '_'; the .npz keeps the exact output names.
@@ -196,7 +310,7 @@ def command(file, input_pairs, inputs_npz, **opts):
 
 
 def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, output_npz,
-         entry, bench, threads, profile, check, onnx_path, rtol, atol):
+         entry, bench, threads, profile, runtime, check, onnx_path, rtol, atol):
     if check and onnx_path is None:
         raise TccError("--check needs the source model: add --onnx MODEL.onnx")
     if onnx_path is not None and not check:
@@ -208,8 +322,13 @@ def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, 
     if profile and file.suffix != ".tvmpack":
         raise TccError(f"{file}: --profile times compiled kernels and needs a .tvmpack; "
                        f"compile it first: tcc compile {file} -o {file.stem}.tvmpack")
+    if runtime == "c" and file.suffix != ".tvmpack":
+        raise TccError(f"{file}: --runtime c runs compiled packs only; compile it first: "
+                       f"tcc compile {file} -o {file.stem}.tvmpack")
+    if runtime == "c" and profile:
+        raise TccError("--profile times kernels inside the Python runtime; drop --runtime c")
     inputs = load_inputs(input_pairs, inputs_npz)
-    runner = _PackRunner(file, entry) if file.suffix == ".tvmpack" else _IRRunner(file, entry)
+    runner = _make_runner(file, entry, runtime)
     if threads:
         runner.set_num_threads(threads)
     if random_inputs:
@@ -238,15 +357,8 @@ def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, 
             preview = np.array2string(arr.ravel()[:8], precision=5, separator=", ")
             console.print(f"{name}: {arr.dtype}{list(arr.shape)} {preview}")
     if bench:
-        times = []
-        for _ in range(bench):
-            t0 = time.perf_counter()
-            runner(inputs)
-            times.append((time.perf_counter() - t0) * 1000)
-        console.print(
-            f"bench: {bench} runs, median {statistics.median(times):.3f} ms "
-            f"(min {min(times):.3f}, max {max(times):.3f})"
-        )
+        median, lo, hi = runner.bench(inputs, bench)
+        console.print(f"bench: {bench} runs, median {median:.3f} ms (min {lo:.3f}, max {hi:.3f})")
     if profile:
         runs = bench or 1
         rows = runner.module.profile(entry, inputs, runs=runs, warmup=0)  # warmed up above
@@ -254,3 +366,8 @@ def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, 
     if check and not _check_against_onnx(console, onnx_path, inputs, named, rtol, atol):
         raise SystemExit(1)
 
+
+def _make_runner(file: Path, entry: str, runtime: str):
+    if file.suffix != ".tvmpack":
+        return _IRRunner(file, entry)
+    return _CRunner(file, entry) if runtime == "c" else _PackRunner(file, entry)

@@ -245,9 +245,12 @@ class _Words:
         raw = struct.pack(f"<{nw}q", *self.w[self.i : self.i + nw])
         self.i += nw
         try:
-            return raw[:n].decode("utf-8")
+            text = raw[:n].decode("utf-8")
         except UnicodeDecodeError:
             raise FormatError(f"{what} is not UTF-8") from None
+        if "\x00" in text:
+            raise FormatError(f"{what} contains a NUL byte, which tcc names and strings never hold")
+        return text
 
 
 def decode(data: bytes) -> Executable:

@@ -29,6 +29,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -64,7 +65,7 @@ def prepare_reference(mod) -> Callable[[list], list]:
     return lambda inputs: run(mod, inputs)
 
 
-def prepare_compiled(mod) -> Callable[[list], list]:
+def prepare_compiled(mod, runtime: str = "python") -> Callable[[list], list]:
     """Compile for the host CPU (legalize -> bytecode -> LLVM -> .tvmpack) and run the pack
     with the Python loader."""
     import os
@@ -77,21 +78,46 @@ def prepare_compiled(mod) -> Callable[[list], list]:
     from tcc.rt import load
 
     lowered = lower(mod)
+    exe = compile_module(lowered)
     data = pack_bytes(
-        compile_module(lowered), compile_prim_funcs(lowered.prim_funcs, "llvm"), "llvm",
-        lowered.const_values,
+        exe, compile_prim_funcs(lowered.prim_funcs, "llvm"), "llvm", lowered.const_values,
     )
     fd, path = tempfile.mkstemp(suffix=".tvmpack")
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     try:
-        module = load(path)
+        module = load(path) if runtime == "python" else _c_runtime().load(path)
     finally:
         os.unlink(path)
-    return lambda inputs: module["main"](*inputs)
+    if runtime == "python":
+        return lambda inputs: module["main"](*inputs)
+    n_out = len(exe.signatures["main"]["outputs"])
+    return lambda inputs: module.run("main", inputs, n_out)
 
 
-MODES: dict[str, Callable] = {"reference": prepare_reference, "compiled": prepare_compiled}
+def prepare_c(mod) -> Callable[[list], list]:
+    """As prepare_compiled, running the pack with the C runtime (runtime_c/, via ctypes)."""
+    return prepare_compiled(mod, runtime="c")
+
+
+_C_RUNTIME: list = []
+
+
+def _c_runtime():
+    """The C runtime's library, built once per process into runtime_c/build."""
+    root = str(Path(__file__).resolve().parents[2])
+    if root not in sys.path:  # run as a script, the repository is not on the path
+        sys.path.insert(0, root)
+    from tests.runtime_c.capi import RUNTIME, CRuntime, build_runtime
+
+    if not _C_RUNTIME:
+        _C_RUNTIME.append(CRuntime(build_runtime(RUNTIME / "build") / "libtccrt.so"))
+    return _C_RUNTIME[0]
+
+
+MODES: dict[str, Callable] = {
+    "reference": prepare_reference, "compiled": prepare_compiled, "c": prepare_c,
+}
 
 
 # -- collecting and selecting cases ----------------------------------------------------------

@@ -1,0 +1,131 @@
+/* Modules (tcc_runtime.h): a verified pack with its kernels loaded, and running its entry
+ * functions on tensors. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "module.h"
+
+#define CHECK_ARG(cond, ...) \
+  if (!(cond)) return tccrt_fail(TCCRT_INVALID_ARGUMENT, __VA_ARGS__)
+
+/* TCC_NUM_THREADS, when set: a positive integer (0 when unset). */
+static tccrt_status_t env_threads(int *out) {
+  const char *s = getenv("TCC_NUM_THREADS");
+  *out = 0;
+  if (!s || !*s) return TCCRT_OK;
+  char *end;
+  errno = 0;
+  long n = strtol(s, &end, 10);
+  if (errno || *end || n <= 0 || n > 4096)
+    return tccrt_fail(TCCRT_INVALID_ARGUMENT, "TCC_NUM_THREADS must be a positive integer (at most 4096), got '%s'", s);
+  *out = (int)n;
+  return TCCRT_OK;
+}
+
+tccrt_status_t tccrt_module_load(tccrt_pack_t *pack, tccrt_module_t **out_module) {
+  CHECK_ARG(pack && out_module, "tccrt_module_load: pack and out_module must not be NULL");
+  *out_module = NULL;
+  int threads;
+  tccrt_status_t st = env_threads(&threads);
+  if (st) return st;
+  tccrt_module_t *m = calloc(1, sizeof *m);
+  if (!m) return tccrt_fail(TCCRT_OUT_OF_MEMORY, "%s: out of memory loading the pack", pack->path);
+  if ((st = tccrt_kernels_load(pack, &m->kernels))) {
+    free(m);
+    return st;
+  }
+  atomic_init(&m->refs, 1);
+  tccrt_pack_retain(pack);
+  m->pack = pack;
+  if (threads && m->kernels.set_num_threads) m->kernels.set_num_threads(threads);
+  *out_module = m;
+  return TCCRT_OK;
+}
+
+void tccrt_module_retain(tccrt_module_t *module) {
+  if (module) atomic_fetch_add(&module->refs, 1);
+}
+
+void tccrt_module_release(tccrt_module_t *module) {
+  if (!module || atomic_fetch_sub(&module->refs, 1) != 1) return;
+  tccrt_kernels_unload(&module->kernels);
+  tccrt_pack_release(module->pack);
+  free(module);
+}
+
+tccrt_status_t tccrt_module_set_num_threads(tccrt_module_t *module, int num_threads) {
+  CHECK_ARG(module, "tccrt_module_set_num_threads: NULL module");
+  CHECK_ARG(num_threads >= 0, "the thread count must be 0 (the default) or positive, got %d", num_threads);
+  if (module->kernels.set_num_threads) module->kernels.set_num_threads(num_threads);
+  return TCCRT_OK;
+}
+
+/* "x, y" from a signature's input names (truncated to fit), for messages. */
+static const char *input_names(const tccrt_function_t *f, char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < f->counts[TCCRT_INPUT] && used < size; i++)
+    used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? ", " : "", f->tensors[TCCRT_INPUT][i].name);
+  return buf;
+}
+
+/* Output `v` as a tensor the caller owns: weights and the caller's own memory are copied,
+ * as the Python runtime copies read-only views. */
+static tccrt_status_t hand_out(const tccrt_module_t *m, const char *function, size_t i, tccrt_value_t *v,
+                               tccrt_tensor_t **out) {
+  if (v->kind != TCCRT_V_TENSOR)
+    return tccrt_fail(TCCRT_INVALID_PACK, "%s: '%s' returns a %s as output %zu, not a tensor", m->pack->path,
+                      function, tccrt_value_kind_name(v), i);
+  if (v->storage->kind == TCCRT_STORAGE_OWNED) {
+    *out = tccrt_value_retain(v);
+    return TCCRT_OK;
+  }
+  return tccrt_tensor_copy(v, out);
+}
+
+tccrt_status_t tccrt_module_run(tccrt_module_t *module, const char *function, tccrt_tensor_t *const *inputs,
+                                size_t n_inputs, tccrt_tensor_t **outputs, size_t n_outputs) {
+  CHECK_ARG(module && (inputs || !n_inputs) && (outputs || !n_outputs), "tccrt_module_run: NULL argument");
+  const tccrt_pack_t *pack = module->pack;
+  const char *name = function ? function : "main";
+  const tccrt_function_t *sig = NULL;
+  for (size_t f = 0; f < pack->function_count && !sig; f++)
+    if (strcmp(pack->functions[f].name, name) == 0) sig = &pack->functions[f];
+  if (!sig) return tccrt_fail(TCCRT_INVALID_INPUT, "no entry function '%s' in %s (see `tccrt info %s`)", name,
+                              pack->path, pack->path);
+  char names[512];
+  if (n_inputs != sig->counts[TCCRT_INPUT])
+    return tccrt_fail(TCCRT_INVALID_INPUT, "'%s' takes %zu inputs (%s), got %zu", name, sig->counts[TCCRT_INPUT],
+                      input_names(sig, names, sizeof names), n_inputs);
+  CHECK_ARG(n_outputs == sig->counts[TCCRT_OUTPUT], "tccrt_module_run: '%s' has %zu outputs, not %zu", name,
+            sig->counts[TCCRT_OUTPUT], n_outputs);
+  for (size_t i = 0; i < n_inputs; i++)
+    CHECK_ARG(inputs[i], "tccrt_module_run: input %zu ('%s') is NULL", i, sig->tensors[TCCRT_INPUT][i].name);
+  int64_t index = tccrt_program_find(&pack->program, name);
+  if (index < 0) /* the verifier checked every entry function is defined */
+    return tccrt_fail(TCCRT_INVALID_PACK, "%s: no bytecode for entry function '%s'", pack->path, name);
+
+  tccrt_value_t *result = NULL;
+  tccrt_status_t st = tccrt_vm_invoke(module, (size_t)index, inputs, n_inputs, &result);
+  if (st) return st;
+  tccrt_value_t *const *items = &result;
+  if (n_outputs != 1) {
+    if (result->kind != TCCRT_V_TUPLE || result->n != n_outputs) {
+      tccrt_value_release(result);
+      return tccrt_fail(TCCRT_INVALID_PACK, "%s: '%s' returns other values than its %zu outputs", pack->path, name,
+                        n_outputs);
+    }
+    items = result->items;
+  }
+  size_t done = 0;
+  while (done < n_outputs && !(st = hand_out(module, name, done, items[done], &outputs[done]))) done++;
+  if (st) /* nothing half-returned: drop the outputs already handed out */
+    for (size_t i = 0; i < done; i++) {
+      tccrt_value_release(outputs[i]);
+      outputs[i] = NULL;
+    }
+  tccrt_value_release(result);
+  return st;
+}

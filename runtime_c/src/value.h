@@ -1,0 +1,89 @@
+/* Values of the VM (docs/vm.md "The machine"): tensors, tuples, shapes, bools and the
+ * stacks a running Loop fills.  Every value is one reference-counted object; the public
+ * tccrt_tensor_t is a value of kind TCCRT_V_TENSOR.
+ *
+ * A tensor's bytes live in a storage, shared by the views (reshape) of one tensor: owned
+ * memory (64-byte aligned, freed with the last view), the caller's memory (tccrt_tensor_wrap;
+ * never freed or written by the runtime) or a weight inside a pack's mapping (the storage
+ * holds a reference to the pack). */
+#ifndef TCCRT_VALUE_H_
+#define TCCRT_VALUE_H_
+
+#include <stdatomic.h>
+
+#include "internal.h"
+
+typedef enum tccrt_value_kind_e {
+  TCCRT_V_TENSOR,
+  TCCRT_V_TUPLE,
+  TCCRT_V_SHAPE,
+  TCCRT_V_BOOL,
+  TCCRT_V_STACK,
+} tccrt_value_kind_t;
+
+typedef enum tccrt_storage_kind_e {
+  TCCRT_STORAGE_OWNED,
+  TCCRT_STORAGE_BORROWED, /* the caller's memory */
+  TCCRT_STORAGE_PACK,     /* a weight in a pack's mapping (read-only) */
+} tccrt_storage_kind_t;
+
+typedef struct tccrt_storage_t {
+  atomic_int refs;
+  tccrt_storage_kind_t kind;
+  void *data;
+  tccrt_pack_t *pack; /* TCCRT_STORAGE_PACK: the reference that keeps the mapping */
+} tccrt_storage_t;
+
+/* The dtypes tensors may have (those the CPU kernels take), with their DLPack codes. */
+typedef struct tccrt_dtype_t {
+  const char *name;
+  uint8_t code; /* DLPack type code */
+  uint8_t bits;
+} tccrt_dtype_t;
+
+typedef tccrt_tensor_t tccrt_value_t;
+
+struct tccrt_tensor_t {
+  atomic_int refs;
+  tccrt_value_kind_t kind;
+  /* TCCRT_V_TENSOR */
+  tccrt_storage_t *storage;
+  const tccrt_dtype_t *dtype;
+  tccrt_dl_tensor_t dl; /* dl.shape points at dims */
+  size_t size;          /* elements */
+  /* TCCRT_V_SHAPE and tensors: the dimensions; TCCRT_V_TUPLE and _STACK: the items */
+  size_t n, capacity;
+  int64_t *dims;
+  tccrt_value_t **items;
+  int truth; /* TCCRT_V_BOOL */
+};
+
+/* The dtype called `name`, or NULL when tensors cannot have it. */
+const tccrt_dtype_t *tccrt_dtype_find(const char *name);
+size_t tccrt_dtype_size(const tccrt_dtype_t *dtype);
+
+/* A tensor of `dtype` and `shape` over fresh owned memory (zeroed when `zero`); fails
+ * with a message when the size overflows or memory runs out. */
+tccrt_status_t tccrt_tensor_alloc(const tccrt_dtype_t *dtype, size_t rank, const int64_t *shape,
+                                  int zero, tccrt_value_t **out);
+/* A view of `base`'s storage with another shape of the same element count. */
+tccrt_status_t tccrt_tensor_view(tccrt_value_t *base, size_t rank, const int64_t *shape,
+                                 tccrt_value_t **out);
+/* A tensor over a pack's weight (the storage retains the pack). */
+tccrt_status_t tccrt_tensor_weight(tccrt_pack_t *pack, size_t weight, tccrt_value_t **out);
+/* An owned copy of tensor `x`. */
+tccrt_status_t tccrt_tensor_copy(const tccrt_value_t *x, tccrt_value_t **out);
+size_t tccrt_tensor_bytes(const tccrt_value_t *x);
+
+/* Non-tensor values; NULL when out of memory (the message is set). */
+tccrt_value_t *tccrt_value_new(tccrt_value_kind_t kind, size_t n);
+/* Append `item` (a new reference is taken) to a tuple or stack; 0 when out of memory. */
+int tccrt_value_append(tccrt_value_t *list, tccrt_value_t *item);
+tccrt_value_t *tccrt_value_retain(tccrt_value_t *v);
+void tccrt_value_release(tccrt_value_t *v);
+const char *tccrt_value_kind_name(const tccrt_value_t *v);
+
+/* "[2, 3]" into buf (truncated to fit), for messages. */
+const char *tccrt_format_dims(char *buf, size_t size, const int64_t *dims, size_t n);
+
+#endif /* TCCRT_VALUE_H_ */

@@ -1,0 +1,513 @@
+/* Verifying the decoded bytecode once, at load (docs/vm.md, "Verification"): a port of
+ * tcc/rt/pack.py's verify_executable, with its checks in its order and its messages, so
+ * the two readers refuse the same packs with the same words.  Once this passes, the
+ * interpreter relies on the facts listed in program.h without checking them again.
+ *
+ * Names are looked up through sorted copies of the tables (kernels, weights, functions),
+ * so a pack with many entries costs n log n here, never a product of two table sizes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pack_internal.h"
+#include "tccrt_pack.h"
+
+/* A name as Python's repr shows it (quotes, control characters escaped), so a message names
+ * even a broken name as the Python reader does; cut after REPR_BYTES bytes. */
+#define REPR_BYTES 120
+typedef struct repr_t {
+  char text[4 * REPR_BYTES + 32];
+} repr_t;
+
+static char *escape(char *o, const char *code) {
+  while (*code) *o++ = *code++;
+  return o;
+}
+
+static char *hex_escape(char *o, unsigned char c) {
+  static const char digits[] = "0123456789abcdef";
+  *o++ = '\\', *o++ = 'x', *o++ = digits[c >> 4], *o++ = digits[c & 15];
+  return o;
+}
+
+static const char *repr(repr_t *out, const char *s) {
+  char q = strchr(s, '\'') && !strchr(s, '"') ? '"' : '\'';
+  char *o = out->text;
+  size_t i = 0;
+  *o++ = q;
+  /* Cut only at the start of a character, so the message stays UTF-8. */
+  for (; s[i] && (i < REPR_BYTES || ((unsigned char)s[i] & 0xc0) == 0x80); i++) {
+    unsigned char c = (unsigned char)s[i], next = (unsigned char)s[i + 1];
+    if (c == '\\' || c == (unsigned char)q) *o++ = '\\', *o++ = (char)c;
+    else if (c == '\n') o = escape(o, "\\n");
+    else if (c == '\r') o = escape(o, "\\r");
+    else if (c == '\t') o = escape(o, "\\t");
+    else if (c < 0x20 || c == 0x7f) o = hex_escape(o, c);
+    else if (c == 0xc2 && next >= 0x80 && next < 0xa0) o = hex_escape(o, next), i++; /* C1 controls */
+    else *o++ = (char)c;
+  }
+  *o++ = q;
+  if (s[i]) o = escape(o, "...");
+  *o = 0;
+  return out->text;
+}
+
+const tccrt_builtin_spec_t tccrt_builtin_specs[TCCRT_B_COUNT] = {
+    [TCCRT_B_MATCH_SHAPE] = {"match_shape", "rssn", 0},
+    [TCCRT_B_MAKE_SHAPE] = {"make_shape", "n", 1},
+    [TCCRT_B_ALLOC_TENSOR] = {"alloc_tensor", "rs", 1},
+    [TCCRT_B_LOAD_CONSTANT] = {"load_constant", "s", 1},
+    [TCCRT_B_RESHAPE] = {"reshape", "rr", 1},
+    [TCCRT_B_COPY] = {"copy", "r", 1},
+    [TCCRT_B_MAKE_TUPLE] = {"make_tuple", "*", 1},
+    [TCCRT_B_TUPLE_GET_ITEM] = {"tuple_get_item", "ri", 1},
+    [TCCRT_B_READ_BOOL] = {"read_bool", "r", 1},
+    [TCCRT_B_SCALAR] = {"scalar", "is", 1},
+    [TCCRT_B_SCALAR_ADD] = {"scalar_add", "ri", 1},
+    [TCCRT_B_LOOP_CONTINUE] = {"loop_continue", "rrr", 1},
+    [TCCRT_B_DIM_SIZE] = {"dim_size", "ri", 1},
+    [TCCRT_B_TAKE] = {"take", "rrii", 1},
+    [TCCRT_B_STACK_NEW] = {"stack_new", "", 1},
+    [TCCRT_B_STACK_PUSH] = {"stack_push", "rr", 0},
+    [TCCRT_B_STACK_FINISH] = {"stack_finish", "riirs", 1},
+};
+
+#define MAX_REGS (1 << 20)
+#define NOT_FOUND SIZE_MAX
+
+int64_t tccrt_program_find(const tccrt_program_t *program, const char *name) {
+  for (size_t i = 0; i < program->function_count; i++)
+    if (strcmp(program->functions[i].name, name) == 0) return (int64_t)i;
+  return -1;
+}
+
+/* -- sorted name tables -- */
+
+typedef struct named_t {
+  const char *name;
+  size_t index; /* in the table it was sorted from */
+} named_t;
+
+static int cmp_named(const void *a, const void *b) {
+  const named_t *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+/* The first index named `name` (so a repeated kernel symbol resolves to its first place). */
+static size_t lookup(const named_t *sorted, size_t n, const char *name) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (strcmp(sorted[mid].name, name) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && strcmp(sorted[lo].name, name) == 0 ? sorted[lo].index : NOT_FOUND;
+}
+
+/* -- the verifier -- */
+
+typedef struct verifier_t {
+  tccrt_pack_t *pack;
+  tccrt_program_t *prog;
+  named_t *kernels, *weights, *functions; /* sorted by name */
+  size_t *rank;     /* of each function in name order */
+  size_t *calls;    /* per function, the ranks of the VM functions it calls: sorted, distinct */
+  size_t *calls_at; /* function f's calls are calls[calls_at[f] .. calls_at[f + 1]] */
+  char where[sizeof(repr_t) + 32]; /* "bytecode function 'f'" while a function is verified */
+  size_t pc;
+} verifier_t;
+
+static tccrt_status_t failv(const verifier_t *v, int at_pc, const char *fmt, va_list ap) {
+  char why[768];
+  vsnprintf(why, sizeof why, fmt, ap);
+  if (at_pc) return tccrt_fail(TCCRT_INVALID_PACK, "%s: %s at %zu: %s", v->pack->path, v->where, v->pc, why);
+  return tccrt_fail(TCCRT_INVALID_PACK, "%s: %s", v->pack->path, why);
+}
+
+static tccrt_status_t fail(const verifier_t *v, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static tccrt_status_t fail(const verifier_t *v, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  tccrt_status_t st = failv(v, 0, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+/* A failure at the current instruction: "bytecode function 'f' at 3: ...". */
+static tccrt_status_t fail_at(const verifier_t *v, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static tccrt_status_t fail_at(const verifier_t *v, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  tccrt_status_t st = failv(v, 1, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+static named_t *sorted_names(size_t n, const char *(*name_of)(const tccrt_pack_t *, size_t),
+                             const tccrt_pack_t *pack) {
+  named_t *out = malloc((n ? n : 1) * sizeof *out);
+  if (!out) return NULL;
+  for (size_t i = 0; i < n; i++) out[i] = (named_t){name_of(pack, i), i};
+  qsort(out, n, sizeof *out, cmp_named);
+  return out;
+}
+
+static const char *kernel_name(const tccrt_pack_t *p, size_t i) { return p->kernels[i]; }
+static const char *weight_name(const tccrt_pack_t *p, size_t i) { return p->weights[i].name; }
+static const char *function_name(const tccrt_pack_t *p, size_t i) { return p->program.functions[i].name; }
+
+static size_t total_instructions(const tccrt_program_t *prog) {
+  size_t n = 0; /* each instruction took a word of the member, so this cannot overflow */
+  for (size_t f = 0; f < prog->function_count; f++) n += prog->functions[f].code_length;
+  return n;
+}
+
+static tccrt_status_t setup(verifier_t *v) {
+  const tccrt_pack_t *pack = v->pack;
+  size_t nf = v->prog->function_count;
+  v->kernels = sorted_names(pack->kernel_count, kernel_name, pack);
+  v->weights = sorted_names(pack->weight_count, weight_name, pack);
+  v->functions = sorted_names(nf, function_name, pack);
+  v->rank = malloc((nf ? nf : 1) * sizeof *v->rank);
+  v->calls = malloc((total_instructions(v->prog) + 1) * sizeof *v->calls);
+  v->calls_at = calloc(nf + 1, sizeof *v->calls_at);
+  if (!v->kernels || !v->weights || !v->functions || !v->rank || !v->calls || !v->calls_at)
+    return tccrt_fail(TCCRT_OUT_OF_MEMORY, "%s: out of memory verifying the bytecode", pack->path);
+  for (size_t r = 0; r < nf; r++) v->rank[v->functions[r].index] = r;
+  return TCCRT_OK;
+}
+
+static void release(verifier_t *v) {
+  free(v->kernels);
+  free(v->weights);
+  free(v->functions);
+  free(v->rank);
+  free(v->calls);
+  free(v->calls_at);
+}
+
+/* -- the table and the entry functions -- */
+
+static size_t builtin_id(const char *name) {
+  for (size_t b = 0; b < TCCRT_B_COUNT; b++)
+    if (strcmp(tccrt_builtin_specs[b].name, name) == 0) return b;
+  return NOT_FOUND;
+}
+
+/* Resolve every table entry, filling its index. */
+static tccrt_status_t resolve_table(verifier_t *v) {
+  tccrt_entry_t *table = (tccrt_entry_t *)v->prog->table; /* the arena's own, writable memory */
+  const tccrt_pack_t *pack = v->pack;
+  repr_t q;
+  for (size_t i = 0; i < v->prog->table_size; i++) {
+    tccrt_entry_t *e = &table[i];
+    if (e->kind == TCCRT_FUNC_KIND_KERNEL) {
+      e->index = lookup(v->kernels, pack->kernel_count, e->name);
+      if (e->index == NOT_FOUND)
+        return fail(v, "bytecode calls kernel %s, which the kernel table lacks", repr(&q, e->name));
+    } else if (e->kind == TCCRT_FUNC_KIND_BUILTIN) {
+      if ((e->index = builtin_id(e->name)) == NOT_FOUND)
+        return fail(v, "bytecode calls unknown builtin %s", repr(&q, e->name));
+    } else {
+      e->index = lookup(v->functions, v->prog->function_count, e->name);
+      if (e->index == NOT_FOUND)
+        return fail(v, "bytecode calls function %s, which it does not define", repr(&q, e->name));
+    }
+  }
+  return TCCRT_OK;
+}
+
+static tccrt_status_t check_entries(verifier_t *v) {
+  const tccrt_pack_t *pack = v->pack;
+  repr_t q;
+  for (size_t i = 0; i < pack->function_count; i++) {
+    const tccrt_function_t *entry = &pack->functions[i];
+    size_t f = lookup(v->functions, v->prog->function_count, entry->name);
+    if (f == NOT_FOUND || v->prog->functions[f].num_params != (int64_t)entry->counts[TCCRT_INPUT])
+      return fail(v, "entry function %s is missing from the bytecode or takes other inputs",
+                  repr(&q, entry->name));
+  }
+  return TCCRT_OK;
+}
+
+/* -- builtins -- */
+
+/* Whether the push at words[j] has its operand, for PUSH_VAR a heap slot. */
+static int operand_ok(const int64_t *w, size_t len, size_t j, size_t heap_size) {
+  if (j + 1 >= len) return 0;
+  return w[j] == TCCRT_SHAPE_OP_PUSH_INT || (w[j + 1] >= 0 && (uint64_t)w[j + 1] < heap_size);
+}
+
+/* A shape program (docs/vm.md, "Builtins"); `ndim` is the rank it must have, or -1. */
+static tccrt_status_t shape_program(const verifier_t *v, const tccrt_const_t *c, size_t heap_size,
+                                    int64_t ndim) {
+  const int64_t *p = c->ints;
+  size_t n = c->length, i = 1;
+  if (n == 0 || p[0] < 0 || (ndim >= 0 && p[0] != ndim)) return fail_at(v, "malformed shape program");
+  for (int64_t d = 0; d < p[0]; d++) { /* each dimension moves i forward, so at most n of them */
+    if (i >= n || p[i] < 0 || (uint64_t)p[i] > n - i - 1)
+      return fail_at(v, "shape program runs past its end");
+    const int64_t *w = p + i + 1;
+    size_t len = (size_t)p[i], depth = 0;
+    i += 1 + len;
+    for (size_t j = 0; j < len;) {
+      int64_t op = w[j];
+      if (op == TCCRT_SHAPE_OP_PUSH_INT || op == TCCRT_SHAPE_OP_PUSH_VAR) {
+        if (!operand_ok(w, len, j, heap_size)) return fail_at(v, "shape program pushes a bad operand");
+        depth++, j += 2;
+      } else if (op >= TCCRT_SHAPE_OP_ADD && op <= TCCRT_SHAPE_OP_MAX && depth >= 2) {
+        depth--, j++;
+      } else {
+        return fail_at(v, "shape program has a bad token %lld", (long long)op);
+      }
+    }
+    if (depth != 1) return fail_at(v, "shape program leaves %zu values", depth);
+  }
+  if (i != n) return fail_at(v, "shape program has trailing words");
+  return TCCRT_OK;
+}
+
+static tccrt_status_t pattern(const verifier_t *v, const tccrt_const_t *c, size_t heap_size) {
+  const int64_t *p = c->ints;
+  if (c->length == 0 || p[0] < 0 || (uint64_t)c->length - 1 != 2 * (uint64_t)p[0])
+    return fail_at(v, "malformed match_shape pattern");
+  for (size_t k = 1; k < c->length; k += 2) {
+    int64_t mode = p[k], value = p[k + 1];
+    tccrt_status_t st;
+    if (mode == TCCRT_DIM_MODE_BIND || mode == TCCRT_DIM_MODE_CHECK) {
+      if (value < 0 || (uint64_t)value >= heap_size)
+        return fail_at(v, "match_shape slot %lld is out of range", (long long)value);
+    } else if (mode == TCCRT_DIM_MODE_EXPR) {
+      if (value < 0 || (uint64_t)value >= v->prog->constant_count ||
+          v->prog->constants[value].kind == TCCRT_CONST_KIND_STR)
+        return fail_at(v, "match_shape expression %lld is out of range", (long long)value);
+      if ((st = shape_program(v, &v->prog->constants[value], heap_size, 1))) return st;
+    } else if (mode != TCCRT_DIM_MODE_STATIC && mode != TCCRT_DIM_MODE_ANY) {
+      return fail_at(v, "unknown match_shape mode %lld", (long long)mode);
+    }
+  }
+  return TCCRT_OK;
+}
+
+/* Which constant argument of builtin `b` (counting constant arguments only) is a dtype. */
+static int dtype_arg(size_t b) {
+  switch (b) {
+    case TCCRT_B_MATCH_SHAPE: return 1;
+    case TCCRT_B_ALLOC_TENSOR:
+    case TCCRT_B_SCALAR:
+    case TCCRT_B_STACK_FINISH: return 0;
+    default: return -1;
+  }
+}
+
+static int scalar_dtype(const char *name) {
+  static const char *const names[] = {"bool",  "int8",   "int16",  "int32", "int64",
+                                      "uint8", "uint16", "uint32", "uint64"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(name, names[i]) == 0) return 1;
+  return 0;
+}
+
+/* Argument kinds per spec letter. */
+static int64_t arg_kind(char letter) {
+  return letter == 'r' ? TCCRT_ARG_KIND_REG : letter == 'i' ? TCCRT_ARG_KIND_IMM : TCCRT_ARG_KIND_CONST;
+}
+
+static tccrt_status_t builtin(verifier_t *v, const tccrt_vm_function_t *f, size_t b, tccrt_instr_t *ins) {
+  const tccrt_builtin_spec_t *spec = &tccrt_builtin_specs[b];
+  int any = strcmp(spec->args, "*") == 0;
+  size_t want = any ? ins->nargs : strlen(spec->args);
+  if (ins->nargs != want)
+    return fail_at(v, "builtin %s takes %zu arguments, got %zu", spec->name, want, ins->nargs);
+  const tccrt_const_t *consts[8]; /* no builtin takes more than a few */
+  size_t nconsts = 0;
+  for (size_t k = 0; k < ins->nargs; k++) {
+    char letter = any ? 'r' : spec->args[k];
+    if (ins->args[k].kind != arg_kind(letter))
+      return fail_at(v, "builtin %s has an argument of the wrong kind", spec->name);
+    if (letter == 's' || letter == 'n') {
+      const tccrt_const_t *c = &v->prog->constants[ins->args[k].value]; /* in range: checked */
+      if ((c->kind == TCCRT_CONST_KIND_STR) != (letter == 's'))
+        return fail_at(v, "builtin %s has a constant of the wrong kind", spec->name);
+      consts[nconsts++] = c;
+    }
+  }
+  tccrt_status_t st;
+  repr_t q;
+  if (b == TCCRT_B_MAKE_SHAPE && (st = shape_program(v, consts[0], f->heap_size, -1))) return st;
+  if (b == TCCRT_B_MATCH_SHAPE && (st = pattern(v, consts[2], f->heap_size))) return st;
+  int d = dtype_arg(b);
+  if (d >= 0 && !tccrt_dtype_known(consts[d]->str)) return fail_at(v, "unknown dtype");
+  if (b == TCCRT_B_SCALAR && !scalar_dtype(consts[0]->str))
+    return fail_at(v, "builtin scalar makes bool or integer tensors, not %s", consts[0]->str);
+  if (b == TCCRT_B_LOAD_CONSTANT) {
+    ins->weight = lookup(v->weights, v->pack->weight_count, consts[0]->str);
+    if (ins->weight == NOT_FOUND) return fail_at(v, "weight %s is not in the pack", repr(&q, consts[0]->str));
+  }
+  return TCCRT_OK;
+}
+
+/* -- functions -- */
+
+static tccrt_status_t reg(const verifier_t *v, const tccrt_vm_function_t *f, int64_t r, int allow_none) {
+  if ((r >= 0 && r < f->num_regs) || (allow_none && r == TCCRT_NO_REG)) return TCCRT_OK;
+  return fail_at(v, "register %lld is out of range", (long long)r);
+}
+
+/* A backward goto closes a loop: it must land on the loop's head, an `if` whose false
+ * target is the instruction right after the goto.  Every cycle of the code then passes
+ * through a head that decides whether to go round again. */
+static tccrt_status_t back_edge(const verifier_t *v, const tccrt_vm_function_t *f, size_t head) {
+  const tccrt_instr_t *ins = &f->code[head];
+  if (ins->op != TCCRT_OP_IF || ins->b != (int64_t)(v->pc + 1 - head))
+    return fail_at(v, "jump offset %lld goes back to %zu, which is not a loop head (an if whose false "
+                      "target is just after the jump)", (long long)head - (long long)v->pc, head);
+  return TCCRT_OK;
+}
+
+static tccrt_status_t jump(verifier_t *v, const tccrt_vm_function_t *f, const tccrt_instr_t *ins) {
+  int64_t off = ins->op == TCCRT_OP_GOTO ? ins->a : ins->b;
+  tccrt_status_t st;
+  if (ins->op == TCCRT_OP_IF && (st = reg(v, f, ins->a, 0))) return st;
+  if (ins->op == TCCRT_OP_GOTO && off < 0 && off >= -(int64_t)v->pc)
+    return back_edge(v, f, v->pc - (size_t)-off);
+  if (!(off > 0 && (uint64_t)off < f->code_length - v->pc))
+    return fail_at(v, "jump offset %lld leaves the function or goes back", (long long)off);
+  return TCCRT_OK;
+}
+
+/* Record that the function being verified calls VM function `callee` (a function index). */
+static void add_call(verifier_t *v, size_t caller, size_t callee) {
+  v->calls[v->calls_at[caller + 1]++] = v->rank[callee];
+}
+
+static tccrt_status_t call(verifier_t *v, size_t fi, tccrt_instr_t *ins) {
+  const tccrt_program_t *prog = v->prog;
+  const tccrt_vm_function_t *f = &prog->functions[fi];
+  tccrt_status_t st;
+  if (ins->a < 0 || (uint64_t)ins->a >= prog->table_size)
+    return fail_at(v, "function index %lld is out of range", (long long)ins->a);
+  if ((st = reg(v, f, ins->b, 1))) return st;
+  int registers_only = 1;
+  for (size_t k = 0; k < ins->nargs; k++) {
+    int64_t kind = ins->args[k].kind, value = ins->args[k].value;
+    if (kind == TCCRT_ARG_KIND_REG) {
+      if ((st = reg(v, f, value, 0))) return st;
+    } else if (kind == TCCRT_ARG_KIND_CONST) {
+      if (value < 0 || (uint64_t)value >= prog->constant_count)
+        return fail_at(v, "constant %lld is out of range", (long long)value);
+    } else if (kind != TCCRT_ARG_KIND_IMM) {
+      return fail_at(v, "unknown argument kind %lld", (long long)kind);
+    }
+    registers_only &= kind == TCCRT_ARG_KIND_REG;
+  }
+  const tccrt_entry_t *e = &prog->table[ins->a];
+  repr_t q;
+  if (e->kind == TCCRT_FUNC_KIND_BUILTIN) return builtin(v, f, e->index, ins);
+  if (!registers_only) return fail_at(v, "%s takes registers only", repr(&q, e->name));
+  if (e->kind == TCCRT_FUNC_KIND_VM) {
+    add_call(v, fi, e->index);
+    int64_t params = prog->functions[e->index].num_params;
+    if ((int64_t)ins->nargs != params)
+      return fail_at(v, "%s takes %lld arguments", repr(&q, e->name), (long long)params);
+  }
+  return TCCRT_OK;
+}
+
+static int cmp_size(const void *a, const void *b) {
+  size_t x = *(const size_t *)a, y = *(const size_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Sort function fi's calls by callee name and drop repeats, as the DFS visits them. */
+static void finish_calls(verifier_t *v, size_t fi) {
+  size_t *c = v->calls + v->calls_at[fi], n = v->calls_at[fi + 1] - v->calls_at[fi], kept = 0;
+  qsort(c, n, sizeof *c, cmp_size);
+  for (size_t k = 0; k < n; k++)
+    if (kept == 0 || c[k] != c[kept - 1]) c[kept++] = c[k];
+  v->calls_at[fi + 1] = v->calls_at[fi] + kept;
+}
+
+static tccrt_status_t function(verifier_t *v, size_t fi) {
+  const tccrt_vm_function_t *f = &v->prog->functions[fi];
+  tccrt_instr_t *code = (tccrt_instr_t *)f->code; /* the arena's own, writable memory */
+  tccrt_status_t st = TCCRT_OK;
+  repr_t q;
+  snprintf(v->where, sizeof v->where, "bytecode function %s", repr(&q, f->name));
+  if (!(0 <= f->num_params && f->num_params <= f->num_regs && f->num_regs <= MAX_REGS))
+    return fail(v, "%s: %lld params and %lld registers are out of range", v->where, (long long)f->num_params,
+                (long long)f->num_regs);
+  if (f->code_length == 0 || f->code[f->code_length - 1].op != TCCRT_OP_RET)
+    return fail(v, "%s does not end with ret", v->where);
+  v->calls_at[fi + 1] = v->calls_at[fi];
+  for (v->pc = 0; v->pc < f->code_length && !st; v->pc++) {
+    tccrt_instr_t *ins = &code[v->pc];
+    if (ins->op == TCCRT_OP_RET) st = reg(v, f, ins->a, 0);
+    else if (ins->op == TCCRT_OP_GOTO || ins->op == TCCRT_OP_IF) st = jump(v, f, ins);
+    else st = call(v, fi, ins);
+  }
+  finish_calls(v, fi);
+  return st;
+}
+
+/* -- recursion -- */
+
+/* No VM function may reach itself: with backward jumps only onto loop heads, a run then
+ * ends unless a loop's condition keeps it going.  An iterative depth-first search over the
+ * functions in name order, each one's callees in name order, so the function named is the
+ * one the Python reader names. */
+static tccrt_status_t check_acyclic(verifier_t *v) {
+  size_t nf = v->prog->function_count;
+  tccrt_status_t st = TCCRT_OK;
+  repr_t q;
+  unsigned char *state = calloc(nf ? nf : 1, 1); /* by rank: 0 unseen, 1 on the path, 2 done */
+  size_t *node = malloc((nf ? nf : 1) * sizeof *node), *next = malloc((nf ? nf : 1) * sizeof *next);
+  if (!state || !node || !next)
+    st = tccrt_fail(TCCRT_OUT_OF_MEMORY, "%s: out of memory verifying the bytecode", v->pack->path);
+  for (size_t root = 0; root < nf && !st; root++) {
+    if (state[root] == 2) continue;
+    size_t depth = 1; /* the path holds distinct functions, so it never exceeds nf */
+    node[0] = root, next[0] = 0, state[root] = 1;
+    while (depth && !st) {
+      size_t f = v->functions[node[depth - 1]].index;
+      size_t at = v->calls_at[f] + next[depth - 1]++;
+      if (at >= v->calls_at[f + 1]) {
+        state[node[--depth]] = 2;
+      } else if (state[v->calls[at]] == 1) {
+        st = fail(v, "bytecode function %s calls itself (directly or not)",
+                  repr(&q, v->functions[v->calls[at]].name));
+      } else if (state[v->calls[at]] == 0) {
+        node[depth] = v->calls[at], next[depth] = 0, state[v->calls[at]] = 1;
+        depth++;
+      }
+    }
+  }
+  free(state);
+  free(node);
+  free(next);
+  return st;
+}
+
+/* -- the whole program -- */
+
+static tccrt_status_t verify(verifier_t *v) {
+  tccrt_status_t st;
+  for (size_t r = 1; r < v->prog->function_count; r++)
+    if (strcmp(v->functions[r].name, v->functions[r - 1].name) == 0)
+      return fail(v, "bytecode defines a function twice");
+  if ((st = resolve_table(v)) || (st = check_entries(v))) return st;
+  for (size_t f = 0; f < v->prog->function_count; f++)
+    if ((st = function(v, f))) return st;
+  return check_acyclic(v);
+}
+
+tccrt_status_t tccrt_program_verify(tccrt_pack_t *pack) {
+  verifier_t v = {.pack = pack, .prog = &pack->program};
+  tccrt_status_t st = setup(&v);
+  if (!st) st = verify(&v);
+  release(&v);
+  return st;
+}
