@@ -648,3 +648,73 @@ def create_prim_func(tensors: Sequence[Tensor]) -> T.PrimFunc:
     allocs = tuple(t.buffer for t in order if id(t) not in listed)
     root = T.Block("root", (), (), (), T.seq(*stages), alloc_buffers=allocs)
     return T.PrimFunc(tuple(t.buffer for t in tensors), root)
+
+
+# ---------------------------------------------------------------------------------------------
+# inlining
+
+
+def inline_injective(outputs: Sequence[Tensor]) -> list[Tensor]:
+    """The te program computing `outputs` with every intermediate stage that is not a
+    reduction substituted at its load sites (its body with its indices replaced by the
+    load's), so it gets no buffer of its own; placeholders, reductions and the outputs stay
+    stages. The listed tensors come back in order (a new tensor where its body changed), and
+    the given tensors are not changed."""
+    listed = {id(t) for t in outputs}
+    new: dict[int, Tensor] = {}  # stage or placeholder (by buffer id) -> its tensor now
+    inlined: dict[int, tuple] = {}  # buffer id -> (axis, rewritten body) of an inlined stage
+    for t in _topo_order(outputs):
+        if t.is_placeholder:
+            new[id(t.buffer)] = t
+            continue
+        body = _inline_body(t.body, new, inlined)
+        if id(t) not in listed and not isinstance(body, Reduce):
+            inlined[id(t.buffer)] = (t.axis, body)
+            continue
+        if body is t.body:
+            new[id(t.buffer)] = t
+            continue
+        exprs = [body.source, body.where] if isinstance(body, Reduce) else [body]
+        owners = {id(load.buffer): _OWNER[id(load.buffer)]
+                  for e in exprs if e is not None for load in _loads(e)}
+        buffer = T.Buffer(t.name, t.shape, t.dtype)
+        new[id(t.buffer)] = Tensor(buffer, t.axis, body, owners.values())
+    return [new[id(t.buffer)] for t in outputs]
+
+
+def _inline_body(body, new: dict[int, Tensor], inlined: dict[int, tuple]):
+    """A stage body with loads of inlined stages replaced by their bodies and loads of
+    rebuilt stages redirected to the new buffers; `body` itself when nothing changes."""
+    if isinstance(body, Reduce):
+        source = _inline_expr(body.source, new, inlined)
+        where = None if body.where is None else _inline_expr(body.where, new, inlined)
+        if source is body.source and where is body.where:
+            return body
+        return Reduce(body.kind, source, body.axis, where)
+    return _inline_expr(body, new, inlined)
+
+
+def _inline_expr(e: E.PrimExpr, new: dict[int, Tensor], inlined: dict[int, tuple]):
+    if isinstance(e, E.BufferLoad):
+        indices = tuple(_inline_expr(i, new, inlined) for i in e.indices)
+        stage = inlined.get(id(e.buffer))
+        if stage is not None:
+            axis, body = stage
+            return _substitute(body, dict(zip(axis, indices)))
+        buffer = new[id(e.buffer)].buffer if id(e.buffer) in new else e.buffer
+        if buffer is e.buffer and all(a is b for a, b in zip(indices, e.indices)):
+            return e
+        return E.BufferLoad(buffer, indices)
+    changes = {}
+    for f in dataclasses.fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, E.PrimExpr):
+            out = _inline_expr(v, new, inlined)
+        elif isinstance(v, tuple) and v and isinstance(v[0], E.PrimExpr):
+            out = tuple(_inline_expr(x, new, inlined) for x in v)
+            out = v if all(a is b for a, b in zip(out, v)) else out
+        else:
+            continue
+        if out is not v:
+            changes[f.name] = out
+    return dataclasses.replace(e, **changes) if changes else e

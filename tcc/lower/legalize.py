@@ -26,6 +26,9 @@ from tcc.ir.ops.registry import get_op
 from tcc.ir.structural import structural_hash
 from tcc.ir.tir import PrimFunc
 
+# PrimFunc attribute: the graph bindings whose computation the PrimFunc merges.
+ORIGINS_ATTR = "origins"
+
 
 def op_prim_func(op_name: str, arg_types: list[Type | None], attrs: dict) -> PrimFunc | None:
     """The PrimFunc of one op call (operands as placeholders, then outputs), or None when
@@ -36,17 +39,22 @@ def op_prim_func(op_name: str, arg_types: list[Type | None], attrs: dict) -> Pri
     for t in arg_types:
         if t is not None and not isinstance(t, TensorType):
             raise InternalError(f"op {op_name}: loop programs take tensors, got {t}")
-    arg_types = _generalized(arg_types)
-    holders = [
-        None if t is None else te.placeholder(t.shape, t.dtype, f"in{i}")
-        for i, t in enumerate(arg_types)
-    ]
+    holders = placeholders(arg_types)
     try:
         out = op.compute(*holders, **attrs)
     except NoLoopProgram:
         return None
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     return te.create_prim_func([h for h in holders if h is not None] + outs)
+
+
+def placeholders(arg_types: list[TensorType | None]) -> list[te.Tensor | None]:
+    """The te inputs `in0, in1, ...` of a kernel taking operands of `arg_types` (None for an
+    absent operand), with compound dimensions generalized (see `_generalized`)."""
+    return [
+        None if t is None else te.placeholder(t.shape, t.dtype, f"in{i}")
+        for i, t in enumerate(_generalized(arg_types))
+    ]
 
 
 def _expr_key(e) -> tuple:
@@ -78,13 +86,32 @@ def _generalized(types: list[TensorType | None]) -> list[TensorType | None]:
     return out
 
 
-def _kernel_name(op_name: str, used: set[str]) -> str:
+def _kernel_name(hint: str, used: set[str]) -> str:
     # The suffix keeps kernel symbols apart from C library names (`exp`, `round`, ...).
-    base = re.sub(r"\W", "_", op_name) + "_kernel"
+    base = re.sub(r"\W", "_", hint) + "_kernel"
     name, k = base, 1
     while name in used:
         name, k = f"{base}_{k}", k + 1
     return name
+
+
+class KernelTable:
+    """Adds PrimFuncs to a module's functions, once per structure: a PrimFunc equal to one
+    added before (by structural hash) reuses that one's name."""
+
+    def __init__(self, functions: dict):
+        self.functions = functions
+        self.by_hash: dict[str, str] = {}
+
+    def add(self, func: PrimFunc, hint: str) -> str:
+        """The name of `func` in the module, `<hint>_kernel` (made unique) when it is new."""
+        key = structural_hash(func)
+        name = self.by_hash.get(key)
+        if name is None:
+            name = _kernel_name(hint, set(self.functions))
+            self.functions[name] = func
+            self.by_hash[key] = name
+        return name
 
 
 class _Legalizer:
@@ -92,20 +119,12 @@ class _Legalizer:
         self.mod = mod
         self.keep = keep
         self.out = IRModule(dict(mod.functions), dict(mod.const_types), dict(mod.const_values))
-        self.by_hash: dict[str, str] = {}
+        self.kernels = KernelTable(self.out.functions)
 
     def kernel_for(self, call: Call, result: Type) -> str | None:
         types = [None if a is None else type_of(a) for a in call.args]
         func = op_prim_func(call.op, types, dict(call.attrs))
-        if func is None:
-            return None
-        key = structural_hash(func)
-        name = self.by_hash.get(key)
-        if name is None:
-            name = _kernel_name(call.op, set(self.out.functions))
-            self.out.functions[name] = func
-            self.by_hash[key] = name
-        return name
+        return None if func is None else self.kernels.add(func, call.op)
 
     def function(self, f: Function) -> Function:
         bindings = []
@@ -136,12 +155,16 @@ def legalize(mod: IRModule, keep: frozenset[str] = frozenset()) -> IRModule:
 
 def kernel_origins(mod: IRModule) -> dict[str, list[str]]:
     """PrimFunc name -> names of the bindings that call it (every graph function, in module
-    and binding order, first use first, without repeats)."""
+    and binding order, first use first, without repeats). A PrimFunc that several bindings
+    were merged into (by fuse-ops) names them in its ORIGINS_ATTR attribute; those count."""
     seen: dict[str, dict[str, None]] = {}  # dicts keep first-insertion order
     for f in mod.graph_functions.values():
         for b in f.bindings:
             if isinstance(b.value, CallTIR):
-                seen.setdefault(b.value.func, {})[b.var.name] = None
+                names = seen.setdefault(b.value.func, {})
+                func = mod.functions.get(b.value.func)
+                merged = dict(func.attrs).get(ORIGINS_ATTR) if isinstance(func, PrimFunc) else None
+                names.update(dict.fromkeys(merged or (b.var.name,)))
     return {func: list(names) for func, names in seen.items()}
 
 

@@ -41,6 +41,7 @@ from tcc.lower.passes import (  # noqa: E402, F401, I001
     constant_folding,
     dead_code_elimination,
     fold_batch_norm,
+    fuse_ops,
     simplify_algebra,
 )
 

@@ -1,0 +1,201 @@
+"""fuse-ops: merge chains of fusable op calls into one PrimFunc each, so that intermediate
+results never touch memory.
+
+May change: in every graph function (control-flow bodies included), a group of op calls
+becomes one `call_tir` of a new PrimFunc `fused_<op>_<op>..._kernel`, bound to the group's
+last variable (same name, same type); the other bindings of the group disappear. A group
+is grown producer by producer, following TVM's FuseOps pattern kinds: a producer whose
+result only one binding uses (and the function does not return) joins that consumer when
+both are elementwise/broadcast/injective (a chain), when the producer's group holds a
+convolution/matmul-like or reduction "anchor" and the consumer is elementwise or broadcast
+(an epilogue, such as conv2d -> add -> relu), or when the consumer is a reduction and the
+producer elementwise/broadcast/injective (a prologue). A group has at most one anchor and
+MAX_GROUP ops. Views the VM runs without copying (reshape, squeeze, expand_dims), ops
+without a loop program, opaque ops and calls with tuple operands or results are never
+grouped; singletons stay op calls for legalization. In the merged PrimFunc the
+non-reduction intermediate stages are inlined, and reductions keep their own stage.
+Structurally equal PrimFuncs are shared, and each records in its "origins" attribute the
+bindings merged into it (so profiles name the model's nodes). Preserves every function's
+parameters, returned values and numerics; the input module is not changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tcc.ir import graph as G
+from tcc.ir import te
+from tcc.ir.errors import NoLoopProgram, ShapeError
+from tcc.ir.module import IRModule
+from tcc.ir.ops.registry import Pattern, get_op
+from tcc.ir.tir import PrimFunc
+from tcc.lower.legalize import ORIGINS_ATTR, KernelTable, placeholders
+from tcc.lower.passes import register_pass
+
+# The ops the VM runs as views (tcc.emit.vm.VIEW_OPS; emit sits above this room): they cost
+# no kernel, and a kernel would copy the data.
+VIEWS = frozenset({"reshape", "squeeze", "expand_dims"})
+ANCHORS = frozenset({Pattern.COMM_REDUCE, Pattern.OUT_FUSABLE})
+MAX_GROUP = 32
+MAX_NAME_OPS = 4  # op names spelled out in a fused kernel's name
+
+
+def _kind(b: G.Binding) -> Pattern | None:
+    """The pattern kind of a binding that may join a group; None for one that may not."""
+    v = b.value
+    if not isinstance(v, G.Call) or v.op in VIEWS or not isinstance(b.var.type, G.TensorType):
+        return None
+    op = get_op(v.op)
+    if op.compute is None or op.pattern > Pattern.OUT_FUSABLE:
+        return None
+    if any(a is not None and not isinstance(G.type_of(a), G.TensorType) for a in v.args):
+        return None
+    return op.pattern
+
+
+def _used_vars(e) -> list[G.Var]:
+    """The graph variables an expression reads (operands, nested tuples; not attrs)."""
+    if isinstance(e, G.Var):
+        return [e]
+    if isinstance(e, tuple):
+        return [v for x in e for v in _used_vars(x)]
+    if isinstance(e, G.Expr) and dataclasses.is_dataclass(e):
+        return [v for f in dataclasses.fields(e) for v in _used_vars(getattr(e, f.name))]
+    return []
+
+
+def _users(fn: G.Function) -> dict[int, int]:
+    """Variable (by id) -> how many bindings read it, plus one when the function returns it."""
+    count: dict[int, int] = {}
+    for b in fn.bindings:
+        for key in {id(v) for v in _used_vars(b.value)}:
+            count[key] = count.get(key, 0) + 1
+    for key in {id(v) for v in _used_vars(fn.ret)}:
+        count[key] = count.get(key, 0) + 1
+    return count
+
+
+@dataclasses.dataclass
+class _Group:
+    members: list[int]  # binding indices
+    anchors: int
+
+
+def _may_join(producer: Pattern, consumer: Pattern, pg: _Group, cg: _Group) -> bool:
+    """May the group ending in `producer` merge into the group of its only user?"""
+    if len(pg.members) + len(cg.members) > MAX_GROUP or pg.anchors + cg.anchors > 1:
+        return False
+    if consumer in ANCHORS:  # a prologue: only reductions read it in place
+        return consumer == Pattern.COMM_REDUCE and producer <= Pattern.INJECTIVE
+    if pg.anchors:  # an epilogue of the anchor: the schedule computes it in place
+        return consumer <= Pattern.BROADCAST
+    return producer <= Pattern.INJECTIVE and consumer <= Pattern.INJECTIVE
+
+
+def _groups(fn: G.Function) -> list[list[int]]:
+    """The groups of two or more bindings (indices in binding order), the last of each the
+    only one whose result leaves the group."""
+    kinds = [_kind(b) for b in fn.bindings]
+    users = _users(fn)
+    index = {id(b.var): i for i, b in enumerate(fn.bindings)}
+    group_of = [_Group([i], int(k in ANCHORS)) for i, k in enumerate(kinds)]
+    for c, b in enumerate(fn.bindings):
+        if kinds[c] is None:
+            continue
+        for a in dict.fromkeys(a for a in b.value.args if isinstance(a, G.Var)):
+            p = index.get(id(a))
+            if p is None or kinds[p] is None or users.get(id(a)) != 1:
+                continue
+            pg, cg = group_of[p], group_of[c]
+            if _may_join(kinds[p], kinds[c], pg, cg):
+                cg.members += pg.members
+                cg.anchors += pg.anchors
+                for i in pg.members:
+                    group_of[i] = cg
+    unique = {id(g): g for g in group_of}.values()
+    return [sorted(g.members) for g in unique if len(g.members) > 1]
+
+
+def _operand_key(a: G.Expr):
+    return ("const", a.name) if isinstance(a, G.Constant) else ("value", id(a))
+
+
+def _group_prim_func(members: list[G.Binding]) -> tuple[PrimFunc, list[G.Expr]] | None:
+    """The PrimFunc computing the group's last binding from the group's outside operands
+    (returned with it, in parameter order), or None when the group has no single loop
+    program (an op refuses these operand types, or a size variable would be unknown)."""
+    inside = {id(b.var) for b in members}
+    outside: dict[tuple, G.Expr] = {}
+    for b in members:
+        for a in b.value.args:
+            if a is not None and id(a) not in inside:
+                outside.setdefault(_operand_key(a), a)
+    operands = list(outside.values())
+    holders = placeholders([G.type_of(a) for a in operands])
+    tensors = dict(zip(outside, holders))
+    for b in members:
+        args = [None if a is None else tensors[_operand_key(a)] for a in b.value.args]
+        try:
+            out = get_op(b.value.op).compute(*args, **b.value.attrs)
+        except NoLoopProgram:
+            return None
+        if not isinstance(out, te.Tensor):  # a loop program of several outputs
+            return None
+        tensors[_operand_key(b.var)] = out
+    (result,) = te.inline_injective([tensors[_operand_key(members[-1].var)]])
+    try:
+        func = te.create_prim_func([*holders, result])
+    except ShapeError:  # a size variable only an intermediate's shape names
+        return None
+    return func, operands
+
+
+def _kernel_hint(ops: list[str]) -> str:
+    names = ops[:MAX_NAME_OPS]
+    if len(ops) > MAX_NAME_OPS:
+        names.append(f"{len(ops) - MAX_NAME_OPS}_more")
+    return "_".join(["fused", *names])
+
+
+class _Fuser:
+    def __init__(self, mod: IRModule):
+        self.out = IRModule(dict(mod.functions), dict(mod.const_types), dict(mod.const_values))
+        self.kernels = KernelTable(self.out.functions)
+
+    def kernel(self, members: list[G.Binding]) -> G.CallTIR | None:
+        built = _group_prim_func(members)
+        if built is None:
+            return None
+        func, operands = built
+        name = self.kernels.add(func, _kernel_hint([b.value.op for b in members]))
+        shared = self.out.functions[name]
+        origins = dict.fromkeys(dict(shared.attrs).get(ORIGINS_ATTR, ()))
+        origins.update(dict.fromkeys(b.var.name for b in members))
+        attrs = ((ORIGINS_ATTR, tuple(origins)),)
+        self.out.functions[name] = dataclasses.replace(shared, attrs=attrs)
+        return G.CallTIR(name, tuple(operands), members[-1].var.type)
+
+    def function(self, fn: G.Function) -> G.Function:
+        replaced: dict[int, G.Expr | None] = {}  # binding index -> its new value (None: gone)
+        for group in _groups(fn):
+            members = [fn.bindings[i] for i in group]
+            call = self.kernel(members)
+            if call is not None:
+                replaced.update(dict.fromkeys(group[:-1]))
+                replaced[group[-1]] = call
+        if not replaced:
+            return fn
+        bindings = [
+            b if i not in replaced else G.Binding(b.var, replaced[i])
+            for i, b in enumerate(fn.bindings)
+            if i not in replaced or replaced[i] is not None
+        ]
+        return dataclasses.replace(fn, bindings=tuple(bindings))
+
+
+@register_pass("fuse-ops")
+def fuse_ops(mod: IRModule) -> IRModule:
+    fuser = _Fuser(mod)
+    for name, f in mod.graph_functions.items():
+        fuser.out.functions[name] = fuser.function(f)
+    return fuser.out
