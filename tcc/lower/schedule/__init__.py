@@ -1,0 +1,13 @@
+"""Schedule primitives and traces on PrimFuncs (TensorIR style); see docs/schedule.md.
+
+A `Schedule` holds a PrimFunc; its primitives (get_block, get_loops, split, fuse, reorder,
+parallel, vectorize, unroll, bind, annotate, sampling) rewrite it without changing what it
+computes, refusing with a `ScheduleError` where they would, and record themselves in a
+`Trace` that serializes to JSON and replays on a fresh copy of the function.
+"""
+
+from tcc.lower.schedule.schedule import Schedule
+from tcc.lower.schedule.state import BlockRV, ExprRV, LoopRV, ScheduleError
+from tcc.lower.schedule.trace import Instruction, Trace
+
+__all__ = ["BlockRV", "ExprRV", "Instruction", "LoopRV", "Schedule", "ScheduleError", "Trace"]

@@ -1,0 +1,283 @@
+"""The Schedule: a PrimFunc being transformed by primitives, each recorded in a trace.
+
+Every primitive is a method marked `@instruction`. It resolves its handles to located
+statements (`_block`, `_loop`, `_int`), calls a pure function of the current PrimFunc
+(`loops.py`, `sampling.py`) that checks preconditions and returns the rewritten function,
+stores that function, and records itself with `_record`, which names the handles it
+returns. A primitive that raises leaves the schedule as it was. Positional parameters of a
+primitive are its trace inputs (handles and ints), keyword parameters its attributes, and
+sampling primitives take a `decision` keyword, which is how a trace replays them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Sequence
+
+from tcc.ir import expr as E
+from tcc.ir import tir as T
+from tcc.lower.schedule import loops, sampling
+from tcc.lower.schedule.state import (
+    BlockRV,
+    ExprRV,
+    Handle,
+    Located,
+    LoopRV,
+    ScheduleError,
+    child_blocks,
+    find_block,
+    find_loop,
+    schedule_error,
+    walk,
+)
+from tcc.lower.schedule.trace import Instruction, Ref, Trace, freeze, instruction
+
+_PREFIX = {BlockRV: "b", LoopRV: "l", ExprRV: "v"}
+
+
+def _check_loop_vars(func: T.PrimFunc) -> None:
+    """Loop handles name loops by variable, so no two loops may share one."""
+    seen: set[int] = set()
+    for loc in walk(func.body):
+        if isinstance(loc.stmt, T.For):
+            if id(loc.stmt.var) in seen:
+                raise ScheduleError(
+                    f"schedule: loop '{loc.stmt.var.name}': its variable is bound by two loops; "
+                    "give each loop its own variable"
+                )
+            seen.add(id(loc.stmt.var))
+
+
+class Schedule:
+    """A PrimFunc under scheduling; `func` is the current function, `trace` what was applied.
+
+    `seed` seeds the generator of the sampling instructions, so the same seed and the same
+    calls give the same function."""
+
+    def __init__(self, func: T.PrimFunc, seed: int = 0):
+        _check_loop_vars(func)
+        self._func = func
+        self._rng = random.Random(seed)
+        self._instructions: list[Instruction] = []
+        self._names: dict[Handle, str] = {}
+        self._counts: Counter[str] = Counter()
+        self._values: dict[ExprRV, int] = {}
+
+    @property
+    def func(self) -> T.PrimFunc:
+        return self._func
+
+    @property
+    def trace(self) -> Trace:
+        return Trace(tuple(self._instructions))
+
+    def get(self, handle: Handle) -> T.Block | T.For | int:
+        """The block or loop statement, or the sampled value, a handle stands for."""
+        if isinstance(handle, ExprRV):
+            return self._int("get", handle)
+        if isinstance(handle, BlockRV):
+            return self._block("get", handle).stmt
+        return self._loop("get", handle).stmt
+
+    # -- helpers for primitives -------------------------------------------------------------
+
+    def _check_known(self, primitive: str, handle) -> None:
+        if handle not in self._names:
+            raise schedule_error(
+                primitive,
+                str(handle),
+                "this handle was not returned by this schedule; get handles with "
+                "get_block/get_loops",
+            )
+
+    def _block(self, primitive: str, block: BlockRV) -> Located:
+        """The located block a handle names."""
+        if not isinstance(block, BlockRV):
+            raise ScheduleError(f"{primitive}: expected a block handle, got {block!r}")
+        self._check_known(primitive, block)
+        return self._unique_block(primitive, block)
+
+    def _unique_block(self, primitive: str, block: BlockRV) -> Located:
+        found = find_block(self._func, block.name)
+        if len(found) != 1:
+            reason = "no such block" if not found else f"{len(found)} blocks have this name"
+            raise schedule_error(primitive, str(block), reason)
+        return found[0]
+
+    def _loop(self, primitive: str, loop: LoopRV) -> Located:
+        """The located loop a handle names."""
+        if not isinstance(loop, LoopRV):
+            raise ScheduleError(f"{primitive}: expected a loop handle, got {loop!r}")
+        self._check_known(primitive, loop)
+        loc = find_loop(self._func, loop.var)
+        if loc is None:
+            raise schedule_error(
+                primitive,
+                str(loop),
+                "the loop is no longer in the function (split, fused or removed); use the "
+                "handles that primitive returned",
+            )
+        return loc
+
+    def _target(self, primitive: str, handle: BlockRV | LoopRV) -> Located:
+        if isinstance(handle, BlockRV):
+            return self._block(primitive, handle)
+        return self._loop(primitive, handle)
+
+    def _int(self, primitive: str, value: int | ExprRV | None) -> int | None:
+        """A literal or sampled integer argument."""
+        if isinstance(value, ExprRV):
+            self._check_known(primitive, value)
+            return self._values[value]
+        return value
+
+    def _ref(self, value):
+        if isinstance(value, (BlockRV, LoopRV, ExprRV)):
+            return Ref(self._names[value])
+        if isinstance(value, (list, tuple)):
+            return tuple(self._ref(x) for x in value)
+        return value
+
+    def _record(self, kind: str, inputs: Sequence, attrs: dict, outputs, decision=None):
+        """Append an instruction to the trace, naming the handles it returns; returns `outputs`."""
+        names = []
+        handles = [] if outputs is None else outputs if isinstance(outputs, list) else [outputs]
+        for handle in handles:
+            prefix = _PREFIX[type(handle)]
+            names.append(f"{prefix}{self._counts[prefix]}")
+            self._counts[prefix] += 1
+            self._names[handle] = names[-1]
+        self._instructions.append(
+            Instruction(
+                kind,
+                tuple(self._ref(x) for x in inputs),
+                tuple((k, freeze(v)) for k, v in attrs.items()),
+                tuple(names),
+                freeze(decision),
+            )
+        )
+        return outputs
+
+    # -- getting handles --------------------------------------------------------------------
+
+    @instruction
+    def get_block(self, name: str) -> BlockRV:
+        """The block called `name`."""
+        handle = BlockRV(name)
+        self._unique_block("get_block", handle)
+        return self._record("get_block", [], {"name": name}, handle)
+
+    @instruction
+    def get_loops(self, block: BlockRV) -> list[LoopRV]:
+        """The loops around a block inside its enclosing block, outermost first."""
+        loc = self._block("get_loops", block)
+        return self._record("get_loops", [block], {}, [LoopRV(f.var) for f in loc.loops()])
+
+    @instruction
+    def get_child_blocks(self, parent: BlockRV | LoopRV) -> list[BlockRV]:
+        """The blocks directly under a block or loop (not inside another block), in order."""
+        loc = self._target("get_child_blocks", parent)
+        body = loc.stmt.body
+        children = [BlockRV(b.name) for b in child_blocks(body)]
+        return self._record("get_child_blocks", [parent], {}, children)
+
+    # -- loop primitives --------------------------------------------------------------------
+
+    @instruction
+    def split(self, loop: LoopRV, factors: Sequence[int | ExprRV | None]) -> list[LoopRV]:
+        """Split a loop into a nest of loops with the given extents, outermost first; one
+        factor may be None (inferred). Extents that do not divide get a guard."""
+        loc = self._loop("split", loop)
+        values = [self._int("split", f) for f in factors]
+        self._func, new_vars = loops.split(self._func, loc, values)
+        return self._record("split", [loop, list(factors)], {}, [LoopRV(v) for v in new_vars])
+
+    @instruction
+    def fuse(self, *loop_handles: LoopRV) -> LoopRV:
+        """Fuse perfectly nested loops (outermost first) into one."""
+        locs = [self._loop("fuse", h) for h in loop_handles]
+        self._func, fused = loops.fuse(self._func, locs)
+        return self._record("fuse", list(loop_handles), {}, LoopRV(fused))
+
+    @instruction
+    def reorder(self, *loop_handles: LoopRV) -> None:
+        """Reorder loops of one perfect nest to the given order, outermost first."""
+        locs = [self._loop("reorder", h) for h in loop_handles]
+        self._func = loops.reorder(self._func, locs)
+        self._record("reorder", list(loop_handles), {}, None)
+
+    def _set_kind(self, primitive: str, loop: LoopRV, kind: T.ForKind, tag: str | None = None):
+        loc = self._loop(primitive, loop)
+        self._func = loops.set_kind(primitive, self._func, loc, kind, tag)
+
+    @instruction
+    def parallel(self, loop: LoopRV) -> None:
+        """Run a loop's iterations on CPU threads; refused when they depend on each other."""
+        self._set_kind("parallel", loop, T.ForKind.PARALLEL)
+        self._record("parallel", [loop], {}, None)
+
+    @instruction
+    def vectorize(self, loop: LoopRV) -> None:
+        """Run a loop's iterations as vector lanes; refused when they depend on each other."""
+        self._set_kind("vectorize", loop, T.ForKind.VECTORIZED)
+        self._record("vectorize", [loop], {}, None)
+
+    @instruction
+    def unroll(self, loop: LoopRV) -> None:
+        """Unroll a loop."""
+        self._set_kind("unroll", loop, T.ForKind.UNROLLED)
+        self._record("unroll", [loop], {}, None)
+
+    @instruction
+    def bind(self, loop: LoopRV, thread: str) -> None:
+        """Bind a loop to a GPU thread axis ("blockIdx.x", "threadIdx.y", ...)."""
+        self._set_kind("bind", loop, T.ForKind.THREAD_BINDING, thread)
+        self._record("bind", [loop], {"thread": thread}, None)
+
+    @instruction
+    def annotate(self, target: BlockRV | LoopRV, key: str, value) -> None:
+        """Attach `key: value` to a block or loop (e.g. "pragma_auto_unroll_max_step": 16)."""
+        loc = self._target("annotate", target)
+        self._func = loops.annotate(self._func, loc, key, value)
+        self._record("annotate", [target], {"key": key, "value": value}, None)
+
+    # -- sampling ---------------------------------------------------------------------------
+
+    @instruction
+    def sample_perfect_tile(
+        self,
+        loop: LoopRV,
+        n: int,
+        max_innermost_factor: int = 16,
+        decision: Sequence[int] | None = None,
+    ) -> list[ExprRV]:
+        """`n` factors whose product is the loop's (constant) extent, the innermost at most
+        `max_innermost_factor`; drawn uniformly, or `decision` when given."""
+        loc = self._loop("sample_perfect_tile", loop)
+        extent = loc.stmt.extent
+        if not isinstance(extent, E.IntImm):
+            raise schedule_error(
+                "sample_perfect_tile",
+                str(loop),
+                f"extent {extent} is not a constant; split symbolic loops by fixed factors",
+            )
+        tiles = sampling.sample_perfect_tile(
+            self._rng, str(loop), extent.value, n, max_innermost_factor, decision
+        )
+        handles = [ExprRV(f"{loop.var.name}_tile{k}") for k in range(n)]
+        self._values.update(zip(handles, tiles))
+        attrs = {"n": n, "max_innermost_factor": max_innermost_factor}
+        return self._record("sample_perfect_tile", [loop], attrs, handles, list(tiles))
+
+    @instruction
+    def sample_categorical(
+        self, candidates: Sequence[int], probs: Sequence[float], decision: int | None = None
+    ) -> ExprRV:
+        """One of `candidates`, drawn with probabilities `probs`, or the one at index
+        `decision` when given."""
+        index = sampling.sample_categorical(self._rng, candidates, probs, decision)
+        handle = ExprRV("categorical")
+        self._values[handle] = candidates[index]
+        attrs = {"candidates": list(candidates), "probs": list(probs)}
+        return self._record("sample_categorical", [], attrs, handle, index)
