@@ -1,10 +1,13 @@
 """tcc vs onnxruntime on the test model set: latency (median and spread), ratio, compile time.
 
     .venv/bin/python benchmarks/models.py [--runs 20] [--threads 2] [--models resnet50,bert]
+                                          [--optimize-off]
 
 Both run in this process, on the same seeded inputs and thread count. A model tcc cannot
 compile yet is listed with the reason. The first outputs are compared (rtol 1e-3,
-atol 1e-4) so a fast wrong answer never counts.
+atol 1e-4) so a fast wrong answer never counts. Each row also gives the kernel calls of one
+inference (counted by the VM's profiler). `--optimize-off` adds the same model compiled
+without the graph passes (`tcc compile --no-optimize`): its latency and kernel calls.
 """
 
 from __future__ import annotations
@@ -63,18 +66,28 @@ def timed(fn, runs: int) -> list[float]:
     return out
 
 
+def kernel_calls(fn, feeds) -> int:
+    """Kernel calls one inference makes (loops counted per iteration)."""
+    rows = fn.module.profile("main", feeds, runs=1, warmup=0)
+    return round(sum(r.calls for r in rows if r.kind == "kernel"))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--models", default="", help="comma-separated subset")
+    p.add_argument("--optimize-off", action="store_true",
+                   help="also time the model compiled without the graph passes")
     args = p.parse_args(argv)
     import onnxruntime as ort
 
     import tcc
 
     wanted = set(filter(None, args.models.split(",")))
-    print(f"{'model':14s} {'compile s':>9s} {'tcc ms (min-max)':>22s} {'ort ms (min-max)':>22s} {'tcc/ort':>8s}")
+    off_head = f" {'no-opt ms (min-max)':>22s} {'kernels':>8s}" if args.optimize_off else ""
+    print(f"{'model':14s} {'compile s':>9s} {'tcc ms (min-max)':>22s} {'ort ms (min-max)':>22s} "
+          f"{'tcc/ort':>8s} {'kernels':>8s}{off_head}")
     for name, model, dims in models():
         if wanted and name not in wanted:
             continue
@@ -99,8 +112,16 @@ def main(argv=None) -> int:
         t_tcc = timed(lambda f=fn, x=feeds: f(x), args.runs)
         t_ort = timed(lambda s=sess, x=feeds: s.run(None, x), args.runs)
         mt, mo = statistics.median(t_tcc), statistics.median(t_ort)
+        off = ""
+        if args.optimize_off:
+            plain = tcc.compile_onnx(model, optimize=False)
+            plain.module.set_num_threads(args.threads)
+            t_off = timed(lambda f=plain, x=feeds: f(x), args.runs)
+            off = (f" {statistics.median(t_off):9.2f} ({min(t_off):.1f}-{max(t_off):.1f})"
+                   f" {kernel_calls(plain, feeds):8d}")
         print(f"{name:14s} {compile_s:9.2f} {mt:9.2f} ({min(t_tcc):.1f}-{max(t_tcc):.1f}) "
-              f"{mo:9.2f} ({min(t_ort):.1f}-{max(t_ort):.1f}) {mt / mo:8.2f}")
+              f"{mo:9.2f} ({min(t_ort):.1f}-{max(t_ort):.1f}) {mt / mo:8.2f} "
+              f"{kernel_calls(fn, feeds):8d}{off}", flush=True)
     return 0
 
 
