@@ -6,16 +6,16 @@ __version__ = "0.1.0"
 __all__ = ["TccError", "__version__", "compile", "compile_onnx"]
 
 
-def compile(model_or_path, target: str = "llvm", output=None):  # noqa: A001
+def compile(model_or_path, target: str = "llvm", output=None, optimize: bool = True):  # noqa: A001
     """Compile a model (ONNX ModelProto/bytes/path or .tcir path) into a .tvmpack: returns
-    the pack's bytes, or writes `output`."""
+    the pack's bytes, or writes `output`. `optimize=False` skips the graph passes."""
     from tcc.api import compile as _compile
 
-    return _compile(model_or_path, target, output)
+    return _compile(model_or_path, target, output, optimize=optimize)
 
 
-def compile_onnx(model, target: str = "llvm"):
+def compile_onnx(model, target: str = "llvm", optimize: bool = True):
     """Compile an ONNX model and load it: returns `fn(*arrays) -> list of outputs`."""
     from tcc.api import compile_onnx as _compile_onnx
 
-    return _compile_onnx(model, target)
+    return _compile_onnx(model, target, optimize=optimize)

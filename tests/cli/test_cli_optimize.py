@@ -3,7 +3,9 @@
 import numpy as np
 from click.testing import CliRunner
 
+import tcc.rt
 from tcc.cli.main import cli
+from tcc.ir.graph import CallTIR
 from tcc.ir.interp import run
 from tcc.ir.irfile import load_module
 from tcc.ir.parser import parse_module
@@ -47,7 +49,8 @@ def _bindings(mod):
 
 
 def test_optimize_merges_drops_and_keeps_numerics(tmp_path):
-    r = invoke("optimize", _saved(tmp_path), "-o", tmp_path / "o.tcir")
+    # without fusion the result stays op calls, which the interpreter runs
+    r = invoke("optimize", _saved(tmp_path), "-o", tmp_path / "o.tcir", "--disable-pass", "fuse-ops")
     assert r.exit_code == 0, r.output
     assert "4 -> 2 bindings" in r.output and "2 -> 1 constants" in r.output
     out = load_module(tmp_path / "o.tcir")
@@ -56,9 +59,23 @@ def test_optimize_merges_drops_and_keeps_numerics(tmp_path):
     np.testing.assert_array_equal(run(out, [x])[0], run(_module(), [x])[0])
 
 
+def test_optimize_fuses_and_the_emitted_pack_keeps_numerics(tmp_path):
+    r = invoke("optimize", _saved(tmp_path), "-o", tmp_path / "o.tcir")
+    assert r.exit_code == 0, r.output
+    assert "4 -> 1 bindings" in r.output
+    out = load_module(tmp_path / "o.tcir")
+    (y,) = out["main"].bindings
+    assert isinstance(y.value, CallTIR) and y.var.name == "y"
+    r = invoke("emit", tmp_path / "o.tcir", "-o", tmp_path / "o.tvmpack")
+    assert r.exit_code == 0, r.output
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = tcc.rt.load(tmp_path / "o.tvmpack")["main"](x)[0]
+    np.testing.assert_array_equal(got, run(_module(), [x])[0])
+
+
 def test_disable_pass_skips_it(tmp_path):
     r = invoke("optimize", _saved(tmp_path), "-o", tmp_path / "o.tcir",
-               "--disable-pass", "dead-code-elimination")
+               "--disable-pass", "dead-code-elimination", "--disable-pass", "fuse-ops")
     assert r.exit_code == 0, r.output
     assert _bindings(load_module(tmp_path / "o.tcir")) == ["a", "dead", "y"]
 

@@ -47,7 +47,9 @@ def small_model() -> onnx.ModelProto:
 
 @pytest.fixture(scope="module")
 def compiled():
-    fn = tcc.compile_onnx(small_model())
+    # unfused, so every ONNX node has a kernel of its own to name (fused kernels list every
+    # node they merge: tests/lower/test_fuse_ops.py)
+    fn = tcc.compile_onnx(small_model(), optimize=False)
     yield fn.module
     fn.module.close()
 

@@ -50,13 +50,15 @@ from tcc.lower.passes import (  # noqa: E402, F401, I001
 # users and keep the BN as a scale-shift) and before constant folding (identical constant
 # calls fold once; folded duplicates get different constant names, which CSE could not
 # merge). DCE last drops what the others left unused, along with the constants and
-# functions nothing refers to any more.
+# functions nothing refers to any more. Fusion last, on the graph the others cleaned up: it
+# turns groups of op calls into call_tir of merged loop programs.
 PIPELINE: tuple[str, ...] = (
     "simplify-algebra",
     "common-subexpression-elimination",
     "fold-batch-norm",
     "constant-folding",
     "dead-code-elimination",
+    "fuse-ops",
 )
 
 
