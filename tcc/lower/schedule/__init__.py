@@ -1,9 +1,11 @@
 """Schedule primitives and traces on PrimFuncs (TensorIR style); see docs/schedule.md.
 
-A `Schedule` holds a PrimFunc; its primitives (get_block, get_loops, split, fuse, reorder,
-parallel, vectorize, unroll, bind, annotate, sampling) rewrite it without changing what it
-computes, refusing with a `ScheduleError` where they would, and record themselves in a
-`Trace` that serializes to JSON and replays on a fresh copy of the function.
+A `Schedule` holds a PrimFunc; its loop primitives (get_block, get_loops, split, fuse,
+reorder, parallel, vectorize, unroll, bind, annotate, sampling) and block primitives
+(compute_inline, reverse_compute_inline, compute_at, reverse_compute_at, cache_read,
+cache_write, decompose_reduction) rewrite it without changing what it computes, refusing
+with a `ScheduleError` where they would, and record themselves in a `Trace` that serializes
+to JSON and replays on a fresh copy of the function.
 """
 
 from tcc.lower.schedule.schedule import Schedule

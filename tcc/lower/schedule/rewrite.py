@@ -73,3 +73,105 @@ def guard(s: T.Stmt, cond: E.PrimExpr) -> T.Stmt:
     if isinstance(s, T.IfThenElse) and s.else_case is None and isinstance(s.then_case, T.Block):
         return T.IfThenElse(E.Logic("and", s.cond, cond), s.then_case)
     return T.IfThenElse(cond, s)
+
+
+def map_exprs(node, fn):
+    """`node` (a statement, IterVar, BufferRegion or expression) with every expression
+    rebuilt bottom-up and passed through `fn`, which returns a replacement or None to keep
+    it; subtrees that do not change stay the same objects."""
+    if isinstance(node, E.PrimExpr):
+        rebuilt = _map_fields(node, fn)
+        new = fn(rebuilt)
+        return rebuilt if new is None else new
+    if isinstance(node, (T.Stmt, T.IterVar, T.BufferRegion)):
+        return _map_fields(node, fn)
+    return node
+
+
+def _map_fields(node, fn):
+    changes = {}
+    for f in dataclasses.fields(node):
+        v = getattr(node, f.name)
+        if isinstance(v, tuple):
+            new = tuple(
+                tuple(map_exprs(y, fn) for y in x) if isinstance(x, tuple) else map_exprs(x, fn)
+                for x in v
+            )
+            new = v if all(_same(x, y) for x, y in zip(new, v)) else new
+        else:
+            new = map_exprs(v, fn)
+        if new is not v:
+            changes[f.name] = new
+    return dataclasses.replace(node, **changes) if changes else node
+
+
+def _same(x, y) -> bool:
+    if isinstance(x, tuple) and isinstance(y, tuple):
+        return all(a is b for a, b in zip(x, y))
+    return x is y
+
+
+def replace_buffer(node, old: T.Buffer, new: T.Buffer):
+    """`node` with every store, load and region of buffer `old` using `new` instead."""
+
+    def swap(x):
+        if isinstance(x, (E.BufferLoad, T.BufferStore, T.BufferRegion)) and x.buffer is old:
+            return dataclasses.replace(x, buffer=new)
+        return x
+
+    def in_stmt(s):
+        s = map_exprs(s, lambda e: swap(e) if isinstance(e, E.BufferLoad) else None)
+        return _swap_stmts(s, swap)
+
+    return in_stmt(node)
+
+
+def _swap_stmts(node, swap):
+    """Apply `swap` to every statement and region under `node` (expressions excluded)."""
+    if isinstance(node, tuple):
+        new = tuple(_swap_stmts(x, swap) for x in node)
+        return node if all(a is b for a, b in zip(new, node)) else new
+    if not isinstance(node, (T.Stmt, T.BufferRegion)):
+        return node
+    changes = {}
+    for f in dataclasses.fields(node):
+        v = getattr(node, f.name)
+        new = _swap_stmts(v, swap)
+        if new is not v:
+            changes[f.name] = new
+    return swap(dataclasses.replace(node, **changes) if changes else node)
+
+
+def map_blocks(s: T.Stmt, fn) -> T.Stmt | None:
+    """`s` with every block `b` (outermost first) replaced by `fn(b)`; None removes a block,
+    and the loops and branches its removal leaves empty go with it (None when nothing of
+    `s` is left)."""
+    if isinstance(s, T.Block):
+        new = fn(s)
+        if new is None:
+            return None
+        body = map_blocks(new.body, fn)
+        body = T.SeqStmt(()) if body is None else body
+        return new if body is new.body else dataclasses.replace(new, body=body)
+    if isinstance(s, (T.For, T.Allocate)):
+        body = map_blocks(s.body, fn)
+        if body is None:
+            return None
+        return s if body is s.body else dataclasses.replace(s, body=body)
+    if isinstance(s, T.IfThenElse):
+        then = map_blocks(s.then_case, fn)
+        other = None if s.else_case is None else map_blocks(s.else_case, fn)
+        if then is None and other is None:
+            return None
+        if then is s.then_case and other is s.else_case:
+            return s
+        return T.IfThenElse(s.cond, T.SeqStmt(()) if then is None else then, other)
+    if isinstance(s, T.SeqStmt):
+        items = [map_blocks(x, fn) for x in s.stmts]
+        kept = [x for x in items if x is not None]
+        if s.stmts and not kept:
+            return None
+        if all(a is b for a, b in zip(items, s.stmts)):
+            return s
+        return T.seq(*kept)
+    return s

@@ -2,11 +2,12 @@
 
 Every primitive is a method marked `@instruction`. It resolves its handles to located
 statements (`_block`, `_loop`, `_int`), calls a pure function of the current PrimFunc
-(`loops.py`, `sampling.py`) that checks preconditions and returns the rewritten function,
-stores that function, and records itself with `_record`, which names the handles it
-returns. A primitive that raises leaves the schedule as it was. Positional parameters of a
-primitive are its trace inputs (handles and ints), keyword parameters its attributes, and
-sampling primitives take a `decision` keyword, which is how a trace replays them.
+(`loops.py`, `blocks.py`, `cache.py`, `reduction.py`, `compute_at.py`, `sampling.py`) that
+checks preconditions and returns the rewritten function, stores that function, and records
+itself with `_record`, which names the handles it returns. A primitive that raises leaves
+the schedule as it was. Handle and int parameters of a primitive are its trace inputs, the
+others (strings, flags) its attributes, and sampling primitives take a `decision` keyword,
+which is how a trace replays them.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 
 from tcc.ir import expr as E
 from tcc.ir import tir as T
-from tcc.lower.schedule import loops, sampling
+from tcc.lower.schedule import blocks, cache, compute_at, loops, reduction, sampling
 from tcc.lower.schedule.state import (
     BlockRV,
     ExprRV,
@@ -241,6 +242,72 @@ class Schedule:
         loc = self._target("annotate", target)
         self._func = loops.annotate(self._func, loc, key, value)
         self._record("annotate", [target], {"key": key, "value": value}, None)
+
+    # -- block primitives -------------------------------------------------------------------
+
+    @instruction
+    def compute_inline(self, block: BlockRV) -> None:
+        """Inline an elementwise producer's expression into the blocks reading its buffer."""
+        loc = self._block("compute_inline", block)
+        self._func = blocks.compute_inline(self._func, loc)
+        self._record("compute_inline", [block], {}, None)
+
+    @instruction
+    def reverse_compute_inline(self, block: BlockRV) -> None:
+        """Fold an elementwise consumer into the one block producing what it reads."""
+        loc = self._block("reverse_compute_inline", block)
+        self._func = blocks.reverse_compute_inline(self._func, loc)
+        self._record("reverse_compute_inline", [block], {}, None)
+
+    @instruction
+    def compute_at(self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False) -> None:
+        """Move a producer under a loop of its consumers, computing per iteration the part
+        of its buffer they read there."""
+        block_loc = self._block("compute_at", block)
+        loop_loc = self._loop("compute_at", loop)
+        self._func = compute_at.compute_at(self._func, block_loc, loop_loc, preserve_unit_loops)
+        attrs = {"preserve_unit_loops": preserve_unit_loops}
+        self._record("compute_at", [block, loop], attrs, None)
+
+    @instruction
+    def reverse_compute_at(
+        self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False
+    ) -> None:
+        """Move a consumer under a loop of its producers, consuming per iteration the part
+        of their buffer written there."""
+        block_loc = self._block("reverse_compute_at", block)
+        loop_loc = self._loop("reverse_compute_at", loop)
+        self._func = compute_at.reverse_compute_at(
+            self._func, block_loc, loop_loc, preserve_unit_loops
+        )
+        attrs = {"preserve_unit_loops": preserve_unit_loops}
+        self._record("reverse_compute_at", [block, loop], attrs, None)
+
+    @instruction
+    def cache_read(self, block: BlockRV, read_buffer_index: int, storage_scope: str) -> BlockRV:
+        """Copy a buffer the block reads into a new `storage_scope` buffer before its loop
+        nest and read the copy; returns the copying block."""
+        loc = self._block("cache_read", block)
+        self._func, name = cache.cache_read(self._func, loc, read_buffer_index, storage_scope)
+        attrs = {"storage_scope": storage_scope}
+        return self._record("cache_read", [block, read_buffer_index], attrs, BlockRV(name))
+
+    @instruction
+    def cache_write(self, block: BlockRV, write_buffer_index: int, storage_scope: str) -> BlockRV:
+        """Write into a new `storage_scope` buffer, copied back after the block's loop nest;
+        returns the copying block."""
+        loc = self._block("cache_write", block)
+        self._func, name = cache.cache_write(self._func, loc, write_buffer_index, storage_scope)
+        attrs = {"storage_scope": storage_scope}
+        return self._record("cache_write", [block, write_buffer_index], attrs, BlockRV(name))
+
+    @instruction
+    def decompose_reduction(self, block: BlockRV, loop: LoopRV) -> BlockRV:
+        """Split a reduction's init into its own block, placed before `loop`; returns it."""
+        block_loc = self._block("decompose_reduction", block)
+        loop_loc = self._loop("decompose_reduction", loop)
+        self._func, name = reduction.decompose_reduction(self._func, block_loc, loop_loc)
+        return self._record("decompose_reduction", [block, loop], {}, BlockRV(name))
 
     # -- sampling ---------------------------------------------------------------------------
 

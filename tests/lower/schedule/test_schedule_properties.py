@@ -1,6 +1,6 @@
-"""Random sequences of loop primitives on small real PrimFuncs keep the result, keep parallel
-and vector loops free of dependences, print and parse back, and leave a trace that
-round-trips through JSON and replays to an equal function.
+"""Random sequences of loop and block primitives on small real PrimFuncs keep the result,
+keep parallel and vector loops free of dependences, print and parse back, and leave a trace
+that round-trips through JSON and replays to an equal function.
 
 Independence is checked by running each parallel or vectorized loop backwards: iterations
 that touch nothing another iteration writes give the same result in any order.
@@ -35,7 +35,17 @@ from tests.lower.schedule.cases import (
 )
 
 FUNCS = {"add2d": add2d, "matmul": matmul, "softmax": softmax}
-OPS = ("split", "tile", "fuse", "reorder", "parallel", "vectorize", "unroll", "annotate")
+LOOP_OPS = ("split", "tile", "fuse", "reorder", "parallel", "vectorize", "unroll", "annotate")
+BLOCK_OPS = (
+    "compute_at",
+    "reverse_compute_at",
+    "compute_inline",
+    "reverse_compute_inline",
+    "cache_read",
+    "cache_write",
+    "decompose_reduction",
+)
+OPS = LOOP_OPS + BLOCK_OPS
 
 
 def random_step(sch: Schedule, choose) -> None:
@@ -59,6 +69,27 @@ def random_step(sch: Schedule, choose) -> None:
         getattr(sch, op)(choose(loops))
     elif op == "annotate":
         sch.annotate(choose([block, *loops]), "pragma_auto_unroll_max_step", choose([0, 16]))
+    elif op in BLOCK_OPS:
+        random_block_step(sch, op, block, loops, choose)
+
+
+def random_block_step(sch: Schedule, op: str, block, loops, choose) -> None:
+    """A block primitive on `block`; the loop of compute_at and reverse_compute_at is any
+    loop of any block, so most tries are refused and leave the function as it was."""
+    if op in ("compute_at", "reverse_compute_at"):
+        other = choose(sch.get_child_blocks(sch.get_block("root")))
+        target = sch.get_loops(other)
+        if target:
+            getattr(sch, op)(block, choose(target), preserve_unit_loops=choose([False, True]))
+    elif op in ("compute_inline", "reverse_compute_inline"):
+        getattr(sch, op)(block)
+    elif op == "cache_read" and sch.get(block).reads:
+        index = choose(range(len(sch.get(block).reads)))
+        sch.cache_read(block, index, choose(["global", "local"]))
+    elif op == "cache_write":
+        sch.cache_write(block, 0, choose(["global", "local"]))
+    elif op == "decompose_reduction" and loops:
+        sch.decompose_reduction(block, choose(loops))
 
 
 def random_schedule(name: str, steps: int, choose, seed: int = 0) -> Schedule:

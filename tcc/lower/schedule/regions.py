@@ -1,0 +1,170 @@
+"""The parts of a buffer that blocks touch, stated in loop variables, and their bounds.
+
+compute_at and reverse_compute_at need, for one iteration of a loop, the box of a buffer
+that the blocks under it read or write. Each access is stated in loop variables (a block's
+bindings substituted into its declared region); the loops inside the target loop are
+relaxed over their ranges while the target loop and the loops around it stay symbolic; and
+interval arithmetic bounds every index: sums, constant multiples, floor division and modulo
+by a positive constant, min and max. An index it cannot bound (a product of two variables,
+a load) makes the caller refuse. `gapless` tells when a box is exactly the set of elements
+touched, not a cover of it, which reverse_compute_at needs to know that it only reads
+elements already complete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tcc.ir import expr as E
+from tcc.ir import tir as T
+from tcc.lower.schedule.rewrite import substitute_expr
+
+Interval = tuple[E.PrimExpr, E.PrimExpr]  # inclusive lower and upper bounds
+
+
+@dataclass(frozen=True)
+class Box:
+    """Per buffer dimension, the first index and the number of indices."""
+
+    mins: tuple[E.PrimExpr, ...]
+    extents: tuple[E.PrimExpr, ...]
+
+
+def const_value(e) -> int | None:
+    """The value of an integer expression that simplifies to a constant."""
+    e = E.simplify(E.const(e))
+    return e.value if isinstance(e, E.IntImm) else None
+
+
+def loop_ranges(loops) -> dict[int, Interval]:
+    """Loop variable (by id) -> its inclusive range, for `bounds`."""
+    return {id(f.var): (f.min, E.simplify(f.min + f.extent - 1)) for f in loops}
+
+
+def bounds(e: E.PrimExpr, ranges: dict[int, Interval]) -> Interval | None:
+    """Inclusive bounds of an integer expression when the variables in `ranges` vary over
+    their ranges (other variables are fixed); None when it cannot tell."""
+    if isinstance(e, E.IntImm):
+        return e, e
+    if isinstance(e, E.Var):
+        return ranges.get(id(e), (e, e))
+    if not isinstance(e, E.BinOp):
+        return None
+    a, b = bounds(e.a, ranges), bounds(e.b, ranges)
+    if a is None or b is None:
+        return None
+    if e.op == "add":
+        return a[0] + b[0], a[1] + b[1]
+    if e.op == "sub":
+        return a[0] - b[1], a[1] - b[0]
+    if e.op in ("min", "max"):
+        return E.binop(e.op, a[0], b[0]), E.binop(e.op, a[1], b[1])
+    return _scaled(e.op, a, b)
+
+
+def _single(iv: Interval) -> int | None:
+    """The value of an interval holding one constant."""
+    lo, hi = const_value(iv[0]), const_value(iv[1])
+    return lo if lo is not None and lo == hi else None
+
+
+def _scaled(op: str, a: Interval, b: Interval) -> Interval | None:
+    """Bounds of `a op b` for mul, floordiv and floormod when one side is a constant."""
+    c = _single(b)
+    if op == "mul" and c is None:
+        a, c = b, _single(a)
+    if c is None:
+        return None
+    if op == "mul":
+        return (a[0] * c, a[1] * c) if c >= 0 else (a[1] * c, a[0] * c)
+    if c <= 0:
+        return None
+    if op == "floordiv":
+        return a[0] // c, a[1] // c
+    if op == "floormod":
+        lo, hi = const_value(a[0]), const_value(a[1])
+        if lo is not None and hi is not None and lo // c == hi // c:
+            return E.const(lo % c), E.const(hi % c)
+        return E.const(0), E.const(c - 1)
+    return None
+
+
+def access_in_loops(block: T.Block, region: T.BufferRegion, bindings: dict) -> T.BufferRegion:
+    """A region a block declares, stated in loop variables instead of iteration variables."""
+    return T.BufferRegion(
+        region.buffer,
+        tuple((substitute_expr(lo, bindings), ext) for lo, ext in region.ranges),
+    )
+
+
+def box(regions: list[T.BufferRegion], ranges: dict[int, Interval]) -> Box | None:
+    """The smallest box holding every region as the variables in `ranges` vary; None when
+    an index cannot be bounded."""
+    mins: list[E.PrimExpr] = []
+    maxs: list[E.PrimExpr] = []
+    for r in regions:
+        for d, (lo, ext) in enumerate(r.ranges):
+            low = bounds(lo, ranges)
+            high = bounds(E.simplify(lo + ext - 1), ranges)
+            if low is None or high is None:
+                return None
+            if d == len(mins):
+                mins.append(low[0])
+                maxs.append(high[1])
+            else:
+                mins[d] = E.simplify(E.binop("min", mins[d], low[0]))
+                maxs[d] = E.simplify(E.binop("max", maxs[d], high[1]))
+    extents = tuple(E.simplify(hi - lo + 1) for lo, hi in zip(mins, maxs))
+    return Box(tuple(E.simplify(m) for m in mins), extents)
+
+
+def _linear_terms(e: E.PrimExpr, relaxed: list[E.Var]) -> dict[int, int] | None:
+    """Coefficient of each relaxed variable (by id) when `e` is affine in them."""
+    zero = {v: E.const(0, v.dtype) for v in relaxed}
+    base = substitute_expr(e, zero)
+    coeffs: dict[int, int] = {}
+    rebuilt = base
+    for v in relaxed:
+        c = const_value(substitute_expr(e, {**zero, v: E.const(1, v.dtype)}) - base)
+        if c is None:
+            return None
+        if c:
+            coeffs[id(v)] = c
+            rebuilt = rebuilt + v * c
+    return coeffs if E.prove_equal(E.simplify(rebuilt - e), 0) else None
+
+
+def gapless(region: T.BufferRegion, loops: list[T.For]) -> bool:
+    """Whether the elements `region` (in loop variables) touches as `loops` run fill a box
+    with no gaps: every index affine in the loop variables with positive coefficients that
+    step by at most what the smaller terms span, and no loop feeding two dimensions."""
+    relaxed = [f.var for f in loops]
+    extents = {id(f.var): const_value(f.extent) for f in loops}
+    seen: set[int] = set()
+    for lo, ext in region.ranges:
+        if const_value(ext) != 1:
+            return False
+        coeffs = _linear_terms(lo, relaxed)
+        if coeffs is None or seen & set(coeffs):
+            return False
+        seen |= set(coeffs)
+        reach = 0  # the terms so far cover offsets 0..reach without a gap
+        for var_id, c in sorted(coeffs.items(), key=lambda kv: kv[1]):
+            n = extents[var_id]
+            if c < 0 or n is None or c > reach + 1:
+                return False
+            reach += c * (n - 1)
+    return True
+
+
+def iter_loads(node) -> Iterator[E.BufferLoad]:
+    """Every buffer load in a statement or expression (also inside load indices)."""
+    if isinstance(node, E.BufferLoad):
+        yield node
+    if isinstance(node, tuple):
+        for x in node:
+            yield from iter_loads(x)
+    elif isinstance(node, (E.PrimExpr, T.Stmt, T.IterVar, T.BufferRegion)):
+        for name in node.__dataclass_fields__:
+            yield from iter_loads(getattr(node, name))
