@@ -380,6 +380,54 @@ def locals_(A: Buffer((n, 8), "float32"), B: Buffer((n, 8), "float32")):
         np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
 
 
+LOOP_LOCALS = """
+@prim_func
+def row_sums(A: Buffer((n, 16), "float32"), B: Buffer((n, 4), "float32")):
+    for i in serial(0, n):
+        with allocate((4, 4), "float32", scope="local") as tile:
+            for j in serial(0, 16):
+                tile[j // 4, j % 4] = A[i, j] * 2.0
+            for r in serial(0, 4):
+                B[i, r] = tile[r, 0] + tile[r, 1] + tile[r, 2] + tile[r, 3]
+
+
+@prim_func
+def row_sums_parallel(A: Buffer((n, 16), "float32"), B: Buffer((n, 4), "float32")):
+    for i in parallel(0, n):
+        with allocate((4, 4), "float32", scope="local") as tile:
+            for j in serial(0, 16):
+                tile[j // 4, j % 4] = A[i, j] * 2.0
+            for r in serial(0, 4):
+                B[i, r] = tile[r, 0] + tile[r, 1] + tile[r, 2] + tile[r, 3]
+"""
+
+
+def _entry_allocas(module, name: str) -> list[str]:
+    """The types of the allocas in the entry block of function `name`."""
+    fn = module.get_global(name)
+    return [str(ins.allocated_type) for ins in fn.blocks[0].instructions if ins.opname == "alloca"]
+
+
+def test_a_small_buffer_inside_a_loop_is_one_entry_block_alloca():
+    """A register tile allocated per iteration takes stack space once, in the entry block
+    (where LLVM's SROA can promote it), never malloc per iteration; inside a parallel loop
+    that entry block is the outlined function's, so every thread has its own tile."""
+    module = build_module(parse_module(LOOP_LOCALS).prim_funcs, parse_target("llvm"))[0]
+    assert 'call ptr @"malloc"' not in str(module)
+    assert _entry_allocas(module, "row_sums.compute") == ["[16 x float]"]
+    assert "[16 x float]" not in _entry_allocas(module, "row_sums_parallel.compute")
+    assert _entry_allocas(module, "row_sums_parallel.parallel0") == ["[16 x float]"]
+    with load(LOOP_LOCALS) as lib:
+        a = rand(301, 16)
+        want = (a * 2).reshape(301, 4, 4).sum(axis=2)
+        for name in ("row_sums", "row_sums_parallel"):
+            b = np.zeros((301, 4), np.float32)
+            lib.set_num_threads(2)
+            lib.call(name, [a, b])
+            lib.set_num_threads(0)
+            np.testing.assert_allclose(b, want, rtol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------
 # expressions and dtypes
 

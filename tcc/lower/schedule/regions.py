@@ -5,10 +5,13 @@ that the blocks under it read or write. Each access is stated in loop variables 
 bindings substituted into its declared region); the loops inside the target loop are
 relaxed over their ranges while the target loop and the loops around it stay symbolic; and
 interval arithmetic bounds every index: sums, constant multiples, floor division and modulo
-by a positive constant, min and max. An index it cannot bound (a product of two variables,
-a load) makes the caller refuse. `gapless` tells when a box is exactly the set of elements
-touched, not a cover of it, which reverse_compute_at needs to know that it only reads
-elements already complete.
+by a positive constant, min and max; an index free of relaxed variables is its own bound.
+An index it cannot bound (a product of two relaxed variables, a load) makes the caller
+refuse. `gapless` tells when a box is exactly the set of elements touched, not a cover of
+it, which reverse_compute_at needs to know that it only reads elements already complete.
+`accesses` lists every access under a statement (declared regions, loads, stores) in loop
+variables with the loops around it, for the dependence check of parallel loops and for
+compacting buffers.
 """
 
 from __future__ import annotations
@@ -45,10 +48,10 @@ def loop_ranges(loops) -> dict[int, Interval]:
 def bounds(e: E.PrimExpr, ranges: dict[int, Interval]) -> Interval | None:
     """Inclusive bounds of an integer expression when the variables in `ranges` vary over
     their ranges (other variables are fixed); None when it cannot tell."""
-    if isinstance(e, E.IntImm):
-        return e, e
     if isinstance(e, E.Var):
         return ranges.get(id(e), (e, e))
+    if next(iter_loads(e), None) is None and not any(id(v) in ranges for v in E.free_vars(e)):
+        return e, e  # fixed: exact, where the rules below would lose `t % 4` to [0, 3]
     if not isinstance(e, E.BinOp):
         return None
     a, b = bounds(e.a, ranges), bounds(e.b, ranges)
@@ -168,3 +171,82 @@ def iter_loads(node) -> Iterator[E.BufferLoad]:
     elif isinstance(node, (E.PrimExpr, T.Stmt, T.IterVar, T.BufferRegion)):
         for name in node.__dataclass_fields__:
             yield from iter_loads(getattr(node, name))
+
+
+@dataclass(frozen=True)
+class Access:
+    """One access to a buffer under a walked statement: a region a block declares, or a load
+    or store in a body. `region` is as the IR states it (iteration variables), `in_loops`
+    the same with every iteration variable replaced by its binding, and `loops` the loops
+    around it under the walked statement, outermost first: the ones to relax for the part
+    one iteration of an enclosing loop touches."""
+
+    block: T.Block | None  # the innermost block around it; None outside every block
+    kind: str  # "writes" or "reads"
+    region: T.BufferRegion
+    in_loops: T.BufferRegion
+    loops: tuple[T.For, ...]
+    bindings: dict  # iteration Var -> its value in loop variables, at the access
+
+    @property
+    def buffer(self) -> T.Buffer:
+        return self.region.buffer
+
+
+def _point_region(buffer: T.Buffer, indices) -> T.BufferRegion:
+    return T.BufferRegion(buffer, tuple((i, E.const(1)) for i in indices))
+
+
+def _expr_parts(s: T.Stmt) -> tuple:
+    """The expressions a statement evaluates itself (not those of statements inside it)."""
+    if isinstance(s, T.For):
+        return (s.min, s.extent)
+    if isinstance(s, T.IfThenElse):
+        return (s.cond,)
+    if isinstance(s, T.BufferStore):
+        return (s.value, *s.indices)
+    if isinstance(s, T.Evaluate):
+        return (s.value,)
+    return ()
+
+
+def accesses(stmt: T.Stmt, bindings: dict | None = None) -> list[Access]:
+    """Every access under `stmt` in program order: per block its declared writes and reads,
+    then the stores and loads of its init and body; loads and stores outside blocks too.
+    `bindings` gives the iteration variables of blocks around `stmt`."""
+    found: list[Access] = []
+    _walk_accesses(stmt, dict(bindings or {}), (), None, found)
+    return found
+
+
+def _walk_accesses(s, env: dict, loops: tuple, owner, found: list[Access]) -> None:
+    if isinstance(s, T.Block):
+        env = {**env, **{iv.var: substitute_expr(iv.binding, env) for iv in s.iter_vars}}
+        for kind, regions in (("writes", s.writes), ("reads", s.reads)):
+            found.extend(_access(s, kind, r, env, loops) for r in regions)
+        for part in (s.init, s.body):
+            if part is not None:
+                _walk_accesses(part, env, loops, s, found)
+        return
+    if isinstance(s, T.BufferStore):
+        found.append(_access(owner, "writes", _point_region(s.buffer, s.indices), env, loops))
+    for ld in iter_loads(_expr_parts(s)):
+        found.append(_access(owner, "reads", _point_region(ld.buffer, ld.indices), env, loops))
+    if isinstance(s, T.For):
+        _walk_accesses(s.body, env, (*loops, s), owner, found)
+    elif isinstance(s, T.SeqStmt):
+        for x in s.stmts:
+            _walk_accesses(x, env, loops, owner, found)
+    elif isinstance(s, T.IfThenElse):
+        for x in (s.then_case, s.else_case):
+            if x is not None:
+                _walk_accesses(x, env, loops, owner, found)
+    elif isinstance(s, T.Allocate):
+        _walk_accesses(s.body, env, loops, owner, found)
+
+
+def _access(block, kind: str, region: T.BufferRegion, env: dict, loops: tuple) -> Access:
+    in_loops = T.BufferRegion(
+        region.buffer, tuple((substitute_expr(lo, env), ext) for lo, ext in region.ranges)
+    )
+    return Access(block, kind, region, in_loops, loops, env)

@@ -1,8 +1,11 @@
 """parallel / vectorize / bind accept a loop only when its iterations are independent: each
-way a loop can carry a dependence is refused with its reason, and the independent shapes a
-later compute_at produces (producer and consumer under one loop, private storage) pass."""
+way a loop can carry a dependence is refused with its reason, and the independent shapes the
+block primitives produce pass: producer and consumer under one loop, private storage, and
+nests of their own (an init, a write-back, an epilogue) touching each iteration's own tile."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 import pytest
@@ -10,7 +13,13 @@ import pytest
 from tcc.ir import tir as T
 from tcc.ir.parser import parse_module
 from tcc.lower.schedule import Schedule, ScheduleError
+from tcc.lower.schedule.state import walk
 from tests.lower.schedule.cases import arrays_for, matmul, outputs_of
+from tests.lower.schedule.test_schedule_blocks import (
+    big_matmul,
+    conv_add_relu,
+    scheduled,
+)
 
 TEXT = """
 @prim_func
@@ -127,6 +136,58 @@ def fused(A: Buffer((8,), "float32"), C: Buffer((8,), "float32")):
                     reads(L[0])
                     writes(C[vk])
                     C[vk] = L[0]
+
+
+@prim_func
+def prefix_sum(A: Buffer((8,), "float32"), B: Buffer((8,), "float32")):
+    with block("root"):
+        reads()
+        writes()
+        for t in serial(0, 2):
+            for u in serial(0, 4):
+                with block("P"):
+                    vi = axis.spatial(8, t * 4 + u)
+                    reads(A[vi], B[vi - 1])
+                    writes(B[vi])
+                    B[vi] = A[vi] + select(vi > 0, B[vi - 1], 0.0)
+
+
+@prim_func
+def line_stencil(A: Buffer((5, 4), "float32"), C: Buffer((4, 4), "float32")):
+    with block("root"):
+        B = alloc_buffer((5, 4), "float32")
+        reads()
+        writes()
+        for i in serial(0, 5):
+            for j in serial(0, 4):
+                with block("B"):
+                    vi = axis.spatial(5, i)
+                    vj = axis.spatial(4, j)
+                    reads(A[vi, vj])
+                    writes(B[vi, vj])
+                    B[vi, vj] = A[vi, vj] * 2.0
+            for k in serial(0, 4):
+                if i > 0:
+                    with block("C"):
+                        wi = axis.spatial(4, i - 1)
+                        wj = axis.spatial(4, k)
+                        reads(B[wi, wj], B[wi + 1, wj])
+                        writes(C[wi, wj])
+                        C[wi, wj] = B[wi, wj] + B[wi + 1, wj]
+
+
+@prim_func
+def fused_rows(A: Buffer((4, 4), "float32"), B: Buffer((4,), "float32")):
+    with block("root"):
+        reads()
+        writes()
+        for f in serial(0, 16):
+            with block("R"):
+                vi = axis.spatial(4, f // 4)
+                vj = axis.spatial(4, f % 4)
+                reads(A[vi, vj])
+                writes(B[vi])
+                B[vi] = A[vi, vj]
 """
 
 FUNCS = parse_module(TEXT).prim_funcs
@@ -175,6 +236,22 @@ def test_a_loop_split_from_a_reduction_still_carries_it():
         ("raw", "D", 0, "a condition reads memory (`A[j] > 0.0`) outside any block"),
         ("gather", "G", 0, "block 'G' reads B[0:8], which other iterations of the loop write"),
         ("fused", "Q2", 0, "block 'Q2' reads T[vj + 1], which other iterations of the loop write"),
+        # tiles of a prefix sum: each tile starts from the last element of the one before
+        (
+            "prefix_sum",
+            "P",
+            0,
+            "block 'P' reads B[vi - 1], which other iterations of the loop write",
+        ),
+        # row i - 1 of the stencil needs row i - 1 of B, which the previous iteration made
+        (
+            "line_stencil",
+            "C",
+            0,
+            "block 'C' reads B[wi, wj], which other iterations of the loop write",
+        ),
+        # every f // 4 (a digit of the fused loop) is written by four iterations
+        ("fused_rows", "R", 0, "block 'R' writes B[vi], which does not tell the iterations apart"),
     ],
 )
 def test_a_loop_carried_dependence_is_refused(func, block, position, reason):
@@ -211,3 +288,75 @@ def test_bind_checks_the_thread_axis():
     refused_with(
         sch, "bind", j, "loop 'i0' around or inside it is bound to threadIdx.x", "threadIdx.x"
     )
+
+
+def test_overlapping_tiles_of_a_computed_at_producer_are_refused():
+    """compute_at recomputes the halo column in both tiles next to it: what the consumer
+    reads, the producer of the next tile writes too (the innermost loop stays fine)."""
+    sch = scheduled("stencil_compute_at_guarded")
+    outer, inner = sch.get_loops(sch.get_block("C"))[1:]
+    reason = "block 'C' reads B[wi, wj], which other iterations of the loop write"
+    refused_with(sch, "parallel", outer, f"{reason}; its iterations cannot run at once")
+    sch.vectorize(inner)
+
+
+def micro_kernel(sch: Schedule, fused: bool) -> None:
+    """The matmul micro-kernel (docs/schedule.md) made parallel last, over the row tiles or
+    over the fused row and column tiles: the init and write-back nests index the local
+    tile with loops of their own."""
+    block = sch.get_block("matmul")
+    i, j, k = sch.get_loops(block)
+    i0, i1 = sch.split(i, [None, 4])
+    j0, j1 = sch.split(j, [None, 8])
+    sch.reorder(i0, j0, k, i1, j1)
+    tile = sch.fuse(i0, j0) if fused else j0
+    write_back = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(write_back, tile)
+    init = sch.decompose_reduction(block, k)
+    sch.unroll(i1)
+    sch.vectorize(j1)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.vectorize(sch.get_loops(write_back)[-1])
+    sch.parallel(tile if fused else i0)
+
+
+def conv_channels_after_epilogue(sch: Schedule) -> None:
+    """The epilogue moved under the channel loop first; the channel loop then runs in
+    parallel although the epilogue reads conv2d[0, ...] where the conv writes
+    conv2d[v_i0, ...]."""
+    c = sch.get_loops(sch.get_block("conv2d"))[1]
+    sch.reverse_compute_at(sch.get_block("relu"), c)
+    sch.parallel(c)
+
+
+def conv_channels_after_write_back(sch: Schedule) -> None:
+    """Accumulated locally per output row with the epilogue in the write-back, init split
+    off, then the channel loop made parallel."""
+    conv = sch.get_block("conv2d")
+    loops = sch.get_loops(conv)
+    write_back = sch.cache_write(conv, 0, "local")
+    sch.reverse_compute_at(write_back, loops[2])
+    sch.reverse_compute_inline(sch.get_block("relu"))
+    sch.decompose_reduction(conv, loops[4])
+    sch.parallel(loops[1])
+
+
+PARALLEL_LAST = {
+    "matmul_row_tiles": (big_matmul, partial(micro_kernel, fused=False)),
+    "matmul_fused_tiles": (big_matmul, partial(micro_kernel, fused=True)),
+    "conv_epilogue_at": (conv_add_relu, conv_channels_after_epilogue),
+    "conv_write_back": (conv_add_relu, conv_channels_after_write_back),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARALLEL_LAST))
+def test_parallel_after_block_primitives_keeps_the_result(name):
+    make, schedule = PARALLEL_LAST[name]
+    func = make()
+    sch = Schedule(func)
+    schedule(sch)
+    kinds = [loc.stmt.kind for loc in walk(sch.func.body) if isinstance(loc.stmt, T.For)]
+    assert T.ForKind.PARALLEL in kinds
+    arrays = arrays_for(func, np.random.default_rng(1))
+    for got, want in zip(outputs_of(sch.func, arrays), outputs_of(func, arrays)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

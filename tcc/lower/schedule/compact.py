@@ -1,0 +1,213 @@
+"""Compact buffers: allocate each intermediate buffer where it is used, at the size one
+iteration uses (TVM's PlanAndUpdateBufferAllocationLocation + CompactBufferAllocation).
+
+After scheduling, a buffer allocated in a block (`alloc_buffer`, usually in the root) is
+often touched only under some loop: a micro-kernel's local accumulator lives inside its
+tile loop, a producer computed at a consumer's loop inside that loop. `compact_buffers`
+moves such a buffer's allocation into the innermost loop around all of its accesses (an
+`Allocate` wrapping the loop's body) and shrinks each dimension to the box that one
+iteration of that loop touches (`regions.box`, the loops inside relaxed), rebasing every
+load, store and declared region by the box's first index. A 4 x 16 register tile then is
+a 4 x 16 array that LLVM promotes to registers, and a buffer under a parallel loop becomes
+each thread's own copy.
+
+The allocation stays above a loop that must carry the buffer's values from one iteration
+to the next: a loop feeding a reduction variable of a block that writes the buffer (it
+accumulates across that loop's iterations), a vectorized or thread-bound loop (its
+iterations share one body), and a loop whose body reads the buffer before writing it.
+Otherwise it relies on what the schedule primitives keep: each iteration writes the
+elements it later reads (compute_at, reverse_compute_at, cache_read and cache_write build
+exactly that). A dimension whose box is not a constant smaller than the buffer keeps its
+size, unshifted; a buffer that would not have a constant size inside the loop stays in its
+block (shrunk to what all its accesses touch), so no loop allocates memory per iteration.
+The computed result is unchanged.
+
+Run it once scheduling is done, on the scheduled PrimFunc, right before code generation:
+the schedule primitives work on buffers allocated in blocks and do not expect the
+`Allocate` statements it creates. The result of compacting twice is the result of
+compacting once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tcc.ir import expr as E
+from tcc.ir import tir as T
+from tcc.lower.schedule import regions as R
+from tcc.lower.schedule.rewrite import map_exprs
+from tcc.lower.schedule.state import Located, find_block, find_loop, replace, walk
+
+_PINNED = (T.ForKind.VECTORIZED, T.ForKind.THREAD_BINDING)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """Where a buffer goes (None: stays in its block) and its new shape and offsets."""
+
+    loop: T.For | None
+    shape: tuple
+    offsets: tuple[E.PrimExpr | None, ...]  # per dimension; None where nothing shifts
+
+
+def _common_loops(found: list[R.Access]) -> list[T.For]:
+    """The loops around every access, outermost first."""
+    common = list(found[0].loops)
+    for a in found[1:]:
+        n = 0
+        while n < min(len(common), len(a.loops)) and common[n] is a.loops[n]:
+            n += 1
+        del common[n:]
+    return common
+
+
+def _carrying_loops(found: list[R.Access]) -> set[int]:
+    """Loops (by variable id) that feed a reduction variable of a block writing the buffer."""
+    carrying: set[int] = set()
+    for a in found:
+        if a.kind != "writes" or a.block is None:
+            continue
+        for iv in a.block.iter_vars:
+            if iv.kind is T.IterKind.REDUCE:
+                carrying.update(id(v) for v in E.free_vars(a.bindings[iv.var]))
+    return carrying
+
+
+def _writes_first(found: list[R.Access], loop: T.For) -> bool:
+    """Whether the first block under `loop` to touch the buffer writes it before any read:
+    it does not read it, or its init writes it."""
+    first = next(a for a in found if any(f is loop for f in a.loops))
+    if first.block is None:
+        return first.kind == "writes"
+    touches = [a for a in found if a.block is first.block]
+    if not any(a.kind == "writes" for a in touches):
+        return False
+    init_writes = first.block.init is not None and any(
+        isinstance(loc.stmt, T.BufferStore) and loc.stmt.buffer is first.buffer
+        for loc in walk(first.block.init)
+    )
+    return init_writes or all(a.kind == "writes" for a in touches)
+
+
+def _home(found: list[R.Access]) -> T.For | None:
+    """The innermost loop around every access that may hold the allocation."""
+    carrying = _carrying_loops(found)
+    candidates: list[T.For] = []
+    for loop in _common_loops(found):
+        if loop.kind in _PINNED or id(loop.var) in carrying:
+            break
+        candidates.append(loop)
+    return next((f for f in reversed(candidates) if _writes_first(found, f)), None)
+
+
+def _plan(buf: T.Buffer, found: list[R.Access]) -> _Plan | None:
+    """Where `buf` goes and its shape there; None when nothing changes. It moves into a
+    loop only at a constant size (free to allocate per iteration), else it is only shrunk
+    where it is."""
+    home = _home(found)
+    plan = _plan_at(buf, found, home)
+    if home is not None and (plan is None or any(not isinstance(d, int) for d in plan.shape)):
+        plan = _plan_at(buf, found, None)
+    if plan is None or (plan.loop is None and plan.shape == tuple(buf.shape)):
+        return None
+    return plan
+
+
+def _plan_at(buf: T.Buffer, found: list[R.Access], loop: T.For | None) -> _Plan | None:
+    """The box of `buf` one iteration of `loop` touches (all of it when None) as a new
+    shape and offsets; None when an index cannot be bounded."""
+    depth = 0 if loop is None else next(k for k, f in enumerate(found[0].loops) if f is loop) + 1
+    ranges: dict = {}
+    for a in found:
+        ranges.update(R.loop_ranges(a.loops[depth:]))
+    box = R.box([a.in_loops for a in found], ranges)
+    if box is None:
+        return None
+    shape, offsets = [], []
+    for dim, lo, ext in zip(buf.shape, box.mins, box.extents):
+        size, full = R.const_value(ext), R.const_value(E.const(dim))
+        if size is not None and size > 0 and (full is None or size < full):
+            shape.append(size)
+            offsets.append(None if R.const_value(lo) == 0 else lo)
+        else:
+            shape.append(dim)
+            offsets.append(None)
+    return _Plan(loop, tuple(shape), tuple(offsets))
+
+
+def _shift(indices: tuple, offsets: tuple) -> tuple:
+    return tuple(i if o is None else E.simplify(i - o) for i, o in zip(indices, offsets))
+
+
+def _rebase(node, old: T.Buffer, new: T.Buffer, offsets: tuple):
+    """`node` with every load, store and region of `old` using `new`, indices shifted."""
+
+    def load(e: E.PrimExpr) -> E.PrimExpr | None:
+        if isinstance(e, E.BufferLoad) and e.buffer is old:
+            return dataclasses.replace(e, buffer=new, indices=_shift(e.indices, offsets))
+        return None
+
+    return _map_stmts(map_exprs(node, load), old, new, offsets)
+
+
+def _map_stmts(node, old: T.Buffer, new: T.Buffer, offsets: tuple):
+    """Stores and regions of `old` redirected to `new` (expressions left as they are)."""
+    if isinstance(node, tuple):
+        items = tuple(_map_stmts(x, old, new, offsets) for x in node)
+        return node if all(a is b for a, b in zip(items, node)) else items
+    if isinstance(node, T.BufferRegion) and node.buffer is old:
+        starts = _shift(tuple(lo for lo, _ in node.ranges), offsets)
+        return T.BufferRegion(new, tuple((s, ext) for s, (_, ext) in zip(starts, node.ranges)))
+    if not isinstance(node, T.Stmt):
+        return node
+    changes = {}
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        rebuilt = _map_stmts(value, old, new, offsets)
+        if rebuilt is not value:
+            changes[f.name] = rebuilt
+    if isinstance(node, T.BufferStore) and node.buffer is old:
+        changes.update(buffer=new, indices=_shift(node.indices, offsets))
+    return dataclasses.replace(node, **changes) if changes else node
+
+
+def _bindings(loc: Located) -> dict:
+    return {iv.var: iv.binding for iv in loc.stmt.iter_vars}
+
+
+def _compact_one(func: T.PrimFunc, block_name: str, buf: T.Buffer) -> T.PrimFunc:
+    (loc,) = find_block(func, block_name)
+    parent: T.Block = loc.stmt
+    found = [
+        a
+        for part in (parent.init, parent.body)
+        if part is not None
+        for a in R.accesses(part, _bindings(loc))
+        if a.buffer is buf
+    ]
+    plan = _plan(buf, found) if found else None
+    if plan is None:
+        return func
+    new = dataclasses.replace(buf, shape=plan.shape)
+    kept = tuple(b for b in parent.alloc_buffers if b is not buf)
+    allocs = kept if plan.loop is not None else (*kept, new)
+    rebased = _rebase(dataclasses.replace(parent, alloc_buffers=allocs), buf, new, plan.offsets)
+    func = replace(func, loc, rebased)
+    if plan.loop is not None:
+        at = find_loop(func, plan.loop.var)
+        func = replace(func, at, dataclasses.replace(at.stmt, body=T.Allocate(new, at.stmt.body)))
+    return func
+
+
+def compact_buffers(func: T.PrimFunc) -> T.PrimFunc:
+    """`func` with every buffer a block allocates moved into the innermost loop around its
+    accesses and shrunk to what one iteration of that loop touches (module docstring)."""
+    owners = [
+        (loc.stmt.name, buf)
+        for loc in walk(func.body)
+        if isinstance(loc.stmt, T.Block)
+        for buf in loc.stmt.alloc_buffers
+    ]
+    for block_name, buf in owners:
+        func = _compact_one(func, block_name, buf)
+    return func
