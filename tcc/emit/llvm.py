@@ -11,8 +11,14 @@ internal compute function built here, statement by statement:
   outlined into a function that `GOMP_parallel` (libgomp, the OpenMP runtime shipped with
   the C compiler) runs on every thread, each thread taking one contiguous chunk.
 * `Block`: iteration variables are bound from their bindings, `init` runs when every
-  reduction variable is 0, local buffers live on the stack when small and constant-sized,
-  on the heap (malloc/free) otherwise.
+  reduction variable is 0.
+* Local buffers (a block's `alloc_buffer`, an `Allocate`) of constant size up to 16 KiB
+  are one `alloca` in the entry block of the function being built, however deep the loop
+  they live in: the compute function, or the outlined function of the parallel loop around
+  them, so each thread has its own copy. LLVM's SROA then promotes a register tile whose
+  indices unrolling makes constant (what `compact_buffers` in tcc.lower.schedule makes of a
+  micro-kernel's accumulator) to registers. Others are malloc'd where their scope begins
+  and freed where it ends.
 
 The module is built with llvmlite.ir, parsed and verified, optimized at O3 with the new pass
 manager, and emitted for the target machine. Everything is named by counters in build order,
@@ -183,7 +189,7 @@ class _KernelGen(ExprEmitter):
         if kind == "contiguous":
             vt = ir.VectorType(elem, self.env[u].type.count)
             p = b.gep(ptr, [self._lane0(flat)], source_etype=elem)
-            return self.mem_to_reg(b.load(p, typ=vt, align=_align(elem)), dtype)
+            return self.mem_to_reg(self.load_lanes(p, vt, _align(elem)), dtype)
         offsets = self.expr(flat)  # uniform: a scalar; gather: one offset per lane
         return self.mem_to_reg(
             self.lanewise(
@@ -489,7 +495,9 @@ def build_module(funcs: Mapping[str, T.PrimFunc], target: Target) -> tuple[ir.Mo
     for name in sorted(funcs):
         _check_name(name)
         try:
-            _KernelGen(rt, name, funcs[name]).build()
+            gen = _KernelGen(rt, name, funcs[name])
+            gen.fp_contract = target.fp_contract
+            gen.build()
         except CodegenError as e:
             raise CodegenError(f"kernel {name!r}: {e}") from None
     return module, rt

@@ -6,6 +6,17 @@ the other dtypes are themselves. Memory types differ only for bool (i8) and floa
 When a vector meets a scalar (an operand that does not depend on the vectorized loop), the
 scalar is broadcast, so vector code is scalar code run on all lanes at once.
 
+Where the target allows it (`Target.fp_contract`), a float32/float64 `x * y + z` (or `- z`,
+or `z - x * y`) in the expression tree becomes one `llvm.fmuladd`: a fused multiply-add on
+machines that have one, rounding once. tcc picks the pairs from the expression, not LLVM's
+instruction selection, so a kernel gives the same bits however it is scheduled or
+vectorized. float16 keeps numpy's rounding after every operation.
+
+A select that loads in a branch (padding) runs only the chosen branch. With a scalar
+condition that is a branch and a phi; with one that differs between lanes (padding along a
+vectorized loop) both branches run under a lane mask, and their loads become masked loads
+that never touch the memory of a masked-off lane.
+
 Integer division follows tcc's rules: `floordiv`/`floormod` round toward minus infinity, `div`
 on integers truncates (C), and a divisor that is not a nonzero constant is guarded so that
 division by zero gives 0 (as numpy does) instead of a hardware trap.
@@ -39,6 +50,7 @@ _LLVM_MATH = {
 _LIBM = frozenset({"tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
                    "atanh", "erf", "log1p", "expm1", "atan2"})  # fmt: skip
 _INT_IDENTITY = frozenset({"floor", "ceil", "round", "trunc", "nearbyint"})
+_FUSED = frozenset({"float32", "float64"})  # dtypes whose x * y + z may round once
 
 
 def reg_type(dtype: str, what: str = "a value") -> ir.Type:
@@ -70,6 +82,10 @@ def _signed(dtype: str) -> bool:
     return not dtype.startswith("uint") and dtype != "bool"
 
 
+def _is_product(e: E.PrimExpr, dtype: str) -> bool:
+    return isinstance(e, E.BinOp) and e.op == "mul" and e.dtype == dtype
+
+
 def children(e: E.PrimExpr):
     """The operands of an expression (a load's indices included)."""
     for name in getattr(e, "__dataclass_fields__", ()):
@@ -99,6 +115,8 @@ class ExprEmitter:
     b: ir.IRBuilder
     module: ir.Module
     env: dict
+    fp_contract: bool = True  # the target's choice: fuse float x * y + z (one rounding)
+    mask: ir.Value | None = None  # the lanes whose loads may run (inside a lane-varying select)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -241,6 +259,10 @@ class ExprEmitter:
         return const_value(e.dtype, e.value)
 
     def _binop(self, e: E.BinOp) -> ir.Value:
+        if self.fp_contract and e.op in ("add", "sub") and e.dtype in _FUSED:
+            fused = self._mul_add(e)
+            if fused is not None:
+                return fused
         a, b = self.unify(self.expr_as(e.a, e.dtype), self.expr_as(e.b, e.dtype))
         if is_float(e.dtype):
             return self.finish(self._float_bin(e.op, a, b, e.dtype), e.dtype)
@@ -248,6 +270,22 @@ class ExprEmitter:
             a, b = self.convert(a, "bool", "int8"), self.convert(b, "bool", "int8")
             return self.convert(self._int_bin(e.op, a, b, "int8", e.b), "int8", "bool")
         return self._int_bin(e.op, a, b, e.dtype, e.b)
+
+    def _mul_add(self, e: E.BinOp) -> ir.Value | None:
+        """`x * y + z`, `x * y - z` or `z - x * y` as one llvm.fmuladd (negating a value is
+        exact); None when neither operand is a product of the same dtype."""
+        if _is_product(e.a, e.dtype):
+            product, addend = e.a, e.b
+        elif _is_product(e.b, e.dtype):
+            product, addend = e.b, e.a
+        else:
+            return None
+        x, y, z = (self.expr_as(v, e.dtype) for v in (product.a, product.b, addend))
+        if e.op == "sub" and product is e.a:
+            z = self.b.fneg(z)
+        elif e.op == "sub":
+            x = self.b.fneg(x)
+        return self.intrinsic("llvm.fmuladd", *self.unify(x, y, z))
 
     def _float_bin(self, op: str, a, b, dtype: str) -> ir.Value:
         bld = self.b
@@ -334,7 +372,7 @@ class ExprEmitter:
     def _select(self, e: E.Select) -> ir.Value:
         c = self.expr_as(e.cond, "bool")
         if has_load(e.true_value) or has_load(e.false_value):
-            return self._guarded_select(c, e)
+            return self._masked_select(c, e) if lanes_of(c) else self._guarded_select(c, e)
         t, f = self.expr_as(e.true_value, e.dtype), self.expr_as(e.false_value, e.dtype)
         if lanes_of(c):
             c, t, f = self.unify(c, t, f)
@@ -345,8 +383,6 @@ class ExprEmitter:
     def _guarded_select(self, c: ir.Value, e: E.Select) -> ir.Value:
         """A select whose branches load: only the chosen branch runs (padding may index out of
         bounds where its condition is false), so it is a branch and a phi."""
-        if lanes_of(c):
-            raise CodegenError(f"a select that loads in its branches needs a scalar condition: {e}")
         b = self.b
         with b.if_else(c) as (then, otherwise):
             with then:
@@ -365,6 +401,38 @@ class ExprEmitter:
         phi.add_incoming(t, t_end)
         phi.add_incoming(f, f_end)
         return phi
+
+    def _masked_select(self, c: ir.Value, e: E.Select) -> ir.Value:
+        """A select whose condition differs between lanes and whose branches load: each branch
+        runs on all lanes, its loads masked to the lanes that choose it."""
+        t = self._masked(c, e.true_value, e.dtype)
+        f = self._masked(self.b.not_(c), e.false_value, e.dtype)
+        return self.b.select(*self.unify(c, t, f))
+
+    def _masked(self, lanes: ir.Value, e: E.PrimExpr, dtype: str) -> ir.Value:
+        """`e` with its loads limited to `lanes` (and to the lanes of any enclosing mask)."""
+        if not has_load(e):
+            return self.expr_as(e, dtype)
+        outer = self.mask
+        self.mask = lanes if outer is None else self.b.and_(outer, lanes)
+        try:
+            return self.expr_as(e, dtype)
+        finally:
+            self.mask = outer
+
+    def load_lanes(self, ptr: ir.Value, vt: ir.VectorType, align: int) -> ir.Value:
+        """A contiguous vector load from `ptr`; inside a lane-varying select only the active
+        lanes read (`llvm.masked.load`, zero elsewhere), since the others may point out of
+        bounds. The vectorizer's plan lets no other kind of load run under a mask."""
+        if self.mask is None:
+            return self.b.load(ptr, typ=vt, align=align)
+        name = f"llvm.masked.load.v{vt.count}{vt.element.intrinsic_name}.p0"
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(vt, [PTR, self.mask.type, vt]), name)
+        load = self.b.call(fn, [ptr, self.mask, ir.Constant(vt, None)], arg_attrs={0: ()})
+        load.arg_attributes[0].align = align  # the alignment is the pointer's attribute
+        return load
 
     def _cast(self, e: E.Cast) -> ir.Value:
         return self.convert(self.expr(e.value), e.value.dtype, e.dtype)

@@ -6,18 +6,24 @@ and `-mattr` then adds to the host's features). A `-mtriple` names another machi
 (cross-compiling); without `-mcpu` it gets the triple's generic CPU, so the code runs on
 every CPU of that architecture. `str(target)` is the canonical spelling (every option
 written, features sorted), which packs and tuning records use as the target's key.
+
+`-fp-contract=off` keeps every float multiply and add rounded on its own, as IEEE and numpy
+do; by default (`on`) LLVM may fuse `a * b + c` into one fused multiply-add, which rounds
+once: about twice the arithmetic throughput, and results that differ in the last bits.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
 from tcc.errors import TccError
+from tcc.ir.dtype import bit_width
 
-_OPTIONS = ("mtriple", "mcpu", "mattr")
+_OPTIONS = ("mtriple", "mcpu", "mattr", "fp-contract")
 
 
 class TargetError(TccError):
@@ -26,11 +32,13 @@ class TargetError(TccError):
 
 @dataclass(frozen=True)
 class Target:
-    """An LLVM CPU target: triple, CPU name and feature list (`+avx2,-avx512f`)."""
+    """An LLVM CPU target: triple, CPU name, feature list (`+avx2,-avx512f`), and whether
+    float multiplies and adds may fuse into fused multiply-adds."""
 
     triple: str
     cpu: str
     features: str = ""
+    fp_contract: bool = True
 
     @property
     def kind(self) -> str:
@@ -45,9 +53,36 @@ class Target:
         """True when code for this target runs in this process (same architecture and OS)."""
         return _same_machine(self.triple, llvm.get_process_triple())
 
+    @property
+    def vector_bits(self) -> int:
+        """Width of the widest vector registers the features enable: 512 with avx512f, 256
+        with avx/avx2, else 128 (SSE2 and NEON are the x86-64 and AArch64 baselines)."""
+        enabled = {f[1:] for f in self.features.split(",") if f.startswith("+")}
+        if "avx512f" in enabled:
+            return 512
+        return 256 if enabled & {"avx", "avx2"} else 128
+
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers: 32 with AVX-512 and on AArch64, 16 otherwise."""
+        return 32 if self.vector_bits == 512 or self.arch == "aarch64" else 16
+
+    @property
+    def num_cores(self) -> int:
+        """Cores the compiled code may use: this machine's, read at compile time."""
+        return os.cpu_count() or 1
+
+    def vector_lanes(self, dtype: str) -> int:
+        """How many `dtype` values one vector register holds: 512-bit registers with
+        AVX-512, 256-bit with AVX2, else 128 bits (SSE, NEON, or an unknown machine)."""
+        enabled = {f[1:] for f in self.features.split(",") if f.startswith("+")}
+        bits = 512 if "avx512f" in enabled else 256 if "avx2" in enabled else 128
+        return max(bits // bit_width(dtype), 1)
+
     def __str__(self) -> str:
         text = f"llvm -mtriple={self.triple} -mcpu={self.cpu}"
-        return text + (f" -mattr={self.features}" if self.features else "")
+        text += f" -mattr={self.features}" if self.features else ""
+        return text + ("" if self.fp_contract else " -fp-contract=off")
 
     def target_machine(self) -> llvm.TargetMachine:
         """An LLVM target machine emitting position-independent code (for shared objects)."""
@@ -116,11 +151,14 @@ def parse_target(text: str | Target) -> Target:
         if not word.startswith("-") or key not in _OPTIONS or not eq or not value:
             raise TargetError(
                 f"bad target option {word!r} in {text!r}; expected "
-                "-mtriple=TRIPLE, -mcpu=CPU or -mattr=+feature,-feature"
+                "-mtriple=TRIPLE, -mcpu=CPU, -mattr=+feature,-feature or -fp-contract=on|off"
             )
         if key in opts:
             raise TargetError(f"target option -{key} is given twice in {text!r}; keep one")
         opts[key] = value
+    contract = opts.get("fp-contract", "on")
+    if contract not in ("on", "off"):
+        raise TargetError(f"-fp-contract must be on or off, got {contract!r} in {text!r}")
     host = host_target()
     triple = opts.get("mtriple", host.triple)
     native = opts.get("mcpu") == "native" or ("mtriple" not in opts and "mcpu" not in opts)
@@ -131,6 +169,6 @@ def parse_target(text: str | Target) -> Target:
         )
     cpu = host.cpu if native else opts.get("mcpu", "generic")
     features = ",".join(f for f in (host.features if native else "", opts.get("mattr", "")) if f)
-    target = Target(triple, cpu, _sorted_features(features))
+    target = Target(triple, cpu, _sorted_features(features), contract == "on")
     target.target_machine()  # reject unknown triples now, with the message above
     return target

@@ -1,0 +1,160 @@
+"""Padding selects along a vectorized loop: masked vector loads instead of a scalar loop.
+
+A `select(cond, A[...], pad)` whose condition changes from lane to lane loads `A` only where
+it holds. The backend runs it as `llvm.masked.load` when the load is contiguous along the
+loop; the inputs here end right before an inaccessible page, so a lane that read where its
+condition is false would crash the test instead of passing by luck.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import sys
+
+import numpy as np
+import pytest
+
+from tcc.emit.llvm import build_module, compile_prim_funcs
+from tcc.emit.target import parse_target
+from tcc.ir.graph import TensorType
+from tcc.ir.ops.registry import get_op
+from tcc.ir.parser import parse_module
+from tcc.lower.legalize import op_prim_func
+from tcc.lower.schedule import Schedule
+from tcc.rt.kernels import load_cpu_library
+
+pytestmark = pytest.mark.skipif(
+    sys.platform not in ("linux", "darwin"), reason="guard pages need mmap and mprotect"
+)
+
+RNG = np.random.default_rng(0)
+MASKED_LOAD = "llvm.masked.load."
+VECTOR_STORE = "store <"  # a scalar loop (what the vectorizer refuses) stores lane by lane
+PROT_NONE = 0  # <sys/mman.h>, on Linux and macOS alike
+
+
+def before_guard_page(values: np.ndarray) -> np.ndarray:
+    """A copy of `values` whose last element ends a page; the next page cannot be read."""
+    page = mmap.PAGESIZE
+    size = -(-values.nbytes // page) * page
+    mem = mmap.mmap(-1, size + page)
+    start = ctypes.addressof(ctypes.c_char.from_buffer(mem))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    assert libc.mprotect(start + size, page, PROT_NONE) == 0, ctypes.get_errno()
+    out = np.frombuffer(mem, values.dtype, values.size, size - values.nbytes)
+    out = out.reshape(values.shape)
+    out[...] = values
+    return out
+
+
+def compute_ir(funcs, name: str) -> str:
+    """The unoptimized LLVM IR of kernel `name`'s compute function (what tcc emitted)."""
+    text = str(build_module(funcs, parse_target("llvm"))[0])
+    body = text[text.index(f'@"{name}.compute"') :]
+    return body[: body.index("\n}\n")]
+
+
+def width_innermost(func, block: str, vectorize: bool):
+    """`func` with the output's width loop moved inside the reduction loops, as lanes when
+    `vectorize`; the reduction order of each output element is unchanged."""
+    sch = Schedule(func)
+    blk = sch.get_block(block)
+    n, c, h, w, *reduce = sch.get_loops(blk)
+    sch.reorder(n, c, h, *reduce, w)
+    if vectorize:
+        sch.vectorize(w)
+    return sch.func
+
+
+def run_both(func, block: str, inputs: list[np.ndarray], out_shape):
+    """The kernel's output vectorized and serial, and the vectorized kernel's IR."""
+    funcs = {
+        "lanes": width_innermost(func, block, True),
+        "serial": width_innermost(func, block, False),
+    }
+    cm = compile_prim_funcs(funcs)
+    guarded = [before_guard_page(x) for x in inputs]
+    outs = {}
+    with load_cpu_library(cm.shared_object) as lib:
+        for name in funcs:
+            outs[name] = np.zeros(out_shape, np.float32)
+            lib.call(name, [*guarded, outs[name]])
+    return outs["lanes"], outs["serial"], compute_ir(funcs, "lanes")
+
+
+def conv(x: tuple, w: tuple, stride: int):
+    attrs = {"strides": (stride, stride), "padding": (1, 1, 1, 1), "dilation": (1, 1),
+             "groups": 1}  # fmt: skip
+    func = op_prim_func("conv2d", [TensorType(x, "float32"), TensorType(w, "float32")], attrs)
+    return func, get_op("conv2d").ref, attrs
+
+
+@pytest.mark.parametrize("width, lanes", [(8, 8), (13, 13), (56, 8)])
+def test_padded_conv_vectorizes_its_width_with_masked_loads(width, lanes):
+    func, ref, attrs = conv((1, 3, 5, width), (2, 3, 3, 3), stride=1)
+    x = RNG.standard_normal((1, 3, 5, width)).astype(np.float32)
+    w = RNG.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    lanes_out, serial, ir_text = run_both(func, "conv2d", [x, w], (1, 2, 5, width))
+    assert f"{MASKED_LOAD}v{lanes}f32" in ir_text and VECTOR_STORE in ir_text
+    np.testing.assert_array_equal(lanes_out, serial)
+    np.testing.assert_allclose(lanes_out, ref(x, w, **attrs), rtol=1e-5, atol=1e-5)
+
+
+def test_padded_max_pool_vectorizes_its_width_with_masked_loads():
+    attrs = {"kernel": (3, 3), "padding": (1, 1, 1, 1), "strides": None, "dilation": None,
+             "ceil_mode": False}  # fmt: skip
+    func = op_prim_func("max_pool2d", [TensorType((1, 2, 6, 16), "float32")], attrs)
+    x = RNG.standard_normal((1, 2, 6, 16)).astype(np.float32)
+    lanes, serial, ir_text = run_both(func, "max_pool2d", [x], (1, 2, 6, 16))
+    assert MASKED_LOAD in ir_text and VECTOR_STORE in ir_text
+    np.testing.assert_array_equal(lanes, serial)
+    np.testing.assert_array_equal(lanes, get_op("max_pool2d").ref(x, **attrs))
+
+
+def test_strided_padded_conv_keeps_the_scalar_loop():
+    """With stride 2 the padded load gathers along the width; a gather cannot be masked
+    lane by lane, so the loop stays scalar (for LLVM's loop vectorizer) and stays right."""
+    func, ref, attrs = conv((1, 2, 6, 16), (2, 2, 3, 3), stride=2)
+    x = RNG.standard_normal((1, 2, 6, 16)).astype(np.float32)
+    w = RNG.standard_normal((2, 2, 3, 3)).astype(np.float32)
+    lanes, serial, ir_text = run_both(func, "conv2d", [x, w], (1, 2, 3, 8))
+    assert MASKED_LOAD not in ir_text and VECTOR_STORE not in ir_text
+    np.testing.assert_allclose(lanes, ref(x, w, **attrs), rtol=1e-5, atol=1e-5)
+
+
+CONCAT = """
+@prim_func
+def concat(A: Buffer((5,), "{dt}"), B: Buffer((11,), "{dt}"), C: Buffer((16,), "{dt}")):
+    for i in vectorized(0, 16):
+        C[i] = select(i < 5, A[i], B[i - 5] + select(i >= 8, B[i - 8], {dt}(0)))
+
+
+@prim_func
+def uniform(A: Buffer((16,), "{dt}"), S: Buffer((1,), "{dt}"), C: Buffer((16,), "{dt}")):
+    for i in vectorized(0, 16):
+        C[i] = select(i >= 8, A[i] + S[0], A[i])
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8"])
+def test_both_branches_and_nested_selects_load_only_their_lanes(dtype):
+    """Each branch's loads are masked to the lanes that choose it, a nested select's to the
+    lanes that reach it: A is read past its end and B before its start otherwise."""
+    funcs = parse_module(CONCAT.format(dt=dtype)).prim_funcs
+    assert compute_ir(funcs, "concat").count(MASKED_LOAD) == 3
+    a = before_guard_page(RNG.integers(-9, 9, 5).astype(dtype))
+    b = before_guard_page(RNG.integers(-9, 9, 11).astype(dtype))
+    c = np.zeros(16, dtype)
+    with load_cpu_library(compile_prim_funcs(funcs).shared_object) as lib:
+        lib.call("concat", [a, b, c])
+    tail = b + np.concatenate([np.zeros(3, dtype), b[:8]])
+    np.testing.assert_array_equal(c, np.concatenate([a, tail]))
+
+
+def test_a_uniform_load_under_a_lane_mask_keeps_the_scalar_loop():
+    """`S[0]` is one address for all lanes: no masked vector load covers it, so the loop
+    stays scalar rather than loading it for lanes that do not choose it."""
+    body = compute_ir(parse_module(CONCAT.format(dt="float32")).prim_funcs, "uniform")
+    assert MASKED_LOAD not in body and VECTOR_STORE not in body
