@@ -3,7 +3,8 @@
 One flat pipeline, each stage named (DESIGN.md §1):
 
     import (ONNX -> IRModule) -> optimize (graph passes, tcc.lower.passes.PIPELINE)
-      -> legalize (op calls -> call_tir + PrimFuncs) -> vm (graph functions -> bytecode)
+      -> legalize (op calls -> call_tir + PrimFuncs)
+      -> schedule (default CPU rules, tcc.lower.rules) -> vm (graph functions -> bytecode)
       -> llvm (PrimFuncs -> object code) -> pack
 
 The driver lives beside the rooms, not in one: it is the one place that calls all of them.
@@ -78,9 +79,14 @@ def compile_to_bytes(
     times: StageTimes | None = None,
     optimize: bool = True,
     disable_passes: Iterable[str] = (),
+    schedule: bool = True,
+    plan_memory: bool = True,
 ) -> bytes:
     """Compile `source` (see load_module) into the bytes of a .tvmpack, running the graph
-    passes first unless `optimize` is False (`disable_passes` skips some of them)."""
+    passes first unless `optimize` is False (`disable_passes` skips some of them), and
+    scheduling every kernel by the default rules unless `schedule` is False. With
+    `plan_memory` (the default) kernel outputs share arenas (docs/vm.md, "Memory
+    planning"); without it each is allocated on its own."""
     from tcc.emit.llvm import compile_prim_funcs
     from tcc.emit.pack import pack_bytes
     from tcc.emit.target import parse_target
@@ -102,9 +108,17 @@ def compile_to_bytes(
     if optimize:
         from tcc.lower.passes import run_pipeline
 
-        state["mod"] = stage("optimize", lambda: run_pipeline(state["mod"], disable_passes))
+        state["mod"] = stage(
+            "optimize", lambda: run_pipeline(state["mod"], disable_passes, target=parsed_target)
+        )
     state["lowered"] = stage("legalize", lambda: lower(state["mod"]))
-    state["exe"] = stage("vm", lambda: compile_module(state["lowered"]))
+    if schedule:
+        from tcc.lower.rules import schedule_module
+
+        state["lowered"] = stage(
+            "schedule", lambda: schedule_module(state["lowered"], parsed_target)
+        )
+    state["exe"] = stage("vm", lambda: compile_module(state["lowered"], plan=plan_memory))
     state["kernels"] = stage(
         "llvm", lambda: compile_prim_funcs(state["lowered"].prim_funcs, parsed_target)
     )
@@ -124,25 +138,26 @@ def write_atomic(path, data: bytes) -> None:
 
 
 def compile(  # noqa: A001
-    model_or_path, target: str = "llvm", output=None, optimize: bool = True
+    model_or_path, target: str = "llvm", output=None, optimize: bool = True,
+    schedule: bool = True,
 ) -> bytes | None:
     """Compile a model into a .tvmpack: returns its bytes, or writes `output` and returns None.
-    `optimize=False` skips the graph passes."""
-    data = compile_to_bytes(model_or_path, target, optimize=optimize)
+    `optimize=False` skips the graph passes, `schedule=False` the default schedule rules."""
+    data = compile_to_bytes(model_or_path, target, optimize=optimize, schedule=schedule)
     if output is None:
         return data
     write_atomic(output, data)
     return None
 
 
-def compile_onnx(model, target: str = "llvm", optimize: bool = True):
+def compile_onnx(model, target: str = "llvm", optimize: bool = True, schedule: bool = True):
     """Compile an ONNX model and load it: returns `fn(*arrays) -> list of outputs` in the
-    ONNX graph's output order."""
+    ONNX graph's output order. `schedule=False` skips the default schedule rules."""
     import tempfile
 
     from tcc.rt import load
 
-    data = compile_to_bytes(model, target, optimize=optimize)
+    data = compile_to_bytes(model, target, optimize=optimize, schedule=schedule)
     with tempfile.NamedTemporaryFile(suffix=".tvmpack", delete=False) as f:
         f.write(data)
         path = f.name

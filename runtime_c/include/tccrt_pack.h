@@ -64,4 +64,7 @@
 #define TCCRT_DIM_MODE_EXPR 3
 #define TCCRT_DIM_MODE_ANY 4
 
+/* Memory planning: an arena's start and every offset planned inside it (bytes) */
+#define TCCRT_ARENA_ALIGN 64
+
 #endif /* TCCRT_PACK_H_ */

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tcc_runtime.h"
+
 /* Builtins, in the order of tcc/rt/format.py BUILTINS. */
 typedef enum tccrt_builtin_e {
   TCCRT_B_MATCH_SHAPE,
@@ -30,6 +32,8 @@ typedef enum tccrt_builtin_e {
   TCCRT_B_STACK_NEW,
   TCCRT_B_STACK_PUSH,
   TCCRT_B_STACK_FINISH,
+  TCCRT_B_ALLOC_ARENA,
+  TCCRT_B_ARENA_VIEW,
   TCCRT_B_COUNT
 } tccrt_builtin_t;
 
@@ -103,5 +107,15 @@ typedef struct tccrt_program_t {
 
 /* The index of VM function `name`, or -1. */
 int64_t tccrt_program_find(const tccrt_program_t *program, const char *name);
+
+/* What memory planning does in one VM function, from its alloc_arena calls, as
+ * tcc/rt/arena.py's memory_report (for `tccrt info --json`, vm.c). */
+typedef struct tccrt_memory_report_t {
+  size_t tensors, arenas;
+  int known; /* 0 when an arena's sizes depend on size variables: the byte counts are unknown */
+  int64_t allocated_bytes, planned_bytes, lower_bound_bytes;
+} tccrt_memory_report_t;
+tccrt_status_t tccrt_program_memory(const tccrt_program_t *program, size_t function,
+                                    tccrt_memory_report_t *out);
 
 #endif /* TCCRT_PROGRAM_H_ */

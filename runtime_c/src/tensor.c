@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "pack_internal.h"
+#include "tccrt_pack.h"
 #include "value.h"
 
 #define TENSOR_ALIGN 64
@@ -91,7 +92,7 @@ void tccrt_value_release(tccrt_value_t *v) {
 }
 
 const char *tccrt_value_kind_name(const tccrt_value_t *v) {
-  static const char *const names[] = {"tensor", "tuple", "shape", "bool", "stack"};
+  static const char *const names[] = {"tensor", "tuple", "shape", "bool", "stack", "arena"};
   return names[v->kind];
 }
 
@@ -203,6 +204,44 @@ tccrt_status_t tccrt_tensor_weight(tccrt_pack_t *pack, size_t weight, tccrt_valu
   tccrt_pack_retain(pack);
   v->storage->pack = pack;
   v->dl.data = (void *)w->data;
+  *out = v;
+  return TCCRT_OK;
+}
+
+tccrt_status_t tccrt_arena_value_new(size_t nbytes, size_t n, const int64_t *offsets, const int64_t *sizes,
+                                     tccrt_value_t **out) {
+  tccrt_value_t *v = tccrt_value_new(TCCRT_V_ARENA, 0);
+  if (!v) return TCCRT_OUT_OF_MEMORY;
+  void *data = NULL;
+  size_t padded = (nbytes + TCCRT_ARENA_ALIGN - 1) / TCCRT_ARENA_ALIGN * TCCRT_ARENA_ALIGN;
+  if (nbytes > SIZE_MAX - TCCRT_ARENA_ALIGN || n > SIZE_MAX / (2 * sizeof *v->dims) ||
+      posix_memalign(&data, TCCRT_ARENA_ALIGN, padded ? padded : TCCRT_ARENA_ALIGN) != 0)
+    data = NULL;
+  v->storage = data ? storage_new(TCCRT_STORAGE_OWNED, data) : NULL;
+  v->dims = v->storage ? malloc((n ? 2 * n : 1) * sizeof *v->dims) : NULL;
+  if (!v->dims) {
+    if (!v->storage) free(data);
+    tccrt_value_release(v);
+    return tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory allocating a %zu-byte arena", nbytes);
+  }
+  if (n) {
+    memcpy(v->dims, offsets, n * sizeof *v->dims);
+    memcpy(v->dims + n, sizes, n * sizeof *v->dims);
+  }
+  v->n = n;
+  v->size = nbytes;
+  *out = v;
+  return TCCRT_OK;
+}
+
+tccrt_status_t tccrt_tensor_in_arena(tccrt_value_t *arena, size_t index, const tccrt_dtype_t *dtype, size_t rank,
+                                     const int64_t *shape, tccrt_value_t **out) {
+  tccrt_value_t *v;
+  tccrt_status_t st = tensor_shell(dtype, rank, shape, &v);
+  if (st) return st;
+  v->storage = arena->storage;
+  atomic_fetch_add(&v->storage->refs, 1);
+  v->dl.data = (char *)v->storage->data + arena->dims[index];
   *out = v;
   return TCCRT_OK;
 }

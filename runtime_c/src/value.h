@@ -1,5 +1,5 @@
-/* Values of the VM (docs/vm.md "The machine"): tensors, tuples, shapes, bools and the
- * stacks a running Loop fills.  Every value is one reference-counted object; the public
+/* Values of the VM (docs/vm.md "The machine"): tensors, tuples, shapes, bools, the stacks a
+ * running Loop fills and the arenas planned tensors share.  Every value is one reference-counted object; the public
  * tccrt_tensor_t is a value of kind TCCRT_V_TENSOR.
  *
  * A tensor's bytes live in a storage, shared by the views (reshape) of one tensor: owned
@@ -19,6 +19,7 @@ typedef enum tccrt_value_kind_e {
   TCCRT_V_SHAPE,
   TCCRT_V_BOOL,
   TCCRT_V_STACK,
+  TCCRT_V_ARENA, /* one call's planned tensors (docs/vm.md "Memory planning") */
 } tccrt_value_kind_t;
 
 typedef enum tccrt_storage_kind_e {
@@ -51,7 +52,9 @@ struct tccrt_tensor_t {
   const tccrt_dtype_t *dtype;
   tccrt_dl_tensor_t dl; /* dl.shape points at dims */
   size_t size;          /* elements */
-  /* TCCRT_V_SHAPE and tensors: the dimensions; TCCRT_V_TUPLE and _STACK: the items */
+  /* TCCRT_V_SHAPE and tensors: the dimensions; TCCRT_V_TUPLE and _STACK: the items;
+   * TCCRT_V_ARENA: `n` tensors, offsets dims[0 .. n-1] and byte sizes dims[n .. 2n-1] into
+   * the buffer `storage` (of `size` bytes) */
   size_t n, capacity;
   int64_t *dims;
   tccrt_value_t **items;
@@ -71,6 +74,19 @@ tccrt_status_t tccrt_tensor_view(tccrt_value_t *base, size_t rank, const int64_t
                                  tccrt_value_t **out);
 /* A tensor over a pack's weight (the storage retains the pack). */
 tccrt_status_t tccrt_tensor_weight(tccrt_pack_t *pack, size_t weight, tccrt_value_t **out);
+/* Where `n` tensors of `sizes` bytes (each >= 0), live over `lifetimes` ([start, end] pairs),
+ * go in an arena: greedy by size, as tcc/rt/arena.py's plan_arena (vm.c).  Fills `offsets` and
+ * `*total` (the arena's bytes); fails when the sizes add up past int64. */
+tccrt_status_t tccrt_plan_arena(size_t n, const int64_t *sizes, const int64_t *lifetimes, int64_t *offsets,
+                                int64_t *total);
+/* An arena value: `nbytes` fresh owned bytes, TCCRT_ARENA_ALIGN-aligned, holding `n` tensors
+ * at `offsets` of at most `sizes` bytes (both copied). */
+tccrt_status_t tccrt_arena_value_new(size_t nbytes, size_t n, const int64_t *offsets, const int64_t *sizes,
+                                     tccrt_value_t **out);
+/* A tensor of `dtype` and `shape` at tensor `index`'s offset in `arena`, which the caller has
+ * checked holds it there. */
+tccrt_status_t tccrt_tensor_in_arena(tccrt_value_t *arena, size_t index, const tccrt_dtype_t *dtype, size_t rank,
+                                     const int64_t *shape, tccrt_value_t **out);
 /* An owned copy of tensor `x`. */
 tccrt_status_t tccrt_tensor_copy(const tccrt_value_t *x, tccrt_value_t **out);
 size_t tccrt_tensor_bytes(const tccrt_value_t *x);

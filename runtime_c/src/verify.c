@@ -70,6 +70,8 @@ const tccrt_builtin_spec_t tccrt_builtin_specs[TCCRT_B_COUNT] = {
     [TCCRT_B_STACK_NEW] = {"stack_new", "", 1},
     [TCCRT_B_STACK_PUSH] = {"stack_push", "rr", 0},
     [TCCRT_B_STACK_FINISH] = {"stack_finish", "riirs", 1},
+    [TCCRT_B_ALLOC_ARENA] = {"alloc_arena", "nn", 1},
+    [TCCRT_B_ARENA_VIEW] = {"arena_view", "rirs", 1},
 };
 
 #define MAX_REGS (1 << 20)
@@ -292,11 +294,28 @@ static tccrt_status_t pattern(const verifier_t *v, const tccrt_const_t *c, size_
   return TCCRT_OK;
 }
 
+/* An arena's lifetimes: [start, end] per tensor, instruction indices of the function. */
+static tccrt_status_t lifetimes(const verifier_t *v, const tccrt_const_t *c, uint64_t count, size_t code_length) {
+  if (c->length / 2 != count || c->length % 2)
+    return fail_at(v, "arena lifetimes have %zu words for %llu tensors", c->length, (unsigned long long)count);
+  for (size_t k = 0; k < count; k++) {
+    int64_t start = c->ints[2 * k], end = c->ints[2 * k + 1];
+    if (start > end)
+      return fail_at(v, "arena tensor %zu has lifetime [%lld, %lld], which ends before it starts", k,
+                     (long long)start, (long long)end);
+    if (start < 0 || (uint64_t)end >= code_length)
+      return fail_at(v, "arena tensor %zu has lifetime [%lld, %lld], outside the function's %zu instructions", k,
+                     (long long)start, (long long)end, code_length);
+  }
+  return TCCRT_OK;
+}
+
 /* Which constant argument of builtin `b` (counting constant arguments only) is a dtype. */
 static int dtype_arg(size_t b) {
   switch (b) {
     case TCCRT_B_MATCH_SHAPE: return 1;
     case TCCRT_B_ALLOC_TENSOR:
+    case TCCRT_B_ARENA_VIEW:
     case TCCRT_B_SCALAR:
     case TCCRT_B_STACK_FINISH: return 0;
     default: return -1;
@@ -338,6 +357,11 @@ static tccrt_status_t builtin(verifier_t *v, const tccrt_vm_function_t *f, size_
   tccrt_status_t st;
   repr_t q;
   if (b == TCCRT_B_MAKE_SHAPE && (st = shape_program(v, consts[0], f->heap_size, -1))) return st;
+  if (b == TCCRT_B_ALLOC_ARENA && ((st = shape_program(v, consts[0], f->heap_size, -1)) ||
+                                   (st = lifetimes(v, consts[1], (uint64_t)consts[0]->ints[0], f->code_length))))
+    return st;
+  if (b == TCCRT_B_ARENA_VIEW && ins->args[1].value < 0)
+    return fail_at(v, "arena tensor index %lld is negative", (long long)ins->args[1].value);
   if (b == TCCRT_B_MATCH_SHAPE && (st = pattern(v, consts[2], f->heap_size))) return st;
   int d = dtype_arg(b);
   if (d >= 0 && !tccrt_dtype_known(consts[d]->str)) return fail_at(v, "unknown dtype");

@@ -7,6 +7,7 @@
  * naming the input through match_shape's `what`), and the kind of value a register holds
  * when it is read (a register read before it is written, or holding a tuple where a
  * tensor belongs, is TCCRT_INVALID_PACK: only a damaged or hand-made pack does that). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,9 +53,9 @@ static tccrt_status_t arg_value(const frame_t *fr, size_t i, tccrt_value_kind_t 
   tccrt_status_t st = reg(fr, instr(fr)->args[i].value, out);
   if (st) return st;
   if ((*out)->kind != kind) {
-    static const char *const names[] = {"tensor", "tuple", "shape", "bool", "stack"};
-    return BAD_PACK(fr, "argument %zu of %s is a %s, not a %s", i,
-                    fr->program->table[instr(fr)->a].name, tccrt_value_kind_name(*out), names[kind]);
+    static const char *const names[] = {"a tensor", "a tuple", "a shape", "a bool", "a stack", "an arena"};
+    return BAD_PACK(fr, "argument %zu of %s is %s, not %s", i, fr->program->table[instr(fr)->a].name,
+                    names[(*out)->kind], names[kind]);
   }
   return TCCRT_OK;
 }
@@ -251,6 +252,132 @@ static tccrt_status_t eval_shape(const frame_t *fr, const tccrt_const_t *prog, t
   return TCCRT_OK;
 }
 
+/* -- arena planning ----------------------------------------------------------------- */
+
+/* tcc/rt/arena.py's plan_arena, step for step, so both runtimes place every tensor at the
+ * same offset: tensors by size, largest first (ties: earlier start, then lower index), each
+ * at the lowest aligned offset clear of every placed tensor whose lifetime overlaps its own. */
+
+typedef struct plan_item_t {
+  int64_t span, start, end, offset;
+  size_t index;
+} plan_item_t;
+
+static int by_size(const void *a, const void *b) {
+  const plan_item_t *x = a, *y = b;
+  if (x->span != y->span) return x->span > y->span ? -1 : 1;
+  if (x->start != y->start) return x->start < y->start ? -1 : 1;
+  return (x->index > y->index) - (x->index < y->index);
+}
+
+/* The order of tcc/rt/arena.py's `placed` list: (offset, end offset, index). */
+static int placed_before(const plan_item_t *x, const plan_item_t *y) {
+  if (x->offset != y->offset) return x->offset < y->offset;
+  if (x->span != y->span) return x->span < y->span;
+  return x->index < y->index;
+}
+
+tccrt_status_t tccrt_plan_arena(size_t n, const int64_t *sizes, const int64_t *lifetimes, int64_t *offsets,
+                                int64_t *total) {
+  plan_item_t *items = malloc((n ? n : 1) * sizeof *items);
+  plan_item_t **placed = malloc((n ? n : 1) * sizeof *placed);
+  if (!items || !placed) {
+    free(items);
+    free(placed);
+    return tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory planning an arena");
+  }
+  int64_t sum = 0; /* of the spans: bounds every offset + span below */
+  int overflow = 0;
+  for (size_t i = 0; i < n; i++) {
+    int64_t span = sizes[i] / TCCRT_ARENA_ALIGN * TCCRT_ARENA_ALIGN;
+    if (span < sizes[i]) overflow |= __builtin_add_overflow(span, TCCRT_ARENA_ALIGN, &span);
+    overflow |= __builtin_add_overflow(sum, span, &sum);
+    items[i] = (plan_item_t){span, lifetimes[2 * i], lifetimes[2 * i + 1], 0, i};
+  }
+  if (overflow) {
+    free(items);
+    free(placed);
+    return tccrt_fail(TCCRT_INVALID_INPUT, "the planned tensors of an arena take more than 2^63 bytes; "
+                      "check the input shapes");
+  }
+  qsort(items, n, sizeof *items, by_size);
+  *total = 0;
+  for (size_t k = 0; k < n; k++) {
+    plan_item_t *it = &items[k];
+    size_t at = 0; /* where it goes in `placed` */
+    for (size_t p = 0; p < k; p++) {
+      const plan_item_t *other = placed[p];
+      if (it->start > other->end || other->start > it->end) continue; /* lifetimes apart */
+      if (other->offset >= it->offset + it->span) break; /* the gap below `other` holds it */
+      if (other->offset + other->span > it->offset) it->offset = other->offset + other->span;
+    }
+    while (at < k && placed_before(placed[at], it)) at++;
+    memmove(placed + at + 1, placed + at, (k - at) * sizeof *placed);
+    placed[at] = it;
+    offsets[it->index] = it->offset;
+    if (it->offset + it->span > *total) *total = it->offset + it->span;
+  }
+  free(items);
+  free(placed);
+  return TCCRT_OK;
+}
+
+/* Plans already made, so that repeated runs at the same sizes do not plan again; keyed by
+ * content (sizes and lifetimes), so any pack may use any entry. */
+#define PLAN_CACHE_SIZE 16
+
+typedef struct plan_entry_t {
+  size_t n;
+  int64_t *key; /* sizes (n words), then lifetimes (2n), then the offsets found (n) */
+  int64_t total;
+} plan_entry_t;
+
+static plan_entry_t plan_cache[PLAN_CACHE_SIZE];
+static size_t plan_cache_next;
+static pthread_mutex_t plan_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int plan_cached(size_t n, const int64_t *sizes, const int64_t *lifetimes, int64_t *offsets, int64_t *total) {
+  int found = 0;
+  pthread_mutex_lock(&plan_cache_lock);
+  for (size_t i = 0; i < PLAN_CACHE_SIZE && !found; i++) {
+    const plan_entry_t *e = &plan_cache[i];
+    found = e->key && e->n == n && memcmp(e->key, sizes, n * sizeof *sizes) == 0 &&
+            memcmp(e->key + n, lifetimes, 2 * n * sizeof *lifetimes) == 0;
+    if (found) {
+      memcpy(offsets, e->key + 3 * n, n * sizeof *offsets);
+      *total = e->total;
+    }
+  }
+  pthread_mutex_unlock(&plan_cache_lock);
+  return found;
+}
+
+/* Remember a plan; skipped when out of memory (the next run plans again). */
+static void plan_remember(size_t n, const int64_t *sizes, const int64_t *lifetimes, const int64_t *offsets,
+                          int64_t total) {
+  int64_t *key = malloc((n ? 4 * n : 1) * sizeof *key);
+  if (!key) return;
+  memcpy(key, sizes, n * sizeof *key);
+  memcpy(key + n, lifetimes, 2 * n * sizeof *key);
+  memcpy(key + 3 * n, offsets, n * sizeof *key);
+  pthread_mutex_lock(&plan_cache_lock);
+  plan_entry_t *e = &plan_cache[plan_cache_next];
+  plan_cache_next = (plan_cache_next + 1) % PLAN_CACHE_SIZE;
+  free(e->key);
+  *e = (plan_entry_t){n, key, total};
+  pthread_mutex_unlock(&plan_cache_lock);
+}
+
+static tccrt_status_t planned_offsets(size_t n, const int64_t *sizes, const int64_t *lifetimes, int64_t *offsets,
+                                      int64_t *total) {
+  *total = 0;
+  /* an empty arena (whose arrays may be NULL) needs no plan */
+  if (n == 0 || plan_cached(n, sizes, lifetimes, offsets, total)) return TCCRT_OK;
+  tccrt_status_t st = tccrt_plan_arena(n, sizes, lifetimes, offsets, total);
+  if (!st) plan_remember(n, sizes, lifetimes, offsets, *total);
+  return st;
+}
+
 /* -- builtins (docs/vm.md lists each) ----------------------------------------------- */
 
 typedef tccrt_status_t (*builtin_fn)(frame_t *fr, tccrt_value_t **out);
@@ -316,6 +443,45 @@ static tccrt_status_t b_alloc_tensor(frame_t *fr, tccrt_value_t **out) {
   tccrt_status_t st;
   if ((st = arg_value(fr, 0, TCCRT_V_SHAPE, &shape)) || (st = arg_dtype(fr, 1, &dtype))) return st;
   return tccrt_tensor_alloc(dtype, shape->n, shape->dims, 0, out);
+}
+
+/* Memory planning (docs/vm.md "Memory planning"): a call's planned tensors share one arena. */
+
+static tccrt_status_t b_alloc_arena(frame_t *fr, tccrt_value_t **out) {
+  tccrt_value_t *sizes;
+  tccrt_status_t st = b_make_shape(fr, &sizes); /* the byte sizes, one "dimension" a tensor */
+  if (st) return st;
+  size_t n = sizes->n;
+  int64_t *offsets = malloc((n ? n : 1) * sizeof *offsets), total;
+  if (!offsets) st = tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory planning an arena");
+  else if (!(st = planned_offsets(n, sizes->dims, arg_const(fr, 1)->ints, offsets, &total)))
+    st = tccrt_arena_value_new((size_t)total, n, offsets, sizes->dims, out);
+  free(offsets);
+  tccrt_value_release(sizes);
+  return st;
+}
+
+static tccrt_status_t b_arena_view(frame_t *fr, tccrt_value_t **out) {
+  tccrt_value_t *arena, *shape;
+  const tccrt_dtype_t *dtype;
+  int64_t index = arg_imm(fr, 1); /* >= 0: verified */
+  tccrt_status_t st;
+  if ((st = arg_value(fr, 0, TCCRT_V_ARENA, &arena)) || (st = arg_value(fr, 2, TCCRT_V_SHAPE, &shape)) ||
+      (st = arg_dtype(fr, 3, &dtype)))
+    return st;
+  if ((uint64_t)index >= arena->n)
+    return BAD_PACK(fr, "views tensor %lld of an arena of %zu", (long long)index, arena->n);
+  size_t nbytes = tccrt_dtype_size(dtype);
+  int fits = 1;
+  for (size_t d = 0; d < shape->n && fits; d++) /* dims are >= 0: make_shape checked them */
+    fits = !__builtin_mul_overflow(nbytes, (size_t)shape->dims[d], &nbytes);
+  int64_t slot = arena->dims[arena->n + (size_t)index];
+  if (!fits || nbytes > (uint64_t)slot) {
+    char dims[160];
+    return BAD_PACK(fr, "views a %s%s tensor in a slot of %lld bytes", dtype->name,
+                    tccrt_format_dims(dims, sizeof dims, shape->dims, shape->n), (long long)slot);
+  }
+  return tccrt_tensor_in_arena(arena, (size_t)index, dtype, shape->n, shape->dims, out);
 }
 
 static tccrt_status_t b_load_constant(frame_t *fr, tccrt_value_t **out) {
@@ -521,7 +687,8 @@ static const builtin_fn BUILTINS[TCCRT_B_COUNT] = {
     [TCCRT_B_SCALAR_ADD] = b_scalar_add,       [TCCRT_B_LOOP_CONTINUE] = b_loop_continue,
     [TCCRT_B_DIM_SIZE] = b_dim_size,           [TCCRT_B_TAKE] = b_take,
     [TCCRT_B_STACK_NEW] = b_stack_new,         [TCCRT_B_STACK_PUSH] = b_stack_push,
-    [TCCRT_B_STACK_FINISH] = b_stack_finish,
+    [TCCRT_B_STACK_FINISH] = b_stack_finish,   [TCCRT_B_ALLOC_ARENA] = b_alloc_arena,
+    [TCCRT_B_ARENA_VIEW] = b_arena_view,
 };
 
 /* -- kernels and VM calls ------------------------------------------------------------ */
@@ -657,4 +824,99 @@ static tccrt_status_t invoke(tccrt_module_t *module, size_t function, tccrt_valu
 tccrt_status_t tccrt_vm_invoke(tccrt_module_t *module, size_t function, tccrt_value_t *const *args,
                                size_t nargs, tccrt_value_t **out) {
   return invoke(module, function, args, nargs, out);
+}
+
+/* -- reports ------------------------------------------------------------------------ */
+
+/* Whether a verified shape program reads no size variable. */
+static int program_is_static(const tccrt_const_t *prog) {
+  const int64_t *w = prog->ints;
+  for (size_t i = 1, d = 0; d < (size_t)w[0]; d++) {
+    size_t end = i + 1 + (size_t)w[i];
+    for (size_t j = i + 1; j < end; j += w[j] == TCCRT_SHAPE_OP_PUSH_INT ? 2 : 1)
+      if (w[j] == TCCRT_SHAPE_OP_PUSH_VAR) return 0;
+    i = end;
+  }
+  return 1;
+}
+
+typedef struct live_event_t {
+  int64_t at;
+  int dies; /* births count first at one instruction: lifetimes are closed */
+  int64_t bytes;
+} live_event_t;
+
+static int by_time(const void *a, const void *b) {
+  const live_event_t *x = a, *y = b;
+  if (x->at != y->at) return x->at < y->at ? -1 : 1;
+  return x->dies - y->dies;
+}
+
+/* The builtin alloc_arena call at `pc` of `f`, or NULL. */
+static const tccrt_instr_t *arena_call(const tccrt_program_t *program, const tccrt_vm_function_t *f, size_t pc) {
+  const tccrt_instr_t *ins = &f->code[pc];
+  if (ins->op != TCCRT_OP_CALL) return NULL;
+  const tccrt_entry_t *e = &program->table[ins->a];
+  return e->kind == TCCRT_FUNC_KIND_BUILTIN && e->index == TCCRT_B_ALLOC_ARENA ? ins : NULL;
+}
+
+/* Plan one arena of static sizes into the report, with its tensors' birth and death events. */
+static tccrt_status_t report_arena(const frame_t *fr, const tccrt_instr_t *ins, tccrt_memory_report_t *out,
+                                   live_event_t *events) {
+  const tccrt_program_t *program = fr->program;
+  const int64_t *lifetimes = program->constants[ins->args[1].value].ints;
+  tccrt_value_t *sizes;
+  tccrt_status_t st = eval_shape(fr, &program->constants[ins->args[0].value], &sizes);
+  if (st) return st;
+  size_t n = sizes->n;
+  int64_t *offsets = malloc((n ? n : 1) * sizeof *offsets), total = 0;
+  int overflow = 0;
+  for (size_t t = 0; t < n; t++) {
+    overflow |= sizes->dims[t] < 0 || __builtin_add_overflow(out->allocated_bytes, sizes->dims[t],
+                                                             &out->allocated_bytes);
+    events[2 * t] = (live_event_t){lifetimes[2 * t], 0, sizes->dims[t]};
+    events[2 * t + 1] = (live_event_t){lifetimes[2 * t + 1], 1, -sizes->dims[t]};
+  }
+  if (!offsets) st = tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory reporting the memory plan");
+  else if (!overflow && !(st = tccrt_plan_arena(n, sizes->dims, lifetimes, offsets, &total)))
+    overflow = __builtin_add_overflow(out->planned_bytes, total, &out->planned_bytes);
+  if (!st && overflow)
+    st = tccrt_fail(TCCRT_INVALID_PACK, "bytecode function '%s' at %zu: plans tensors of a negative size or of "
+                    "more than 2^63 bytes in all", fr->function->name, fr->pc);
+  free(offsets);
+  tccrt_value_release(sizes);
+  return st;
+}
+
+tccrt_status_t tccrt_program_memory(const tccrt_program_t *program, size_t function, tccrt_memory_report_t *out) {
+  const tccrt_vm_function_t *f = &program->functions[function];
+  *out = (tccrt_memory_report_t){0, 0, 1, 0, 0, 0};
+  for (size_t pc = 0; pc < f->code_length; pc++) {
+    const tccrt_instr_t *ins = arena_call(program, f, pc);
+    if (!ins) continue;
+    const tccrt_const_t *prog = &program->constants[ins->args[0].value];
+    out->arenas += 1;
+    out->tensors += (size_t)prog->ints[0];
+    out->known &= program_is_static(prog);
+  }
+  if (!out->known || !out->tensors) return TCCRT_OK;
+  live_event_t *events = malloc(2 * out->tensors * sizeof *events);
+  if (!events) return tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory reporting the memory plan");
+  frame_t fr = {NULL, program, f, NULL, NULL, NULL, 0}; /* static programs read no heap */
+  tccrt_status_t st = TCCRT_OK;
+  size_t k = 0;
+  for (size_t pc = 0; pc < f->code_length && !st; pc++) {
+    const tccrt_instr_t *ins = arena_call(program, f, pc);
+    if (!ins) continue;
+    fr.pc = pc;
+    st = report_arena(&fr, ins, out, events + k);
+    k += 2 * (size_t)program->constants[ins->args[0].value].ints[0];
+  }
+  if (!st) qsort(events, k, sizeof *events, by_time);
+  for (int64_t i = 0, live = 0; !st && i < (int64_t)k; i++) { /* sums stay below allocated_bytes */
+    live += events[i].bytes;
+    if (live > out->lower_bound_bytes) out->lower_bound_bytes = live;
+  }
+  free(events);
+  return st;
 }

@@ -18,7 +18,9 @@
 #include <unistd.h>
 
 #include "npy.h"
+#include "pack_internal.h" /* the verified bytecode, for the summary of --json */
 #include "tcc_runtime.h"
+#include "tccrt_pack.h"
 
 static const char USAGE[] =
     "usage: tccrt info [--json] PACK\n"
@@ -107,6 +109,41 @@ static int print_tensors(const tccrt_pack_t *pack, size_t f, tccrt_io_t io, int 
   return 0;
 }
 
+/* Calls of kernels in the bytecode, as `tcc show --json` counts them. */
+static size_t kernel_call_sites(const tccrt_program_t *program) {
+  size_t calls = 0;
+  for (size_t f = 0; f < program->function_count; f++)
+    for (size_t pc = 0; pc < program->functions[f].code_length; pc++) {
+      const tccrt_instr_t *ins = &program->functions[f].code[pc];
+      calls += ins->op == TCCRT_OP_CALL && program->table[ins->a].kind == TCCRT_FUNC_KIND_KERNEL;
+    }
+  return calls;
+}
+
+static void print_bytes(const char *key, int known, int64_t bytes) {
+  if (known) printf(", \"%s\": %lld", key, (long long)bytes);
+  else printf(", \"%s\": null", key);
+}
+
+/* The memory plan of every VM function with arenas, as `tcc show PACK --json` prints it. */
+static int print_memory(const tccrt_program_t *program) {
+  int first = 1;
+  for (size_t f = 0; f < program->function_count; f++) {
+    tccrt_memory_report_t m;
+    if (tccrt_program_memory(program, f, &m)) return fail();
+    if (!m.arenas) continue;
+    printf("%s", first ? "" : ", ");
+    first = 0;
+    json_string(program->functions[f].name);
+    printf(": {\"tensors\": %zu, \"arenas\": %zu", m.tensors, m.arenas);
+    print_bytes("allocated_bytes", m.known, m.allocated_bytes);
+    print_bytes("planned_bytes", m.known, m.planned_bytes);
+    print_bytes("lower_bound_bytes", m.known, m.lower_bound_bytes);
+    putchar('}');
+  }
+  return 0;
+}
+
 static int info(const tccrt_pack_t *pack, const char *path, int as_json) {
   const char *target, *obj_name, *so_name;
   const void *obj, *so;
@@ -145,8 +182,11 @@ static int info(const tccrt_pack_t *pack, const char *path, int as_json) {
     printf(as_json ? "]}" : ")\n");
   }
   if (as_json) {
-    printf("}, \"kernels\": %zu, \"shared_object\": %s, \"object_bytes\": %zu, \"constants\": %zu, "
-           "\"constant_bytes\": %llu}\n", nk, so ? "true" : "false", obj_size, nw, weight_bytes);
+    printf("}, \"kernels\": %zu, \"kernel_call_sites\": %zu, \"shared_object\": %s, \"object_bytes\": %zu, "
+           "\"constants\": %zu, \"constant_bytes\": %llu, \"memory\": {", nk, kernel_call_sites(&pack->program),
+           so ? "true" : "false", obj_size, nw, weight_bytes);
+    if (print_memory(&pack->program)) return 2;
+    printf("}}\n");
     return 0;
   }
   printf("kernels: %zu", nk);

@@ -15,6 +15,7 @@ _STAGES = {
     "import": "importing",
     "optimize": "optimizing the graph",
     "legalize": "legalizing ops to loop programs",
+    "schedule": "scheduling loop programs (default rules)",
     "vm": "compiling graph functions to bytecode",
     "llvm": "generating CPU code (LLVM)",
     "pack": "writing the pack",
@@ -22,7 +23,8 @@ _STAGES = {
 
 
 def _build(source: Path, target: str, output: Path, verbose: bool, optimize: bool = False,
-           disable_passes: tuple[str, ...] = ()) -> None:
+           disable_passes: tuple[str, ...] = (), plan_memory: bool = True,
+           schedule: bool = True) -> None:
     if not source.exists():
         raise TccError(f"{source}: no such file")
     console = Console(stderr=True, highlight=False)
@@ -35,6 +37,7 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
         data = compile_to_bytes(
             source, target, on_stage=lambda s: progress.update(task, description=_STAGES[s]),
             times=times, optimize=optimize, disable_passes=disable_passes,
+            plan_memory=plan_memory, schedule=schedule,
         )
     write_atomic(output, data)
     total = sum(times.seconds.values())
@@ -50,6 +53,11 @@ _target = click.option(
     "--target", default="llvm", show_default=True,
     help="'llvm' (this CPU) or 'llvm -mtriple=... -mcpu=... -mattr=...'.",
 )
+_no_schedule = click.option(
+    "--no-schedule", is_flag=True,
+    help="Compile the loop programs as legalized, without the default schedule rules "
+         "(for comparison).",
+)
 
 
 @click.command("compile")
@@ -61,14 +69,19 @@ _target = click.option(
 @click.option("--no-optimize", is_flag=True, help="Skip the graph passes of `tcc optimize`.")
 @click.option("--disable-pass", "disable_passes", multiple=True, metavar="NAME",
               help="Skip one graph pass (repeatable); see `tcc optimize --help`.")
+@click.option("--no-plan-memory", is_flag=True,
+              help="Allocate every kernel output on its own instead of in shared arenas.")
+@_no_schedule
 def compile_command(model: Path, target: str, output: Path | None, verbose: bool,
-                    no_optimize: bool, disable_passes: tuple[str, ...]):
+                    no_optimize: bool, disable_passes: tuple[str, ...], no_plan_memory: bool,
+                    no_schedule: bool):
     """Compile an ONNX model (or a .tcir file) into a .tvmpack.
 
     Runs the graph passes of `tcc optimize` first (unless --no-optimize), then generates
     code as `tcc emit` does."""
     _build(model, target, output or model.with_suffix(".tvmpack"), verbose,
-           optimize=not no_optimize, disable_passes=disable_passes)
+           optimize=not no_optimize, disable_passes=disable_passes,
+           plan_memory=not no_plan_memory, schedule=not no_schedule)
 
 
 @click.command("emit")
@@ -77,9 +90,12 @@ def compile_command(model: Path, target: str, output: Path | None, verbose: bool
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="The pack to write (default: IR_FILE with the suffix .tvmpack).")
 @click.option("-v", "--verbose", is_flag=True, help="Print the time of every stage.")
-def emit_command(ir_file: Path, target: str, output: Path | None, verbose: bool):
+@_no_schedule
+def emit_command(ir_file: Path, target: str, output: Path | None, verbose: bool,
+                 no_schedule: bool):
     """Generate code for a .tcir file and write a .tvmpack (the module as it is: run
     `tcc optimize` first for the graph passes)."""
     if ir_file.suffix != ".tcir":
         raise TccError(f"{ir_file}: `tcc emit` reads a .tcir file; use `tcc compile` for ONNX models")
-    _build(ir_file, target, output or ir_file.with_suffix(".tvmpack"), verbose)
+    _build(ir_file, target, output or ir_file.with_suffix(".tvmpack"), verbose,
+           schedule=not no_schedule)

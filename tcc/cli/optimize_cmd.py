@@ -1,4 +1,5 @@
-"""`tcc optimize IN.tcir -o OUT.tcir [--disable-pass NAME ...] [--print-after NAME|all]`."""
+"""`tcc optimize IN.tcir -o OUT.tcir [--target T] [--disable-pass NAME ...]
+[--print-after NAME|all]`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import click
 from rich.console import Console
 
 from tcc.cli.loading import load_ir
+from tcc.emit.target import parse_target
 from tcc.ir.irfile import save_module
 from tcc.lower.passes import PIPELINE, run_pipeline
 
@@ -30,12 +32,26 @@ def _bindings(mod) -> int:
     "--print-after", metavar="NAME|all",
     help="Print the IR after this pass (or after every pass) to stdout.",
 )
-def command(model: Path, output: Path | None, disable: tuple[str, ...], print_after: str | None):
+@click.option(
+    "--target", metavar="TARGET",
+    help="The machine the model will run on ('llvm' for this one); target-dependent passes "
+    "(alter-conv-layout) run only when it is given.",
+)
+def command(
+    model: Path,
+    output: Path | None,
+    disable: tuple[str, ...],
+    print_after: str | None,
+    target: str | None,
+):
     """Run the graph pass pipeline on an IR file (or an ONNX model) and save the result."""
     output = output or model.with_name(model.stem + ".opt.tcir")
+    parsed = None if target is None else parse_target(target)
     mod = load_ir(model)
     before = (_bindings(mod), len(mod.const_types))
-    out = run_pipeline(mod, disable=disable, print_after=print_after, on_print=click.echo)
+    out = run_pipeline(
+        mod, disable=disable, print_after=print_after, on_print=click.echo, target=parsed
+    )
     save_module(output, out)
     Console(highlight=False, soft_wrap=True, stderr=print_after is not None).print(
         f"optimized {model} -> {output}: {before[0]} -> {_bindings(out)} bindings, "

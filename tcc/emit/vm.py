@@ -9,7 +9,12 @@ scan outputs at the end. Size variables live in a per-frame shape heap: the
 prologue's `match_shape` calls check each parameter against the signature and bind its
 variables; every later shape (an output to allocate, a view's new shape) is a postfix
 program over that heap evaluated by `make_shape` at run time, so one executable serves
-every batch size. The executable also records which bindings call each kernel
+every batch size. Kernel outputs the function neither returns nor hands back live in an
+arena (`tcc.lower.passes.plan_memory`): one `alloc_arena` once the size variables of their
+sizes are bound, given each tensor's byte size and lifetime (the instructions from its
+binding's first to its last reader's last), which places them at run time; then an
+`arena_view` per output. The others, and every output with planning off, get their own
+`alloc_tensor`. The executable also records which bindings call each kernel
 (`kernel_origins`), so `tcc run --profile` names kernels after the model's nodes.
 Spec: docs/vm.md.
 """
@@ -24,6 +29,7 @@ from tcc.ir import graph as G
 from tcc.ir.module import IRModule
 from tcc.ir.printer import format_expr
 from tcc.lower.legalize import kernel_origins
+from tcc.lower.passes.plan_memory import VIEW_OPS, Arena, MemoryPlan, plan_memory
 from tcc.rt.format import (
     INT64_MAX,
     NO_REG,
@@ -38,9 +44,10 @@ from tcc.rt.format import (
     VMFunction,
 )
 
-# Graph ops the VM runs itself: each keeps the data in row-major order, so its result is a
-# view with the shape of the binding's type.
-VIEW_OPS = frozenset({"reshape", "squeeze", "expand_dims"})
+# VIEW_OPS (from the memory planner, which must know them too): graph ops the VM runs
+# itself; each keeps the data in row-major order, so its result is a view with the shape of
+# the binding's type.
+__all__ = ["VIEW_OPS", "VMCompileError", "compile_module", "signature"]
 
 
 class VMCompileError(TccError):
@@ -51,10 +58,13 @@ def compile_module(
     mod: IRModule,
     symbols: Mapping[str, str] | None = None,
     entries: list[str] | None = None,
+    plan: bool = True,
 ) -> Executable:
     """Compile every graph function of a legalized module. `symbols` maps a PrimFunc's name
     to its kernel symbol (default: the same name); `entries` defaults to the graph
-    functions no other function calls."""
+    functions no other function calls. With `plan` (the default) kernel outputs share
+    arenas as `tcc.lower.passes.plan_memory` decides; without it every output is allocated
+    on its own."""
     graph = mod.graph_functions
     callees = {c for f in graph.values() for b in f.bindings
                if isinstance(b.value, G.CONTROL_FLOW) for c in b.value.callees}
@@ -67,7 +77,8 @@ def compile_module(
                              f"{', '.join(unlegalized)}; legalize the module before emitting")
     b = _ExeBuilder(mod, dict(symbols or {}))
     for name in graph:
-        b.exe.functions.append(_FunctionCompiler(b, name, graph[name]).compile())
+        fplan = plan_memory(graph[name]) if plan else MemoryPlan(())
+        b.exe.functions.append(_FunctionCompiler(b, name, graph[name], fplan).compile())
     for name in entries:
         if name not in graph:
             raise VMCompileError(f"entry function {name!r} is not a graph function of the module")
@@ -126,8 +137,12 @@ class _ExeBuilder:
 
 
 class _FunctionCompiler:
-    def __init__(self, b: _ExeBuilder, name: str, fn: G.Function):
-        self.b, self.name, self.fn = b, name, fn
+    def __init__(self, b: _ExeBuilder, name: str, fn: G.Function, plan: MemoryPlan):
+        self.b, self.name, self.fn, self.plan = b, name, fn, plan
+        self.places = plan.places()  # (binding, output) -> (arena, tensor index)
+        self.arenas: dict[int, tuple[int, int]] = {}  # arena -> (its register, its alloc's pc)
+        self.binding_code: list[tuple[int, int]] = []  # per binding: its first and last pc
+        self.at = 0  # the binding being compiled
         self.code: list[Instr] = []
         self.regs: dict[int, int] = {}  # id(graph Var) -> register
         self.num_regs = 0
@@ -168,8 +183,16 @@ class _FunctionCompiler:
             what = f"input {pub!r} of {self.name!r}"
             self.match(self.regs[id(p)], p.type, what, deferred)
         self.finish_match(deferred)
-        for binding in self.fn.bindings:
+        arenas_at = {arena.at: a for a, arena in enumerate(self.plan.arenas)}
+        for at, binding in enumerate(self.fn.bindings):
+            self.at = at
+            if at in arenas_at:
+                self.alloc_arena(arenas_at[at], self.plan.arenas[arenas_at[at]])
+            first = len(self.code)
             self.regs[id(binding.var)] = self.binding(binding)
+            self.binding_code.append((first, len(self.code) - 1))
+        for a, arena in enumerate(self.plan.arenas):
+            self.set_lifetimes(a, arena)
         ret = self.fn.ret
         reg = self.make_tuple(ret.fields) if isinstance(ret, G.Tuple) else self.value(ret)
         self.code.append(Instr(Op.RET, reg))
@@ -221,13 +244,19 @@ class _FunctionCompiler:
         args = [self.reg(self.value(a)) for a in v.args]
         out_types = v.out_type.fields if isinstance(v.out_type, G.TupleType) else (v.out_type,)
         outs = []
-        for t in out_types:
+        for k, t in enumerate(out_types):
             if not isinstance(t, G.TensorType):
                 raise VMCompileError(f"function {self.name!r}: kernel {v.func!r} has an output of "
                                      f"type {t}; kernel outputs must be tensors")
             prog = self.shape_program(t.shape, f"an output of kernel {v.func!r}")
             shape = self.builtin("make_shape", self.cst(prog))
-            outs.append(self.builtin("alloc_tensor", self.reg(shape), self.cst(t.dtype)))
+            place = self.places.get((self.at, k))
+            if place is None:
+                outs.append(self.builtin("alloc_tensor", self.reg(shape), self.cst(t.dtype)))
+            else:
+                arena, index = place
+                outs.append(self.builtin("arena_view", self.reg(self.arenas[arena][0]),
+                                         (ArgKind.IMM, index), self.reg(shape), self.cst(t.dtype)))
         extra = []
         if v.shape_args:
             prog = self.shape_program(v.shape_args, f"the shape arguments of kernel {v.func!r}")
@@ -238,6 +267,24 @@ class _FunctionCompiler:
         if isinstance(v.out_type, G.TupleType):
             return self.builtin("make_tuple", *(self.reg(o) for o in outs))
         return outs[0]
+
+    def alloc_arena(self, a: int, arena: Arena) -> None:
+        """The arena's allocation, given its tensors' byte sizes; their lifetimes are
+        instruction indices, known once the function is compiled (set_lifetimes)."""
+        sizes = self.shape_program([t.nbytes for t in arena.tensors], "a planned arena")
+        self.arenas[a] = (self.new_reg(), len(self.code))
+        func = self.b.func(FuncKind.BUILTIN, "alloc_arena")
+        self.code.append(Instr(Op.CALL, func, self.arenas[a][0], (self.cst(sizes), (ArgKind.CONST, -1))))
+
+    def set_lifetimes(self, a: int, arena: Arena) -> None:
+        """Fill in an arena's lifetimes: each tensor lives from the first instruction of
+        its binding to the last of the binding that last reads it (or its aliases)."""
+        lifetimes: list[int] = []
+        for t in arena.tensors:
+            lifetimes += [self.binding_code[t.start][0], self.binding_code[t.end][1]]
+        pc = self.arenas[a][1]
+        ins = self.code[pc]
+        self.code[pc] = Instr(ins.op, ins.a, ins.b, (ins.args[0], self.cst(tuple(lifetimes))))
 
     def call_if(self, v: G.If, var: G.Var) -> int:
         cond = self.builtin("read_bool", self.reg(self.value(v.cond)))

@@ -125,7 +125,12 @@ BUILTINS: dict[str, tuple[str, bool]] = {
     "stack_new": ("", True),  # -> an empty accumulator
     "stack_push": ("rr", False),  # accumulator, tensor
     "stack_finish": ("riirs", True),  # accumulator, axis, reverse, empty shape, dtype
+    # Memory planning (docs/vm.md, "Memory planning"): the planned tensors of a call share
+    # one arena, each at the offset tcc.rt.arena.plan_arena gives it.
+    "alloc_arena": ("nn", True),  # byte sizes (a shape program), lifetimes -> a new arena
+    "arena_view": ("rirs", True),  # arena, tensor index, shape, dtype -> a tensor inside it
 }
+ARENA_ALIGN = 64  # bytes: an arena's start and every offset planned inside it
 
 
 # -- the executable -----------------------------------------------------------------------------

@@ -446,6 +446,11 @@ def _verify_builtin(exe, f, name, ins, weights, where) -> None:
             consts.append(c)
     if name == "make_shape":
         _verify_shape_program(consts[0], len(f.heap_names), where)
+    elif name == "alloc_arena":
+        _verify_shape_program(consts[0], len(f.heap_names), where)
+        _verify_lifetimes(consts[1], consts[0][0], len(f.code), where)
+    elif name == "arena_view" and args[1][1] < 0:
+        raise _Bad(f"{where}: arena tensor index {args[1][1]} is negative")
     elif name == "match_shape":
         _verify_pattern(exe, consts[2], len(f.heap_names), where)
     if name in _DTYPE_ARG and consts[_DTYPE_ARG[name]] not in DTYPES:
@@ -457,7 +462,7 @@ def _verify_builtin(exe, f, name, ins, weights, where) -> None:
 
 
 # Builtins with a dtype argument: which of their constant arguments it is.
-_DTYPE_ARG = {"match_shape": 1, "alloc_tensor": 0, "scalar": 0, "stack_finish": 0}
+_DTYPE_ARG = {"match_shape": 1, "alloc_tensor": 0, "scalar": 0, "stack_finish": 0, "arena_view": 0}
 _SCALAR_DTYPES = frozenset("bool int8 int16 int32 int64 uint8 uint16 uint32 uint64".split())
 
 
@@ -484,6 +489,20 @@ def _verify_shape_program(prog, heap_size: int, where: str, ndim: int | None = N
             raise _Bad(f"{where}: shape program leaves {depth} values")
     if i != len(prog):
         raise _Bad(f"{where}: shape program has trailing words")
+
+
+def _verify_lifetimes(lifetimes, count: int, code_length: int, where: str) -> None:
+    """An arena's lifetimes: [start, end] per tensor, instruction indices of the function."""
+    if len(lifetimes) != 2 * count:
+        raise _Bad(f"{where}: arena lifetimes have {len(lifetimes)} words for {count} tensors")
+    for k in range(count):
+        start, end = lifetimes[2 * k], lifetimes[2 * k + 1]
+        if start > end:
+            raise _Bad(f"{where}: arena tensor {k} has lifetime [{start}, {end}], which ends "
+                       "before it starts")
+        if start < 0 or end >= code_length:
+            raise _Bad(f"{where}: arena tensor {k} has lifetime [{start}, {end}], outside the "
+                       f"function's {code_length} instructions")
 
 
 def _verify_pattern(exe, pattern, heap_size: int, where: str) -> None:

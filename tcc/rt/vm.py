@@ -15,6 +15,7 @@ table whose shares add up to the total, the rest being the interpreter's own tim
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,11 +23,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from tcc.errors import TccError
+from tcc.rt.arena import ArenaPlan, plan_arena
 from tcc.rt.errors import PackError, RunInputError
-from tcc.rt.format import NO_REG, ArgKind, DimMode, Executable, FuncKind, Op, ShapeOp
+from tcc.rt.format import ARENA_ALIGN, NO_REG, ArgKind, DimMode, Executable, FuncKind, Op, ShapeOp
 from tcc.rt.tensor import as_array, numpy_dtype
 
 _UNSET = object()
+_MAX_ARENA_PLANS = 64  # arena plans a machine remembers (one per set of sizes and lifetimes)
 
 
 def eval_shape(prog: Sequence[int], heap: list, names: Sequence[str]) -> tuple[int, ...]:
@@ -77,6 +80,8 @@ _SHAPE_FNS = {
 # Builtins are profiled by category: what a reader of the table can act on.
 BUILTIN_CATEGORIES = {
     "alloc_tensor": "alloc",
+    "alloc_arena": "alloc",
+    "arena_view": "alloc",
     "reshape": "views",
     "copy": "copies",
     "match_shape": "shapes",
@@ -181,6 +186,7 @@ class VirtualMachine:
                 self._targets.append(index[name] if kind == FuncKind.VM else name)
         self._kinds = [kind for kind, _ in self.exe.table]
         self._index = index
+        self._arena_plans: dict[tuple, ArenaPlan] = {}  # (sizes, lifetimes) -> the plan
         self.profile: Profile | None = None
         if profile:
             self.profile = Profile()
@@ -345,6 +351,31 @@ class VirtualMachine:
     def _b_alloc_tensor(self, frame: _Frame, shape, dtype: str):
         return np.empty(shape, numpy_dtype(dtype))
 
+    def _b_alloc_arena(self, frame: _Frame, sizes_prog, lifetimes):
+        sizes = self._b_make_shape(frame, sizes_prog)
+        key = (sizes, lifetimes)
+        plan = self._arena_plans.get(key)
+        if plan is None:  # the first run at these sizes plans; later ones look it up
+            if len(self._arena_plans) >= _MAX_ARENA_PLANS:
+                self._arena_plans.clear()
+            pairs = [(lifetimes[2 * k], lifetimes[2 * k + 1]) for k in range(len(sizes))]
+            plan = self._arena_plans[key] = plan_arena(sizes, pairs)
+        return Arena(plan.size, plan.offsets, sizes)
+
+    def _b_arena_view(self, frame: _Frame, arena, index: int, shape, dtype: str):
+        if not isinstance(arena, Arena) or not isinstance(shape, tuple):
+            raise PackError("bytecode makes an arena view of something that is not an arena, or "
+                            "with a shape that is not a shape")
+        if index >= len(arena.offsets):
+            raise PackError(f"bytecode views tensor {index} of an arena of {len(arena.offsets)}")
+        dt = numpy_dtype(dtype)
+        nbytes = math.prod(shape) * dt.itemsize
+        if nbytes > arena.sizes[index]:
+            raise PackError(f"bytecode views a {dtype}{list(shape)} tensor in a slot of "
+                            f"{arena.sizes[index]} bytes")
+        start = arena.offsets[index]
+        return arena.data[start : start + nbytes].view(dt).reshape(shape)
+
     def _b_load_constant(self, frame: _Frame, name: str):
         return self.weights[name]
 
@@ -417,6 +448,19 @@ class VirtualMachine:
         if not 0 <= axis <= first.ndim:
             raise PackError(f"bytecode stacks along axis {axis} of rank-{first.ndim} tensors")
         return np.stack(items, axis=axis)
+
+
+class Arena:
+    """The buffer that one call's planned tensors share (alloc_arena), ARENA_ALIGN-aligned
+    as the C runtime's: tensor k is a view at `offsets[k]` of at most `sizes[k]` bytes."""
+
+    __slots__ = ("data", "offsets", "sizes")
+
+    def __init__(self, nbytes: int, offsets: tuple[int, ...], sizes: tuple[int, ...]):
+        raw = np.empty(nbytes + ARENA_ALIGN, np.uint8)
+        start = -raw.ctypes.data % ARENA_ALIGN
+        self.data = raw[start : start + nbytes]
+        self.offsets, self.sizes = offsets, sizes
 
 
 class _Stack:

@@ -66,32 +66,26 @@ def prepare_reference(mod) -> Callable[[list], list]:
 
 
 def prepare_compiled(mod, runtime: str = "python") -> Callable[[list], list]:
-    """Compile for the host CPU (legalize -> bytecode -> LLVM -> .tvmpack) and run the pack
-    with the Python loader."""
+    """Compile for the host CPU as `tcc compile` does (graph passes, legalize, default
+    schedule rules, memory planning, LLVM, .tvmpack) and run the pack with the Python loader
+    (or the C runtime)."""
     import os
     import tempfile
 
-    from tcc.api import lower
-    from tcc.emit.llvm import compile_prim_funcs
-    from tcc.emit.pack import pack_bytes
-    from tcc.emit.vm import compile_module
+    from tcc.api import compile_to_bytes
     from tcc.rt import load
 
-    lowered = lower(mod)
-    exe = compile_module(lowered)
-    data = pack_bytes(
-        exe, compile_prim_funcs(lowered.prim_funcs, "llvm"), "llvm", lowered.const_values,
-    )
+    data = compile_to_bytes(mod)
     fd, path = tempfile.mkstemp(suffix=".tvmpack")
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     try:
         module = load(path) if runtime == "python" else _c_runtime().load(path)
+        n_out = None if runtime == "python" else module.num_outputs("main")
     finally:
         os.unlink(path)
     if runtime == "python":
         return lambda inputs: module["main"](*inputs)
-    n_out = len(exe.signatures["main"]["outputs"])
     return lambda inputs: module.run("main", inputs, n_out)
 
 

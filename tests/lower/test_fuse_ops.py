@@ -6,7 +6,6 @@ import pytest
 
 import tcc.api
 import tcc.rt
-from tcc.emit.vm import VIEW_OPS
 from tcc.frontend.onnx import from_onnx
 from tcc.ir import graph as G
 from tcc.ir import te
@@ -17,7 +16,7 @@ from tcc.ir.structural import structural_equal
 from tcc.ir.tir_eval import run_prim_func
 from tcc.lower.legalize import kernel_origins, legalize
 from tcc.lower.passes import run_pipeline
-from tcc.lower.passes.fuse_ops import MAX_GROUP, VIEWS, fuse_ops
+from tcc.lower.passes.fuse_ops import MAX_GROUP, fuse_ops
 from tcc.rt.format import FuncKind, Op
 from tests.e2e.test_models import onnxruntime_outputs, token_inputs
 from tests.models import builders
@@ -284,10 +283,6 @@ def test_inlining_substitutes_at_each_load_and_leaves_the_given_program_alone():
     out = np.zeros(4, np.float32)
     run_prim_func(fused, [a, out])
     np.testing.assert_allclose(out, np.exp(a) + np.exp(a[::-1]), rtol=1e-6)
-
-
-def test_views_are_the_ones_the_vm_runs():
-    assert VIEWS == VIEW_OPS
 
 
 def test_a_group_has_one_anchor():

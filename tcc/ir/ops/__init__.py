@@ -9,6 +9,7 @@ from tcc.ir.ops import (  # noqa: F401
     generate,
     image,
     index,
+    layout,
     matmul,
     norm,
     pool,

@@ -14,22 +14,27 @@ from collections.abc import Callable, Iterable
 from tcc.errors import TccError
 from tcc.ir.module import IRModule
 
-Pass = Callable[[IRModule], IRModule]
+Pass = Callable[..., IRModule]
 
 PASSES: dict[str, Pass] = {}
+# Passes that also take the compile target (`pass_name(mod, target)`); None when unknown.
+TARGETED: set[str] = set()
 
 
 class UnknownPassError(TccError):
     """A pass name (in --disable-pass or --print-after) that no registered pass has."""
 
 
-def register_pass(name: str) -> Callable[[Pass], Pass]:
-    """Register the decorated pass under `name` (kebab-case, unique)."""
+def register_pass(name: str, needs_target: bool = False) -> Callable[[Pass], Pass]:
+    """Register the decorated pass under `name` (kebab-case, unique); with `needs_target`
+    run_pipeline passes it the target as a second argument."""
 
     def wrap(fn: Pass) -> Pass:
         if name in PASSES:
             raise ValueError(f"pass {name!r} registered twice")
         PASSES[name] = fn
+        if needs_target:
+            TARGETED.add(name)
         return fn
 
     return wrap
@@ -37,6 +42,7 @@ def register_pass(name: str) -> Callable[[Pass], Pass]:
 
 # Registration happens on import; the modules sit below the registry they use.
 from tcc.lower.passes import (  # noqa: E402, F401, I001
+    alter_conv_layout,
     common_subexpression_elimination,
     constant_folding,
     dead_code_elimination,
@@ -50,14 +56,17 @@ from tcc.lower.passes import (  # noqa: E402, F401, I001
 # users and keep the BN as a scale-shift) and before constant folding (identical constant
 # calls fold once; folded duplicates get different constant names, which CSE could not
 # merge). DCE last drops what the others left unused, along with the constants and
-# functions nothing refers to any more. Fusion last, on the graph the others cleaned up: it
-# turns groups of op calls into call_tir of merged loop programs.
+# functions nothing refers to any more. The conv layout after BatchNorm folding (the folded
+# weights are what it packs) and DCE (it packs only live weights; it drops the NCHW ones
+# itself). Fusion last, on the graph the others cleaned up: it turns groups of op calls into
+# call_tir of merged loop programs.
 PIPELINE: tuple[str, ...] = (
     "simplify-algebra",
     "common-subexpression-elimination",
     "fold-batch-norm",
     "constant-folding",
     "dead-code-elimination",
+    "alter-conv-layout",
     "fuse-ops",
 )
 
@@ -76,16 +85,18 @@ def run_pipeline(
     disable: Iterable[str] = (),
     print_after: str | None = None,
     on_print: Callable[[str], object] = print,
+    target=None,
 ) -> IRModule:
     """Run PIPELINE on `mod`, skipping the passes in `disable`; after the pass named
-    `print_after` (or after every pass for "all") hand the module text to `on_print`."""
+    `print_after` (or after every pass for "all") hand the module text to `on_print`.
+    `target` (a tcc.emit.target.Target, or None when not known) goes to the TARGETED passes."""
     skip = {check_pass_name(n, "pass in --disable-pass") for n in disable}
     if print_after is not None and print_after != "all":
         check_pass_name(print_after, "pass in --print-after")
     for name in PIPELINE:
         if name in skip:
             continue
-        mod = PASSES[name](mod)
+        mod = PASSES[name](mod, target) if name in TARGETED else PASSES[name](mod)
         if print_after in ("all", name):
             on_print(f"# IR after {name}\n{mod}")
     return mod

@@ -31,10 +31,8 @@ from tcc.ir.ops.registry import Pattern, get_op
 from tcc.ir.tir import PrimFunc
 from tcc.lower.legalize import ORIGINS_ATTR, KernelTable, placeholders
 from tcc.lower.passes import register_pass
+from tcc.lower.passes.plan_memory import VIEW_OPS
 
-# The ops the VM runs as views (tcc.emit.vm.VIEW_OPS; emit sits above this room): they cost
-# no kernel, and a kernel would copy the data.
-VIEWS = frozenset({"reshape", "squeeze", "expand_dims"})
 ANCHORS = frozenset({Pattern.COMM_REDUCE, Pattern.OUT_FUSABLE})
 MAX_GROUP = 32
 MAX_NAME_OPS = 4  # op names spelled out in a fused kernel's name
@@ -43,7 +41,7 @@ MAX_NAME_OPS = 4  # op names spelled out in a fused kernel's name
 def _kind(b: G.Binding) -> Pattern | None:
     """The pattern kind of a binding that may join a group; None for one that may not."""
     v = b.value
-    if not isinstance(v, G.Call) or v.op in VIEWS or not isinstance(b.var.type, G.TensorType):
+    if not isinstance(v, G.Call) or v.op in VIEW_OPS or not isinstance(b.var.type, G.TensorType):
         return None
     op = get_op(v.op)
     if op.compute is None or op.pattern > Pattern.OUT_FUSABLE:

@@ -131,8 +131,8 @@ def matmul_micro_kernel(sch: Schedule) -> None:
     i0, i1 = sch.split(i, [None, 4])
     j0, j1 = sch.split(j, [None, 8])
     sch.reorder(i0, j0, k, i1, j1)
-    # Parallel first: the dependence check wants every access of a buffer under the loop to
-    # name the same element, which the init and write-back nests (own loops) do not.
+    # Parallel before the block primitives here; the dependence check also accepts it last
+    # (test_schedule_dependence.py: the init and write-back nests touch each tile's own part).
     sch.parallel(i0)
     write_back = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(write_back, j0)

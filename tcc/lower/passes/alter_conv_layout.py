@@ -1,0 +1,331 @@
+"""alter-conv-layout: run float32 2-D convolutions in the blocked NCHW{b}c layout (CPU).
+
+May change: a `conv2d` with a float32 input of static channel counts and a constant weight
+(and a constant bias, if any) that is dense (groups 1) or depthwise (groups = input channels
+= output channels) becomes layout_transform(x, NCHW -> NCHW{bi}c), `conv2d_nchwc` with the
+weight packed at compile time into OIHW{bi}i{b}o (depthwise OIHW1i{b}o) and the bias into
+(O / b, b), and a layout_transform back to NCHW. The block b is the target's float32 vector
+width (16 lanes with AVX-512, 8 with AVX2, 4 otherwise); the output channels must divide by
+b, else the conv stays NCHW (zero padding the channels would cost memory and a crop in every
+consumer). The input block bi is b when it divides the input channels, else the largest
+divisor of them below b, so a first conv on 3 colour channels still converts (NCHW3c).
+Grouped convs that are not depthwise stay conv2d.
+
+Then the layout is carried through what is layout-agnostic instead of converted back: an
+elementwise/broadcast op (UNARY_MATH, ACTIVATIONS, ARITHMETIC, clip) whose full-shape tensor
+operands all have blocked forms and whose other operands are constants that are scalars or
+per-channel (C, 1, 1)/(1, C, 1, 1) (re-laid out at compile time into (C / b, 1, 1, b)); a
+channel concat of blocked operands of one block; max/avg pool2d (as a 3-D pool over (H, W,
+c) with a unit window along c) and global average/max pooling of static spatial size (the
+same, with the whole plane as window). A value asked for in a layout it already has a
+blocked form in is that form, so layout_transform(layout_transform(x, A -> B), B -> A)
+never appears: a ResNet stays blocked from its first conv to its global pool. Each value
+keeps its NCHW binding as a transform back, and a final dead-code-elimination drops those
+nobody uses along with the constants the packed ones replace.
+
+Without a target (`run_pipeline(..., target=None)`) the layout is a choice the pass cannot
+make and the module is returned unchanged. Preserves every function's parameters, returned
+values (types and public names) and numerics up to float summation order. The input module
+is not changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Protocol
+
+import numpy as np
+
+from tcc.ir import graph as G
+from tcc.ir.builder import infer_call
+from tcc.ir.module import IRModule
+from tcc.ir.ops.elementwise import ACTIVATIONS, ARITHMETIC, UNARY_MATH
+from tcc.ir.ops.layout import layout_transform_ref
+from tcc.lower.passes import register_pass
+from tcc.lower.passes.dead_code_elimination import dead_code_elimination
+
+NCHW = "NCHW"
+DTYPE = "float32"
+# Ops computing each output element from the elements at the same (broadcast) position.
+LAYOUT_FREE = UNARY_MATH | ACTIVATIONS | ARITHMETIC | {"clip"}
+WINDOW_POOLS = {"max_pool2d": "max_pool3d", "avg_pool2d": "avg_pool3d"}
+GLOBAL_POOLS = {"global_max_pool": "max_pool3d", "global_avg_pool": "avg_pool3d"}
+
+
+class VectorTarget(Protocol):
+    """What the pass needs of a target (tcc.emit.target.Target has it)."""
+
+    def vector_lanes(self, dtype: str) -> int: ...
+
+
+def _blocked(block: int) -> str:
+    return f"NCHW{block}c"
+
+
+def _largest_divisor(n: int, limit: int) -> int:
+    return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
+
+
+def _value(mod: IRModule, e) -> np.ndarray | None:
+    """The value of a constant operand, or None for anything else."""
+    return mod.const_values.get(e.name) if isinstance(e, G.Constant) else None
+
+
+def _substitute(e, mapping: dict[int, G.Expr]):
+    """`e` with the variables in `mapping` (by id) replaced, through nested operands."""
+    if isinstance(e, G.Var):
+        return mapping.get(id(e), e)
+    if isinstance(e, tuple):
+        return tuple(_substitute(x, mapping) for x in e)
+    if isinstance(e, G.Expr) and dataclasses.is_dataclass(e) and not isinstance(e, G.Constant):
+        changes = {}
+        for f in dataclasses.fields(e):
+            old = getattr(e, f.name)
+            new = _substitute(old, mapping)
+            if new is not old:
+                changes[f.name] = new
+        return dataclasses.replace(e, **changes) if changes else e
+    return e
+
+
+class _Function:
+    """The rewrite of one graph function: bindings in order, plus what is known blocked."""
+
+    def __init__(self, mod: IRModule, block: int, packed: dict):
+        self.mod, self.block = mod, block
+        self.packed = packed  # (constant name, layout) -> packed constant, module-wide
+        self.out: list[G.Binding] = []
+        self.blocked: dict[int, tuple[G.Var, str]] = {}  # NCHW var -> (its blocked form, layout)
+        self.converted: dict[tuple[int, str], G.Expr] = {}  # (var, layout) -> var in layout
+        self.alias: dict[int, G.Expr] = {}  # removed variable -> the value it stood for
+
+    # -- emitting ---------------------------------------------------------------------------
+
+    def emit(self, op: str, args: tuple, attrs: dict, name: str) -> G.Var:
+        attrs, t = infer_call(op, args, attrs)
+        v = G.Var(name, t)
+        self.out.append(G.Binding(v, G.Call(op, args, attrs)))
+        return v
+
+    def emit_blocked(self, var: G.Var, op: str, args: tuple, attrs: dict, layout: str) -> None:
+        """Bind `op(args)` in `layout`, then `var` (NCHW) as its transform back."""
+        yc = self.emit(op, args, attrs, f"{var.name}_c")
+        self.out.append(G.Binding(var, _transform(yc, layout, NCHW)))
+        self.blocked[id(var)] = (yc, layout)
+
+    def in_layout(self, x: G.Expr, layout: str) -> G.Expr:
+        """`x` (NCHW) in `layout`: its blocked form, else one transform shared by all users."""
+        known = self.blocked.get(id(x))
+        if known is not None and known[1] == layout:
+            return known[0]
+        key = (id(x), layout)
+        if key not in self.converted:
+            src, frm = (known[0], known[1]) if known is not None else (x, NCHW)
+            name = getattr(x, "name", "const")
+            self.converted[key] = self.emit(
+                "layout_transform", (src,), {"src": frm, "dst": layout}, f"{name}_{layout}"
+            )
+        return self.converted[key]
+
+    def pack(self, c: G.Constant, value: np.ndarray, layout: str) -> G.Constant:
+        """The constant `c` rearranged into `layout` (once per module)."""
+        key = (c.name, layout)
+        if key not in self.packed:
+            name = self.mod.unique_constant_name(f"{c.name}_{layout}")
+            self.packed[key] = self.mod.add_constant(name, value, c.type.dtype)
+        return self.packed[key]
+
+    # -- rewrites: each returns False when it does not apply --------------------------------
+
+    def visit(self, b: G.Binding) -> None:
+        value = _substitute(b.value, self.alias)
+        if isinstance(value, G.Call) and any(
+            rule(self, b.var, value)
+            for rule in (_conv, _transform_pair, _layout_free, _concat, _window_pool, _global_pool)
+        ):
+            return
+        self.out.append(G.Binding(b.var, value))
+
+    def blocked_layout(self, e) -> str | None:
+        known = self.blocked.get(id(e)) if isinstance(e, G.Var) else None
+        return None if known is None else known[1]
+
+
+def _transform(x: G.Expr, src: str, dst: str) -> G.Call:
+    attrs, _ = infer_call("layout_transform", (x,), {"src": src, "dst": dst})
+    return G.Call("layout_transform", (x,), attrs)
+
+
+def _is_nchw(t) -> bool:
+    return isinstance(t, G.TensorType) and t.ndim == 4 and t.dtype == DTYPE
+
+
+def _block_of(layout: str) -> int | None:
+    """b for a layout NCHW{b}c, else None."""
+    m = re.fullmatch(r"NCHW(\d+)c", layout)
+    return int(m.group(1)) if m else None
+
+
+# ---------------------------------------------------------------------------------------------
+# convolution
+
+
+def _conv_blocks(call: G.Call, block: int) -> tuple[int, int, bool] | None:
+    """(input block, output block, depthwise) for a conv2d that converts, else None."""
+    x, w = G.type_of(call.args[0]), call.args[1].type
+    cin, cout, groups = x.shape[1], w.shape[0], call.attrs["groups"]
+    if not (isinstance(cin, int) and isinstance(cout, int)) or cout % block:
+        return None
+    if groups == 1:
+        return (block if cin % block == 0 else _largest_divisor(cin, block)), block, False
+    if groups == cin == cout and w.shape[1] == 1:
+        return block, block, True
+    return None
+
+
+def _conv(fn: _Function, var: G.Var, call: G.Call) -> bool:
+    if call.op != "conv2d" or not _is_nchw(G.type_of(call.args[0])):
+        return False
+    weight = _value(fn.mod, call.args[1])
+    bias_arg = call.args[2] if len(call.args) > 2 else None
+    bias = None if bias_arg is None else _value(fn.mod, bias_arg)
+    blocks = _conv_blocks(call, fn.block) if weight is not None else None
+    if blocks is None or (bias_arg is not None and bias is None):
+        return False
+    bi, bo, depthwise = blocks
+    w_layout = f"OIHW1i{bo}o" if depthwise else f"OIHW{bi}i{bo}o"
+    w = fn.pack(call.args[1], layout_transform_ref(weight, src="OIHW", dst=w_layout), w_layout)
+    args: tuple = (fn.in_layout(call.args[0], _blocked(bi)), w)
+    if bias_arg is not None:
+        args += (fn.pack(bias_arg, bias.reshape(-1, bo), f"{bo}o"),)
+    fn.emit_blocked(var, "conv2d_nchwc", args, dict(call.attrs), _blocked(bo))
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# layout-agnostic ops
+
+
+def _transform_pair(fn: _Function, var: G.Var, call: G.Call) -> bool:
+    """A transform into NCHW is recorded as a blocked form; one out of NCHW into a layout
+    its operand has a blocked form in becomes that form."""
+    if call.op != "layout_transform":
+        return False
+    src, dst, x = call.attrs["src"], call.attrs["dst"], call.args[0]
+    if dst == NCHW and _block_of(src) and _is_nchw(var.type):
+        fn.out.append(G.Binding(var, call))
+        fn.blocked[id(var)] = (x, src)
+        return True
+    if src == NCHW and _block_of(dst) and fn.blocked_layout(x) is not None:
+        fn.alias[id(var)] = fn.in_layout(x, dst)
+        return True
+    return False
+
+
+def _relaid_constant(fn: _Function, c, channels: int, block: int):
+    """A constant operand of a blocked elementwise op: itself when it is a scalar (every dim
+    1), per-channel values as (C / b, 1, 1, b), else None."""
+    value = _value(fn.mod, c)
+    if value is None:
+        return None
+    if value.size == 1:
+        return c
+    if value.shape in ((channels, 1, 1), (1, channels, 1, 1)):
+        layout = _blocked(block)
+        return fn.pack(c, value.reshape(channels // block, 1, 1, block), layout)
+    return None
+
+
+def _layout_free(fn: _Function, var: G.Var, call: G.Call) -> bool:
+    if call.op not in LAYOUT_FREE or not _is_nchw(var.type):
+        return False
+    layouts = {fn.blocked_layout(a) for a in call.args if isinstance(a, G.Var)}
+    if len(layouts) != 1 or None in layouts:
+        return False  # an operand without a blocked form, or two blockings
+    layout = layouts.pop()
+    block = _block_of(layout)
+    args = []
+    for a in call.args:
+        if isinstance(a, G.Var):
+            if G.type_of(a).shape != var.type.shape:
+                return False  # a blocked operand that broadcasts
+            args.append(fn.blocked[id(a)][0])
+        elif a is not None:
+            a = _relaid_constant(fn, a, var.type.shape[1], block)
+            if a is None:
+                return False
+            args.append(a)
+        else:
+            args.append(None)
+    fn.emit_blocked(var, call.op, tuple(args), dict(call.attrs), layout)
+    return True
+
+
+def _concat(fn: _Function, var: G.Var, call: G.Call) -> bool:
+    if call.op != "concat" or call.attrs["axis"] not in (1, -3):
+        return False
+    layouts = {fn.blocked_layout(a) for a in call.args}
+    if len(layouts) != 1 or None in layouts:
+        return False
+    args = tuple(fn.blocked[id(a)][0] for a in call.args)
+    fn.emit_blocked(var, "concat", args, {"axis": 1}, layouts.pop())
+    return True
+
+
+def _pool3d_attrs(kernel, strides, padding, dilation, rest: dict) -> dict:
+    """Attributes of the 3-D pool over (H, W, c) with a unit, unpadded window along c."""
+    return {
+        "kernel": [*kernel, 1],
+        "strides": [*(strides or [1, 1]), 1],
+        "padding": [*(padding or [0] * 4)[:2], 0, *(padding or [0] * 4)[2:], 0],
+        "dilation": [*(dilation or [1, 1]), 1],
+        **rest,
+    }
+
+
+def _window_pool(fn: _Function, var: G.Var, call: G.Call) -> bool:
+    layout = fn.blocked_layout(call.args[0]) if call.op in WINDOW_POOLS else None
+    if layout is None:
+        return False
+    a = dict(call.attrs)
+    attrs = _pool3d_attrs(
+        a.pop("kernel"), a.pop("strides"), a.pop("padding"), a.pop("dilation"), a
+    )
+    fn.emit_blocked(var, WINDOW_POOLS[call.op], (fn.blocked[id(call.args[0])][0],), attrs, layout)
+    return True
+
+
+def _global_pool(fn: _Function, var: G.Var, call: G.Call) -> bool:
+    layout = fn.blocked_layout(call.args[0]) if call.op in GLOBAL_POOLS else None
+    if layout is None:
+        return False
+    plane = G.type_of(call.args[0]).shape[2:]
+    if not all(isinstance(d, int) for d in plane):
+        return False
+    attrs = _pool3d_attrs(plane, None, None, None, {})
+    fn.emit_blocked(var, GLOBAL_POOLS[call.op], (fn.blocked[id(call.args[0])][0],), attrs, layout)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# the pass
+
+
+def _rewrite(f: G.Function, mod: IRModule, block: int, packed: dict) -> G.Function:
+    fn = _Function(mod, block, packed)
+    for b in f.bindings:
+        fn.visit(b)
+    return dataclasses.replace(f, bindings=tuple(fn.out), ret=_substitute(f.ret, fn.alias))
+
+
+@register_pass("alter-conv-layout", needs_target=True)
+def alter_conv_layout(mod: IRModule, target: VectorTarget | None = None) -> IRModule:
+    out = IRModule(dict(mod.functions), dict(mod.const_types), dict(mod.const_values))
+    if target is None:
+        return out
+    block = target.vector_lanes(DTYPE)
+    packed: dict = {}
+    for name, f in mod.graph_functions.items():
+        out.functions[name] = _rewrite(f, out, block, packed)
+    return dead_code_elimination(out)

@@ -1,0 +1,94 @@
+"""Default CPU schedule rules: every PrimFunc gets a fast loop nest without tuning.
+
+A kernel is a sequence of stages (the child blocks of its root block: a convolution and
+its epilogue, the three passes of a softmax). Each stage gets the first rule of `RULES`
+that applies to it, recognised by structure (iteration-variable kinds, how loads move along
+each axis, extents), never by kernel name. A rule returns None when its preconditions do
+not hold; a primitive that refuses (`ScheduleError`) discards the rule's whole schedule for
+that stage and the next rule is tried, so a stage ends up scheduled correctly or left as it
+was, never changed in meaning. Rules use only schedule primitives, which check that the
+result is unchanged; a rule may fold the stages after its own into it (an epilogue into a
+write-back). Once every stage is scheduled, `compact_buffers` allocates each intermediate
+buffer where it is used, at the size used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+from tcc.ir import tir as T
+from tcc.ir.module import IRModule
+from tcc.lower.rules.contraction import ContractionRule
+from tcc.lower.rules.elementwise import ElementwiseRule
+from tcc.lower.rules.machine import Machine
+from tcc.lower.rules.reduction import ReductionRule
+from tcc.lower.schedule import ScheduleError, compact_buffers
+from tcc.lower.schedule.state import child_blocks
+
+__all__ = [
+    "RULES",
+    "UNSCHEDULED",
+    "Machine",
+    "rule_coverage",
+    "schedule_module",
+    "schedule_prim_func",
+    "stage_rules",
+]
+
+RULES = (ContractionRule(), ReductionRule(), ElementwiseRule())
+UNSCHEDULED = "unscheduled"
+
+
+def _stages(func: T.PrimFunc) -> list[str]:
+    return [b.name for b in child_blocks(func.body)]
+
+
+def _scheduled(func: T.PrimFunc, machine: Machine) -> tuple[T.PrimFunc, list[str]]:
+    """The function with every stage scheduled, and the rule each stage got."""
+    used: list[str] = []
+    for block in list(_stages(func)):
+        if block not in _stages(func):  # folded into an earlier stage by that stage's rule
+            used.append(used[-1])
+            continue
+        for rule in RULES:
+            try:
+                sch = rule.apply(func, block, machine)
+            except ScheduleError:
+                continue
+            if sch is not None:
+                func = sch.func
+                used.append(rule.name)
+                break
+        else:
+            used.append(UNSCHEDULED)
+    return func, used
+
+
+def schedule_prim_func(func: T.PrimFunc, target) -> T.PrimFunc:
+    """`func` scheduled by the default rules for `target` (a `Target` or a `Machine`), its
+    buffers then compacted: once every stage is scheduled, since the primitives expect
+    buffers allocated in blocks (a micro-kernel's local tile becomes registers)."""
+    return compact_buffers(_scheduled(func, Machine.of(target))[0])
+
+
+def stage_rules(func: T.PrimFunc, target) -> list[str]:
+    """The rule each stage of `func` gets, in stage order (`UNSCHEDULED` where none applies)."""
+    return _scheduled(func, Machine.of(target))[1]
+
+
+def schedule_module(mod: IRModule, target) -> IRModule:
+    """A new module whose PrimFuncs are scheduled by the default rules; graph functions and
+    constants are shared with `mod`, which is not changed."""
+    machine = Machine.of(target)
+    functions = {
+        name: schedule_prim_func(f, machine) if isinstance(f, T.PrimFunc) else f
+        for name, f in mod.functions.items()
+    }
+    return dataclasses.replace(mod, functions=functions)
+
+
+def rule_coverage(mod: IRModule, target) -> Counter:
+    """How many stages of the module's PrimFuncs each rule schedules."""
+    machine = Machine.of(target)
+    return Counter(r for f in mod.prim_funcs.values() for r in stage_rules(f, machine))

@@ -1,0 +1,157 @@
+"""Every default rule keeps each kernel's results through the real codegen, and each kind of
+stage gets the rule meant for it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tcc.ir import expr as E
+from tcc.ir import tir as T
+from tcc.ir.graph import TensorType
+from tcc.lower.legalize import op_prim_func
+from tcc.lower.rules import UNSCHEDULED, Machine, schedule_prim_func, stage_rules
+from tcc.lower.schedule import Schedule, ScheduleError
+from tcc.lower.schedule.state import walk
+
+from .rules_cases import BLOCKED, CASES, conv_relu_kernels, kernels, run_both
+
+AVX512 = Machine(vector_bits=512, vector_registers=32, cores=2)
+AVX2 = Machine(vector_bits=256, vector_registers=16, cores=2)
+ONE_CORE = Machine(vector_bits=512, vector_registers=32, cores=1)
+
+
+def _loop_kinds(func: T.PrimFunc) -> set[T.ForKind]:
+    return {loc.stmt.kind for loc in walk(func.body) if isinstance(loc.stmt, T.For)}
+
+
+def _all_kernels() -> dict[str, T.PrimFunc]:
+    funcs = {}
+    for name in CASES:
+        funcs.update(kernels(name))
+    for name in BLOCKED:
+        funcs.update({f"{k}_nchwc": f for k, f in kernels(name, blocked=True).items()})
+    return funcs
+
+
+@pytest.fixture(scope="module")
+def all_kernels():
+    return _all_kernels()
+
+
+@pytest.mark.parametrize("machine", [AVX512, AVX2, ONE_CORE], ids=["avx512", "avx2", "1core"])
+def test_scheduled_kernels_compute_what_the_plain_ones_do(all_kernels, machine):
+    scheduled = {n: schedule_prim_func(f, machine) for n, f in all_kernels.items()}
+    assert sum(s is not all_kernels[n] for n, s in scheduled.items()) >= len(CASES)
+    for name, want, got in run_both(all_kernels, scheduled):
+        for w, g in zip(want, got):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_kind_of_stage_gets_its_rule(case):
+    want = CASES[case][1]
+    (func,) = (f for n, f in kernels(case).items())
+    rules = stage_rules(func, AVX512)
+    assert rules[0] == want
+    assert UNSCHEDULED not in rules
+
+
+def test_blocked_convolutions_are_contractions():
+    for case in BLOCKED:
+        for func in kernels(case, blocked=True).values():
+            if any(b.name.startswith("conv2d_nchwc") for b in _blocks(func)):
+                assert stage_rules(func, AVX512)[0] == "contraction"
+
+
+def _blocks(func):
+    return [loc.stmt for loc in walk(func.body) if isinstance(loc.stmt, T.Block)]
+
+
+def _allocations(func: T.PrimFunc) -> list[T.Buffer]:
+    return [loc.stmt.buffer for loc in walk(func.body) if isinstance(loc.stmt, T.Allocate)] + [
+        b for blk in _blocks(func) for b in blk.alloc_buffers
+    ]
+
+
+def test_matmul_micro_kernel_shape():
+    """64x80 output, 16 lanes: 2-register columns (32) do not divide 80, one register (16)
+    does; 16 accumulators / 1 register a row = 8 unrolled rows; 8 x 5 tiles run in parallel,
+    each accumulating in its own 8 x 16 local tile, allocated inside the tile loop."""
+    (func,) = kernels("matmul").values()
+    out = schedule_prim_func(func, AVX512)
+    loops = {loc.stmt.kind: loc.stmt for loc in walk(out.body) if isinstance(loc.stmt, T.For)}
+    assert loops[T.ForKind.VECTORIZED].extent.value == 16
+    assert loops[T.ForKind.UNROLLED].extent.value == 8
+    tile_loop = loops[T.ForKind.PARALLEL]
+    assert tile_loop.extent.value == (64 // 8) * (80 // 16)
+    (tile,) = _allocations(out)
+    assert (tile.shape, tile.scope) == ((8, 16), "local")
+    assert isinstance(tile_loop.body, T.Allocate) and tile_loop.body.buffer is tile
+
+
+def test_the_epilogue_is_folded_into_the_write_back():
+    """Conv + bias + ReLU as fuse-ops makes it: the ReLU stage goes into the write-back of
+    the convolution's tile, so the convolution's full output is never stored."""
+    funcs = conv_relu_kernels()
+    (name,) = (n for n, f in funcs.items() if len(stage_rules(f, AVX512)) > 1)
+    func = funcs[name]
+    assert stage_rules(func, AVX512) == ["contraction", "contraction"]
+    out = schedule_prim_func(func, AVX512)
+    assert [b.scope for b in _allocations(out)] == ["local"]
+    assert len(_blocks(out)) == len(_blocks(func)) + 1  # + init + write-back - the ReLU stage
+    ((_, want, got),) = run_both({name: func}, {name: out})
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_contraction_accumulates_in_place_when_a_block_primitive_refuses(monkeypatch):
+    """The fallback: the same tiles accumulated in the output itself, on one thread."""
+    (func,) = kernels("matmul").values()
+
+    def refuse(*args, **kwargs):
+        raise ScheduleError("cache_write: refused for the test")
+
+    monkeypatch.setattr(Schedule, "cache_write", refuse)
+    out = schedule_prim_func(func, AVX512)
+    assert _loop_kinds(out) == {T.ForKind.SERIAL, T.ForKind.UNROLLED, T.ForKind.VECTORIZED}
+    assert _allocations(out) == []
+    ((_, want, got),) = run_both({"mm": func}, {"mm": out})
+    np.testing.assert_allclose(got[-1], want[-1], rtol=1e-5, atol=1e-5)
+
+
+def test_one_core_gets_no_parallel_loops(all_kernels):
+    for func in all_kernels.values():
+        assert T.ForKind.PARALLEL not in _loop_kinds(schedule_prim_func(func, ONE_CORE))
+
+
+def test_small_stages_stay_on_one_thread():
+    (func,) = kernels("softmax").values()  # 6 x 50: far below a parallel region's cost
+    assert T.ForKind.PARALLEL not in _loop_kinds(schedule_prim_func(func, AVX512))
+
+
+def test_symbolic_matmul_is_scheduled_and_correct():
+    n = E.Var("n")
+    func = op_prim_func(
+        "matmul", [TensorType((n, 40), "float32"), TensorType((40, 48), "float32")], {}
+    )
+    out = schedule_prim_func(func, AVX512)
+    assert {T.ForKind.UNROLLED, T.ForKind.VECTORIZED} <= _loop_kinds(out)
+    from tcc.emit.llvm import compile_prim_funcs
+    from tcc.rt.kernels import load_cpu_library
+
+    rng = np.random.default_rng(1)
+    with load_cpu_library(compile_prim_funcs({"mm": out}).shared_object) as lib:
+        for rows in (1, 13, 70):
+            a = rng.standard_normal((rows, 40)).astype(np.float32)
+            b = rng.standard_normal((40, 48)).astype(np.float32)
+            c = np.full((rows, 48), np.nan, np.float32)
+            lib.call("mm", [a, b, c])
+            np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_input_function_is_unchanged():
+    (func,) = kernels("matmul").values()
+    before = _loop_kinds(func)
+    schedule_prim_func(func, AVX512)
+    assert _loop_kinds(func) == before == {T.ForKind.SERIAL}

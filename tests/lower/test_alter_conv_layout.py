@@ -1,0 +1,307 @@
+"""alter-conv-layout: golden before/after modules (AVX2 target: blocks of 8 float32 lanes),
+each also run on the reference interpreter before and after (float32 summation order
+differs: rtol 1e-5, atol 1e-5), the block chosen from the target, and three CNNs compiled
+with the pass against onnxruntime."""
+
+import numpy as np
+import pytest
+
+import tcc
+from tcc.emit.target import Target
+from tcc.frontend.onnx import from_onnx
+from tcc.ir.interp import run
+from tcc.ir.parser import parse_module
+from tcc.ir.printer import print_module
+from tcc.ir.structural import structural_equal
+from tcc.lower.passes import PASSES, PIPELINE, TARGETED, run_pipeline
+from tcc.lower.passes.alter_conv_layout import alter_conv_layout
+from tests.e2e.test_models import onnxruntime_outputs
+from tests.helpers import call_ops
+from tests.lower.test_fold_batch_norm import random_inputs, with_values
+from tests.models import builders
+
+AVX2 = Target("x86_64-unknown-linux-gnu", "haswell", "+avx,+avx2")
+CONV = "strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1]"
+
+
+def verify(before: str, expected: str, target=AVX2):
+    mod = with_values(parse_module(before))
+    text = print_module(mod)
+    values = {k: v.copy() for k, v in mod.const_values.items()}
+    got = alter_conv_layout(mod, target)
+    assert structural_equal(got, parse_module(expected)), print_module(got)
+    # the input module is left alone
+    assert print_module(mod) == text
+    assert all(np.array_equal(mod.const_values[k], v) for k, v in values.items())
+    assert got.const_values.keys() == got.const_types.keys()
+    feeds = random_inputs(mod["main"])
+    for want, have in zip(run(mod, feeds), run(got, feeds)):
+        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-5)
+    return mod, got
+
+
+def unchanged(text: str):
+    verify(text, text)
+
+
+def test_registered_before_fusion_with_the_target():
+    assert PASSES["alter-conv-layout"] is alter_conv_layout
+    assert "alter-conv-layout" in TARGETED
+    assert PIPELINE.index("alter-conv-layout") < PIPELINE.index("fuse-ops")
+
+
+def test_single_conv_is_packed_between_two_transforms():
+    mod, got = verify(
+        f'''
+constants = {{"w": Tensor((16, 8, 3, 3), "float32"), "b": Tensor((16,), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 8, 5, 5), "float32")) -> Tensor((1, 16, 5, 5), "float32"):
+    y: Tensor((1, 16, 5, 5), "float32") = op.conv2d(x, const("w"), const("b"), {CONV}, groups=1)
+    return y
+''',
+        f'''
+constants = {{"w_OIHW8i8o": Tensor((2, 1, 3, 3, 8, 8), "float32"), "b_8o": Tensor((2, 8), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 8, 5, 5), "float32")) -> Tensor((1, 16, 5, 5), "float32"):
+    x_NCHW8c: Tensor((1, 1, 5, 5, 8), "float32") = op.layout_transform(x, src="NCHW", dst="NCHW8c")
+    y_c: Tensor((1, 2, 5, 5, 8), "float32") = op.conv2d_nchwc(x_NCHW8c, const("w_OIHW8i8o"), const("b_8o"), {CONV}, groups=1)
+    y: Tensor((1, 16, 5, 5), "float32") = op.layout_transform(y_c, src="NCHW8c", dst="NCHW")
+    return y
+''',
+    )
+    # weight element (o, i, kh, kw) sits at [o // 8, i // 8, kh, kw, i % 8, o % 8]
+    w, packed = mod.const_values["w"], got.const_values["w_OIHW8i8o"]
+    assert packed[1, 0, 2, 1, 5, 3] == w[8 + 3, 5, 2, 1]
+    np.testing.assert_array_equal(got.const_values["b_8o"].reshape(-1), mod.const_values["b"])
+
+
+def test_conv_relu_conv_stays_blocked():
+    verify(
+        f'''
+constants = {{"w1": Tensor((8, 8, 3, 3), "float32"), "w2": Tensor((8, 8, 3, 3), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 8, 4, 4), "float32")) -> Tensor((1, 8, 4, 4), "float32"):
+    c: Tensor((1, 8, 4, 4), "float32") = op.conv2d(x, const("w1"), {CONV}, groups=1)
+    r: Tensor((1, 8, 4, 4), "float32") = op.relu(c)
+    y: Tensor((1, 8, 4, 4), "float32") = op.conv2d(r, const("w2"), {CONV}, groups=1)
+    return y
+''',
+        f'''
+constants = {{"w1_OIHW8i8o": Tensor((1, 1, 3, 3, 8, 8), "float32"), "w2_OIHW8i8o": Tensor((1, 1, 3, 3, 8, 8), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 8, 4, 4), "float32")) -> Tensor((1, 8, 4, 4), "float32"):
+    x_NCHW8c: Tensor((1, 1, 4, 4, 8), "float32") = op.layout_transform(x, src="NCHW", dst="NCHW8c")
+    c_c: Tensor((1, 1, 4, 4, 8), "float32") = op.conv2d_nchwc(x_NCHW8c, const("w1_OIHW8i8o"), {CONV}, groups=1)
+    r_c: Tensor((1, 1, 4, 4, 8), "float32") = op.relu(c_c)
+    y_c: Tensor((1, 1, 4, 4, 8), "float32") = op.conv2d_nchwc(r_c, const("w2_OIHW8i8o"), {CONV}, groups=1)
+    y: Tensor((1, 8, 4, 4), "float32") = op.layout_transform(y_c, src="NCHW8c", dst="NCHW")
+    return y
+''',
+    )
+
+
+def test_transform_pair_in_the_input_cancels():
+    verify(
+        '''
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 2, 3, 3, 8), "float32")) -> Tensor((1, 2, 3, 3, 8), "float32"):
+    a: Tensor((1, 16, 3, 3), "float32") = op.layout_transform(x, src="NCHW8c", dst="NCHW")
+    y: Tensor((1, 2, 3, 3, 8), "float32") = op.layout_transform(a, src="NCHW", dst="NCHW8c")
+    return y
+''',
+        '''
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 2, 3, 3, 8), "float32")) -> Tensor((1, 2, 3, 3, 8), "float32"):
+    return x
+''',
+    )
+
+
+def test_residual_add_and_per_channel_scale_stay_blocked():
+    verify(
+        f'''
+constants = {{"w1": Tensor((8, 8, 3, 3), "float32"), "w2": Tensor((8, 8, 3, 3), "float32"), "s": Tensor((8, 1, 1), "float32"), "t": Tensor((), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 8, 4, 4), "float32")) -> Tensor((1, 8, 4, 4), "float32"):
+    c: Tensor((1, 8, 4, 4), "float32") = op.conv2d(x, const("w1"), {CONV}, groups=1)
+    d: Tensor((1, 8, 4, 4), "float32") = op.conv2d(c, const("w2"), {CONV}, groups=1)
+    m: Tensor((1, 8, 4, 4), "float32") = op.mul(d, const("s"))
+    a: Tensor((1, 8, 4, 4), "float32") = op.add(m, c)
+    y: Tensor((1, 8, 4, 4), "float32") = op.clip(a, const("t"), None)
+    return y
+''',
+        f'''
+constants = {{"w1_OIHW8i8o": Tensor((1, 1, 3, 3, 8, 8), "float32"), "w2_OIHW8i8o": Tensor((1, 1, 3, 3, 8, 8), "float32"), "s_NCHW8c": Tensor((1, 1, 1, 8), "float32"), "t": Tensor((), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 8, 4, 4), "float32")) -> Tensor((1, 8, 4, 4), "float32"):
+    x_NCHW8c: Tensor((1, 1, 4, 4, 8), "float32") = op.layout_transform(x, src="NCHW", dst="NCHW8c")
+    c_c: Tensor((1, 1, 4, 4, 8), "float32") = op.conv2d_nchwc(x_NCHW8c, const("w1_OIHW8i8o"), {CONV}, groups=1)
+    d_c: Tensor((1, 1, 4, 4, 8), "float32") = op.conv2d_nchwc(c_c, const("w2_OIHW8i8o"), {CONV}, groups=1)
+    m_c: Tensor((1, 1, 4, 4, 8), "float32") = op.mul(d_c, const("s_NCHW8c"))
+    a_c: Tensor((1, 1, 4, 4, 8), "float32") = op.add(m_c, c_c)
+    y_c: Tensor((1, 1, 4, 4, 8), "float32") = op.clip(a_c, const("t"), None)
+    y: Tensor((1, 8, 4, 4), "float32") = op.layout_transform(y_c, src="NCHW8c", dst="NCHW")
+    return y
+''',
+    )
+
+
+def test_depthwise_conv_and_pools():
+    verify(
+        f'''
+constants = {{"w": Tensor((16, 1, 3, 3), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((2, 16, 6, 6), "float32")) -> Tensor((2, 16, 1, 1), "float32"):
+    c: Tensor((2, 16, 6, 6), "float32") = op.conv2d(x, const("w"), {CONV}, groups=16)
+    p: Tensor((2, 16, 3, 3), "float32") = op.avg_pool2d(c, kernel=[3, 3], strides=[2, 2], padding=[1, 1, 0, 0], dilation=None, ceil_mode=False, count_include_pad=False)
+    y: Tensor((2, 16, 1, 1), "float32") = op.global_avg_pool(p)
+    return y
+''',
+        f'''
+constants = {{"w_OIHW1i8o": Tensor((2, 1, 3, 3, 1, 8), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((2, 16, 6, 6), "float32")) -> Tensor((2, 16, 1, 1), "float32"):
+    x_NCHW8c: Tensor((2, 2, 6, 6, 8), "float32") = op.layout_transform(x, src="NCHW", dst="NCHW8c")
+    c_c: Tensor((2, 2, 6, 6, 8), "float32") = op.conv2d_nchwc(x_NCHW8c, const("w_OIHW1i8o"), {CONV}, groups=16)
+    p_c: Tensor((2, 2, 3, 3, 8), "float32") = op.avg_pool3d(c_c, kernel=[3, 3, 1], strides=[2, 2, 1], padding=[1, 1, 0, 0, 0, 0], dilation=[1, 1, 1], ceil_mode=False, count_include_pad=False)
+    y_c: Tensor((2, 2, 1, 1, 8), "float32") = op.avg_pool3d(p_c, kernel=[3, 3, 1], strides=[1, 1, 1], padding=[0, 0, 0, 0, 0, 0], dilation=[1, 1, 1], ceil_mode=False, count_include_pad=False)
+    y: Tensor((2, 16, 1, 1), "float32") = op.layout_transform(y_c, src="NCHW8c", dst="NCHW")
+    return y
+''',
+    )
+
+
+def test_input_channels_that_do_not_divide_take_the_largest_divisor():
+    verify(
+        f'''
+constants = {{"w": Tensor((8, 3, 3, 3), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((n, 3, 4, 4), "float32")) -> Tensor((n, 8, 4, 4), "float32"):
+    y: Tensor((n, 8, 4, 4), "float32") = op.conv2d(x, const("w"), {CONV}, groups=1)
+    return y
+''',
+        f'''
+constants = {{"w_OIHW3i8o": Tensor((1, 1, 3, 3, 3, 8), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((n, 3, 4, 4), "float32")) -> Tensor((n, 8, 4, 4), "float32"):
+    x_NCHW3c: Tensor((n, 1, 4, 4, 3), "float32") = op.layout_transform(x, src="NCHW", dst="NCHW3c")
+    y_c: Tensor((n, 1, 4, 4, 8), "float32") = op.conv2d_nchwc(x_NCHW3c, const("w_OIHW3i8o"), {CONV}, groups=1)
+    y: Tensor((n, 8, 4, 4), "float32") = op.layout_transform(y_c, src="NCHW8c", dst="NCHW")
+    return y
+''',
+    )
+
+
+@pytest.mark.parametrize(
+    "weight, groups, why",
+    [
+        ((12, 8, 3, 3), 1, "output channels that do not divide"),
+        ((8, 4, 3, 3), 2, "a grouped conv that is not depthwise"),
+    ],
+)
+def test_convs_that_stay_nchw(weight, groups, why):
+    o, i = weight[0], weight[1] * groups
+    unchanged(f'''
+constants = {{"w": Tensor({weight}, "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, {i}, 4, 4), "float32")) -> Tensor((1, {o}, 4, 4), "float32"):
+    c: Tensor((1, {o}, 4, 4), "float32") = op.conv2d(x, const("w"), {CONV}, groups={groups})
+    y: Tensor((1, {o}, 4, 4), "float32") = op.relu(c)
+    return y
+''')
+
+
+def test_weight_that_is_not_a_constant_stays_nchw():
+    unchanged(f'''
+@function(inputs=["x", "w"], outputs=["y"])
+def main(x: Tensor((1, 8, 4, 4), "float32"), w: Tensor((8, 8, 3, 3), "float32")) -> Tensor((1, 8, 4, 4), "float32"):
+    y: Tensor((1, 8, 4, 4), "float32") = op.conv2d(x, w, {CONV}, groups=1)
+    return y
+''')
+
+
+CONV_16 = f'''
+constants = {{"w": Tensor((16, 16, 1, 1), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 16, 2, 2), "float32")) -> Tensor((1, 16, 2, 2), "float32"):
+    y: Tensor((1, 16, 2, 2), "float32") = op.conv2d(x, const("w"), {CONV.replace("1, 1, 1, 1", "0, 0, 0, 0")}, groups=1)
+    return y
+'''
+
+
+@pytest.mark.parametrize(
+    "features, block",
+    [("+avx,+avx2,+avx512f", 16), ("+avx,+avx2", 8), ("+sse4.2", 4), ("", 4)],
+)
+def test_block_is_the_target_float32_vector_width(features, block):
+    target = Target("x86_64-unknown-linux-gnu", "generic", features)
+    got = alter_conv_layout(with_values(parse_module(CONV_16)), target)
+    (conv,) = [c for c in got["main"].bindings if c.value.op == "conv2d_nchwc"]
+    assert conv.var.type.shape[-1] == block
+
+
+def test_without_a_target_the_module_is_unchanged():
+    mod = with_values(parse_module(CONV_16))
+    assert structural_equal(alter_conv_layout(mod), mod)
+    assert structural_equal(run_pipeline(mod, disable=["fuse-ops"]), mod)
+    assert "conv2d_nchwc" in call_ops(run_pipeline(mod, disable=["fuse-ops"], target=AVX2))
+
+
+# ---------------------------------------------------------------------------------------------
+# whole models, compiled for this machine, against onnxruntime
+
+
+# (blocked convs, convs left NCHW, layout transforms) with blocks of 8: the CNNs without
+# channel shuffles transform only at their entry and exit; shufflenet's grouped convs and
+# shuffles (reshape/transpose) keep most of it NCHW.
+@pytest.mark.parametrize(
+    "name, counts",
+    [("resnet50", (53, 0, 2)), ("squeezenet", (26, 0, 2)), ("shufflenet", (17, 32, 35))],
+)
+def test_compiled_model_matches_onnxruntime(name, counts):
+    model = builders.light_model(name)
+    ops = call_ops(run_pipeline(from_onnx(model), disable=["fuse-ops"], target=AVX2))
+    assert (ops.count("conv2d_nchwc"), ops.count("conv2d"), ops.count("layout_transform")) == counts
+    (image,) = model.graph.input
+    shape = [d.dim_value for d in image.type.tensor_type.shape.dim]
+    x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+    (want,) = onnxruntime_outputs(model, {image.name: x})
+    (got,) = tcc.compile_onnx(model)(x)
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * scale)
+
+
+@pytest.mark.parametrize("target, blocked", [(None, False), ("llvm", True)])
+def test_tcc_optimize_packs_convs_only_for_a_target(tmp_path, target, blocked):
+    from click.testing import CliRunner
+
+    from tcc.cli.main import cli
+    from tcc.ir.irfile import load_module, save_module
+
+    save_module(tmp_path / "m.tcir", with_values(parse_module(CONV_16)))
+    args = ["optimize", str(tmp_path / "m.tcir"), "-o", str(tmp_path / "o.tcir"),
+            "--disable-pass", "fuse-ops"] + ([] if target is None else ["--target", target])
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    ops = call_ops(load_module(tmp_path / "o.tcir"))
+    assert ("conv2d_nchwc" in ops) == blocked
+
+
+@pytest.mark.parametrize("builder", [builders.bert_encoder, builders.gpt2_decoder])
+def test_models_without_convs_are_left_alone(builder):
+    """Transformers have no conv to convert, and calls without operands (arange, constants
+    of shape) must not trip the rewrites that look at a first operand."""
+    mod = from_onnx(builder())
+    assert structural_equal(alter_conv_layout(mod, AVX2), mod)
