@@ -1,6 +1,7 @@
 /* Modules (tcc_runtime.h): a verified pack with its kernels loaded, and running its entry
  * functions on tensors. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,46 @@ static tccrt_status_t env_threads(int *out) {
   return TCCRT_OK;
 }
 
+/* Loaded modules, so a forked child can make their kernels single-threaded: the OpenMP
+ * runtime (libgomp) cannot start its threads again in the child of a process that used
+ * them, and a parallel kernel would wait forever. The child runs every parallel loop on
+ * the calling thread instead (the same results, slower); asking for more threads again in
+ * the child brings the hang back. */
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static tccrt_module_t *open_modules;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static int forked_child; /* modules loaded in a forked child start single-threaded too */
+
+static void single_threaded_in_child(void) {
+  /* The child has one thread and a copy of the lock as the parent held it (locked by the
+   * prepare handler): the list is consistent, then the lock is released. */
+  forked_child = 1;
+  for (tccrt_module_t *m = open_modules; m; m = m->next_open)
+    if (m->kernels.set_num_threads) m->kernels.set_num_threads(1);
+  pthread_mutex_unlock(&open_lock);
+}
+
+static void lock_open(void) { pthread_mutex_lock(&open_lock); }
+static void unlock_open(void) { pthread_mutex_unlock(&open_lock); }
+static void install_atfork(void) { pthread_atfork(lock_open, unlock_open, single_threaded_in_child); }
+
+static void track(tccrt_module_t *m) {
+  pthread_once(&atfork_once, install_atfork);
+  pthread_mutex_lock(&open_lock);
+  m->next_open = open_modules;
+  if (open_modules) open_modules->prev_open = m;
+  open_modules = m;
+  pthread_mutex_unlock(&open_lock);
+}
+
+static void untrack(tccrt_module_t *m) {
+  pthread_mutex_lock(&open_lock);
+  if (m->prev_open) m->prev_open->next_open = m->next_open;
+  else open_modules = m->next_open;
+  if (m->next_open) m->next_open->prev_open = m->prev_open;
+  pthread_mutex_unlock(&open_lock);
+}
+
 tccrt_status_t tccrt_module_load(tccrt_pack_t *pack, tccrt_module_t **out_module) {
   CHECK_ARG(pack && out_module, "tccrt_module_load: pack and out_module must not be NULL");
   *out_module = NULL;
@@ -39,6 +80,10 @@ tccrt_status_t tccrt_module_load(tccrt_pack_t *pack, tccrt_module_t **out_module
   atomic_init(&m->refs, 1);
   tccrt_pack_retain(pack);
   m->pack = pack;
+  track(m);
+  pthread_mutex_lock(&open_lock);
+  if (forked_child) threads = 1;
+  pthread_mutex_unlock(&open_lock);
   if (threads && m->kernels.set_num_threads) m->kernels.set_num_threads(threads);
   *out_module = m;
   return TCCRT_OK;
@@ -50,6 +95,7 @@ void tccrt_module_retain(tccrt_module_t *module) {
 
 void tccrt_module_release(tccrt_module_t *module) {
   if (!module || atomic_fetch_sub(&module->refs, 1) != 1) return;
+  untrack(module);
   tccrt_kernels_unload(&module->kernels);
   tccrt_pack_release(module->pack);
   free(module);

@@ -25,6 +25,7 @@ struct tccrt_module_t {
   atomic_int refs;
   tccrt_pack_t *pack;
   tccrt_kernels_t kernels;
+  struct tccrt_module_t *next_open, *prev_open; /* the list of loaded modules (module.c) */
 };
 
 /* Run VM function `function` of the pack's program on `args` (borrowed); `*out` receives

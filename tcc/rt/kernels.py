@@ -13,6 +13,7 @@ import ctypes
 import os
 import re
 import tempfile
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -102,6 +103,26 @@ def _load_shared_object(data: bytes) -> ctypes.CDLL:
     )
 
 
+# Every open library, so a forked child can make them single-threaded (below).
+_OPEN: weakref.WeakSet = weakref.WeakSet()
+_FORKED = [False]  # set in a forked child: libraries loaded there start single-threaded
+
+
+def _single_threaded_after_fork() -> None:
+    """The OpenMP runtime (libgomp) cannot start its threads again in a forked child of a
+    process that used them: a parallel kernel would wait forever. So in the child every
+    library, open or loaded later, runs its parallel loops on the calling thread; results
+    are the same, only slower. Asking for more threads again in the child brings the hang
+    back."""
+    _FORKED[0] = True
+    for lib in list(_OPEN):
+        if lib._lib is not None:
+            lib._lib.tcc_set_num_threads(1)
+
+
+os.register_at_fork(after_in_child=_single_threaded_after_fork)
+
+
 class KernelLibrary:
     """Kernels of one loaded shared object. Use `call`, then `close()` (or a `with` block)."""
 
@@ -109,6 +130,9 @@ class KernelLibrary:
         self._lib: ctypes.CDLL | None = _load_shared_object(shared_object)
         self._kernels: dict[str, ctypes._CFuncPtr] = {}
         self._setsig()
+        _OPEN.add(self)
+        if _FORKED[0]:
+            self._lib.tcc_set_num_threads(1)
 
     def _setsig(self) -> None:
         """Every C signature of the runtime, declared once."""

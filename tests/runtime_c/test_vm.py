@@ -4,7 +4,9 @@ Runs in-process through the library (tests/runtime_c/capi.py)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 
 import numpy as np
 import pytest
@@ -435,3 +437,26 @@ def test_planning_builtins_refuse_a_bad_pack_at_run(crt, packs, tmp_path, case):
     with pytest.raises(CRuntimeError) as e:
         crt.load(path).run("main", [x])
     assert e.value.status == "invalid pack" and c_says in e.value.message
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_parallel_kernels_run_in_a_forked_child(crt, tmp_path):
+    """libgomp cannot restart its threads in a forked child: the runtime's atfork handler
+    makes the child's kernels single-threaded, so they run instead of waiting forever."""
+    path = tmp_path / "relu.tvmpack"
+    tcc.compile(model([h.make_node("Relu", ["x"], ["y"])], [vi("x", TP.FLOAT, [256, 1024])],
+                      [vi("y", TP.FLOAT, [256, 1024])]), output=path)
+    m = crt.load(path)
+    m.set_num_threads(2)
+    x = RNG.standard_normal((256, 1024)).astype(np.float32)
+    (want,) = m.run("main", [x])
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)
+        ok = False
+        try:
+            ok = np.array_equal(m.run("main", [x])[0], want)
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}"
