@@ -48,6 +48,7 @@ from tcc.lower.passes import (  # noqa: E402, F401, I001
     dead_code_elimination,
     fold_batch_norm,
     fuse_ops,
+    pretranspose_weights,
     simplify_algebra,
 )
 
@@ -55,8 +56,9 @@ from tcc.lower.passes import (  # noqa: E402, F401, I001
 # merge. CSE before BatchNorm folding (duplicate BNs of one conv would give the conv two
 # users and keep the BN as a scale-shift) and before constant folding (identical constant
 # calls fold once; folded duplicates get different constant names, which CSE could not
-# merge). DCE last drops what the others left unused, along with the constants and
-# functions nothing refers to any more. The conv layout after BatchNorm folding (the folded
+# merge). The weight pre-transpose after both folds (it stores the weights they made).
+# DCE drops what the others left unused, along with the constants and functions nothing
+# refers to any more. The conv layout after BatchNorm folding (the folded
 # weights are what it packs) and DCE (it packs only live weights; it drops the NCHW ones
 # itself). Fusion last, on the graph the others cleaned up: it turns groups of op calls into
 # call_tir of merged loop programs.
@@ -65,6 +67,7 @@ PIPELINE: tuple[str, ...] = (
     "common-subexpression-elimination",
     "fold-batch-norm",
     "constant-folding",
+    "pretranspose-weights",
     "dead-code-elimination",
     "alter-conv-layout",
     "fuse-ops",
