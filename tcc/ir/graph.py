@@ -13,6 +13,7 @@ jumps). A callee takes every value it reads as a parameter: nothing is captured 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -423,3 +424,23 @@ def _subst(t: Type, mapping: dict) -> Type:
     if isinstance(t, TupleType):
         return TupleType(tuple(_subst(f, mapping) for f in t.fields))
     return t
+
+
+def substitute_vars(e, mapping: dict[int, Expr]):
+    """`e` with each variable in `mapping` (keyed by `id`) replaced, through nested operands
+    and tuples; unchanged nodes are shared, so a rewrite that changes nothing returns `e`."""
+    if isinstance(e, Var):
+        return mapping.get(id(e), e)
+    if isinstance(e, tuple):
+        new = tuple(substitute_vars(x, mapping) for x in e)
+        return e if all(a is b for a, b in zip(new, e)) else new
+    if isinstance(e, Expr) and dataclasses.is_dataclass(e):
+        changes = {}
+        for f in dataclasses.fields(e):
+            old = getattr(e, f.name)
+            if isinstance(old, (Expr, tuple)):
+                new = substitute_vars(old, mapping)
+                if new is not old:
+                    changes[f.name] = new
+        return dataclasses.replace(e, **changes) if changes else e
+    return e

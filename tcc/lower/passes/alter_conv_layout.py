@@ -72,23 +72,6 @@ def _value(mod: IRModule, e) -> np.ndarray | None:
     return mod.const_values.get(e.name) if isinstance(e, G.Constant) else None
 
 
-def _substitute(e, mapping: dict[int, G.Expr]):
-    """`e` with the variables in `mapping` (by id) replaced, through nested operands."""
-    if isinstance(e, G.Var):
-        return mapping.get(id(e), e)
-    if isinstance(e, tuple):
-        return tuple(_substitute(x, mapping) for x in e)
-    if isinstance(e, G.Expr) and dataclasses.is_dataclass(e) and not isinstance(e, G.Constant):
-        changes = {}
-        for f in dataclasses.fields(e):
-            old = getattr(e, f.name)
-            new = _substitute(old, mapping)
-            if new is not old:
-                changes[f.name] = new
-        return dataclasses.replace(e, **changes) if changes else e
-    return e
-
-
 class _Function:
     """The rewrite of one graph function: bindings in order, plus what is known blocked."""
 
@@ -139,7 +122,7 @@ class _Function:
     # -- rewrites: each returns False when it does not apply --------------------------------
 
     def visit(self, b: G.Binding) -> None:
-        value = _substitute(b.value, self.alias)
+        value = G.substitute_vars(b.value, self.alias)
         if isinstance(value, G.Call) and any(
             rule(self, b.var, value)
             for rule in (_conv, _transform_pair, _layout_free, _concat, _window_pool, _global_pool)
@@ -316,7 +299,7 @@ def _rewrite(f: G.Function, mod: IRModule, block: int, packed: dict) -> G.Functi
     fn = _Function(mod, block, packed)
     for b in f.bindings:
         fn.visit(b)
-    return dataclasses.replace(f, bindings=tuple(fn.out), ret=_substitute(f.ret, fn.alias))
+    return dataclasses.replace(f, bindings=tuple(fn.out), ret=G.substitute_vars(f.ret, fn.alias))
 
 
 @register_pass("alter-conv-layout", needs_target=True)

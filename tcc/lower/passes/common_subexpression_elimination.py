@@ -51,31 +51,12 @@ def _operand_key(a):
     return ("value", id(a))
 
 
-def _substitute(e, mapping: dict[int, G.Var]):
-    """`e` with each variable in `mapping` (by id) replaced; shares unchanged nodes."""
-    if isinstance(e, G.Var):
-        return mapping.get(id(e), e)
-    if isinstance(e, tuple):
-        new = tuple(_substitute(x, mapping) for x in e)
-        return e if all(a is b for a, b in zip(new, e)) else new
-    if isinstance(e, G.Expr) and dataclasses.is_dataclass(e):
-        changes = {}
-        for f in dataclasses.fields(e):
-            old = getattr(e, f.name)
-            if isinstance(old, (G.Expr, tuple)):
-                new = _substitute(old, mapping)
-                if new is not old:
-                    changes[f.name] = new
-        return dataclasses.replace(e, **changes) if changes else e
-    return e
-
-
 def _eliminate(fn: G.Function) -> G.Function:
     mapping: dict[int, G.Var] = {}
     seen: dict[tuple, G.Var] = {}
     kept = []
     for b in fn.bindings:
-        value = _substitute(b.value, mapping)
+        value = G.substitute_vars(b.value, mapping)
         if isinstance(value, G.Call):
             key = (value.op, tuple(_operand_key(a) for a in value.args), _attr_key(value.attrs))
             first = seen.get(key)
@@ -86,7 +67,7 @@ def _eliminate(fn: G.Function) -> G.Function:
         kept.append(b if value is b.value else G.Binding(b.var, value))
     if not mapping:
         return fn
-    return dataclasses.replace(fn, bindings=tuple(kept), ret=_substitute(fn.ret, mapping))
+    return dataclasses.replace(fn, bindings=tuple(kept), ret=G.substitute_vars(fn.ret, mapping))
 
 
 @register_pass("common-subexpression-elimination")

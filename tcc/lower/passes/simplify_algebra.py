@@ -191,31 +191,12 @@ def _simplify(value: G.Call, out: G.Type, scope: _Scope) -> G.Expr:
     return value
 
 
-def _substitute(e, mapping: dict[int, G.Var]):
-    """`e` with each variable in `mapping` (by id) replaced; shares unchanged nodes."""
-    if isinstance(e, G.Var):
-        return mapping.get(id(e), e)
-    if isinstance(e, tuple):
-        new = tuple(_substitute(x, mapping) for x in e)
-        return e if all(a is b for a, b in zip(new, e)) else new
-    if isinstance(e, G.Expr) and dataclasses.is_dataclass(e):
-        changes = {}
-        for f in dataclasses.fields(e):
-            old = getattr(e, f.name)
-            if isinstance(old, (G.Expr, tuple)):
-                new = _substitute(old, mapping)
-                if new is not old:
-                    changes[f.name] = new
-        return dataclasses.replace(e, **changes) if changes else e
-    return e
-
-
 def _simplify_function(fn: G.Function, const_values: Mapping[str, np.ndarray]) -> G.Function:
     scope = _Scope({}, const_values)
     mapping: dict[int, G.Var] = {}
     kept = []
     for b in fn.bindings:
-        value = _substitute(b.value, mapping)
+        value = G.substitute_vars(b.value, mapping)
         if isinstance(value, G.Call):
             value = _simplify(value, b.var.type, scope)
             if isinstance(value, G.Var):
@@ -225,7 +206,7 @@ def _simplify_function(fn: G.Function, const_values: Mapping[str, np.ndarray]) -
         kept.append(b if value is b.value else G.Binding(b.var, value))
     if len(kept) == len(fn.bindings) and all(a is b for a, b in zip(kept, fn.bindings)):
         return fn
-    return dataclasses.replace(fn, bindings=tuple(kept), ret=_substitute(fn.ret, mapping))
+    return dataclasses.replace(fn, bindings=tuple(kept), ret=G.substitute_vars(fn.ret, mapping))
 
 
 @register_pass("simplify-algebra")
