@@ -48,13 +48,16 @@ static void lock_open(void) { pthread_mutex_lock(&open_lock); }
 static void unlock_open(void) { pthread_mutex_unlock(&open_lock); }
 static void install_atfork(void) { pthread_atfork(lock_open, unlock_open, single_threaded_in_child); }
 
-static void track(tccrt_module_t *m) {
+/* Add `m` to the list; returns whether this process is a forked child. */
+static int track(tccrt_module_t *m) {
   pthread_once(&atfork_once, install_atfork);
   pthread_mutex_lock(&open_lock);
   m->next_open = open_modules;
   if (open_modules) open_modules->prev_open = m;
   open_modules = m;
+  int child = forked_child;
   pthread_mutex_unlock(&open_lock);
+  return child;
 }
 
 static void untrack(tccrt_module_t *m) {
@@ -80,10 +83,7 @@ tccrt_status_t tccrt_module_load(tccrt_pack_t *pack, tccrt_module_t **out_module
   atomic_init(&m->refs, 1);
   tccrt_pack_retain(pack);
   m->pack = pack;
-  track(m);
-  pthread_mutex_lock(&open_lock);
-  if (forked_child) threads = 1;
-  pthread_mutex_unlock(&open_lock);
+  if (track(m)) threads = 1;
   if (threads && m->kernels.set_num_threads) m->kernels.set_num_threads(threads);
   *out_module = m;
   return TCCRT_OK;

@@ -75,19 +75,22 @@ class CRuntime:
         self.check(self.lib.tccrt_pack_open_file(str(pack_path).encode(), ctypes.byref(pack)))
         module = ctypes.c_void_p()
         status = self.lib.tccrt_module_load(pack, ctypes.byref(module))
-        self.lib.tccrt_pack_release(pack)  # the module holds its own reference
+        if status:
+            self.lib.tccrt_pack_release(pack)
         self.check(status)
-        return CModule(self, module, pack_path)
+        return CModule(self, module, pack)
 
 
 class CModule:
-    def __init__(self, rt: CRuntime, handle: ctypes.c_void_p, path):
-        self.rt, self.handle, self.path = rt, handle, path
+    def __init__(self, rt: CRuntime, handle: ctypes.c_void_p, pack: ctypes.c_void_p):
+        self.rt, self.handle, self.pack = rt, handle, pack  # the pack answers signature questions
+        self._outputs: dict[str, int] = {}
 
     def close(self) -> None:
         if self.handle:
             self.rt.lib.tccrt_module_release(self.handle)
-            self.handle = None
+            self.rt.lib.tccrt_pack_release(self.pack)
+            self.handle = self.pack = None
 
     def __del__(self):
         self.close()
@@ -96,15 +99,12 @@ class CModule:
         self.rt.check(self.rt.lib.tccrt_module_set_num_threads(self.handle, n))
 
     def num_outputs(self, function: str) -> int:
-        # the module's pack is the one it was loaded from: open it again to ask
-        lib, pack, index, count = self.rt.lib, ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
-        self.rt.check(lib.tccrt_pack_open_file(str(self.path).encode(), ctypes.byref(pack)))
-        try:
-            self.rt.check(lib.tccrt_pack_function_find(pack, function.encode(), ctypes.byref(index)))
-            self.rt.check(lib.tccrt_pack_signature_count(pack, index, 1, ctypes.byref(count)))
-        finally:
-            lib.tccrt_pack_release(pack)
-        return count.value
+        if function not in self._outputs:
+            lib, index, count = self.rt.lib, ctypes.c_size_t(), ctypes.c_size_t()
+            self.rt.check(lib.tccrt_pack_function_find(self.pack, function.encode(), ctypes.byref(index)))
+            self.rt.check(lib.tccrt_pack_signature_count(self.pack, index, 1, ctypes.byref(count)))
+            self._outputs[function] = count.value
+        return self._outputs[function]
 
     def run(self, function: str, arrays, num_outputs: int | None = None) -> list[np.ndarray]:
         """Run `function` on numpy `arrays`; the outputs come back as numpy copies."""
