@@ -7,7 +7,9 @@ internal compute function built here, statement by statement:
 * `For`: serial loops as plain LLVM loops; `unrolled` loops with a small constant extent
   are copied out, longer ones carry `llvm.loop.unroll.enable`; `vectorized` loops become
   LLVM vector operations when `llvm_vector.plan_vector` finds that keeps their meaning, and
-  otherwise a scalar loop marked `llvm.loop.vectorize.enable`; `parallel` loops are
+  otherwise a scalar loop marked `llvm.loop.vectorize.enable` (left to LLVM unmarked when
+  a guard tests the lane, the remainder tile of a split, which LLVM would refuse with a
+  warning); `parallel` loops are
   outlined into a function that `GOMP_parallel` (libgomp, the OpenMP runtime shipped with
   the C compiler) runs on every thread, each thread taking one contiguous chunk.
 * `Block`: iteration variables are bound from their bindings, `init` runs when every
@@ -45,7 +47,13 @@ from tcc.emit.llvm_expr import (
     mem_type,
     reg_type,
 )
-from tcc.emit.llvm_vector import access_kind, flat_index, init_condition, plan_vector
+from tcc.emit.llvm_vector import (
+    access_kind,
+    flat_index,
+    init_condition,
+    lane_guarded,
+    plan_vector,
+)
 from tcc.emit.support import CodegenError, link_shared
 from tcc.emit.target import Target, parse_target
 from tcc.ir import expr as E
@@ -345,7 +353,7 @@ class _KernelGen(ExprEmitter):
             self._unbind(s.var, outer)
             return
         hints = {
-            T.ForKind.VECTORIZED: ("llvm.loop.vectorize.enable",),
+            T.ForKind.VECTORIZED: () if lane_guarded(s) else ("llvm.loop.vectorize.enable",),
             T.ForKind.UNROLLED: ("llvm.loop.unroll.enable",),
         }.get(kind, ())
         start = self.expr_as(s.min, dt)

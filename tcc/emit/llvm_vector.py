@@ -182,6 +182,22 @@ def _depends(e: E.PrimExpr, var: E.Var) -> bool:
     return any(v is var for v in E.free_vars(e))
 
 
+def lane_guarded(loop: T.For) -> bool:
+    """True when a guard inside `loop` depends on its variable."""
+
+    def visit(s) -> bool:
+        if isinstance(s, T.IfThenElse) and _depends(s.cond, loop.var):
+            return True
+        if isinstance(s, T.SeqStmt):
+            return any(visit(x) for x in s.stmts)
+        return any(
+            isinstance(c, T.Stmt) and visit(c)
+            for c in (getattr(s, f, None) for f in ("body", "then_case", "else_case", "init"))
+        )
+
+    return visit(loop.body)
+
+
 def plan_vector(loop: T.For) -> VectorPlan | None:
     """How to run `loop` as vector code, or None when only a scalar loop keeps its meaning."""
     if not isinstance(loop.extent, E.IntImm) or loop.extent.value < 1:

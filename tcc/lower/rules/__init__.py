@@ -23,7 +23,7 @@ from tcc.lower.rules.contraction import ContractionRule
 from tcc.lower.rules.elementwise import ElementwiseRule
 from tcc.lower.rules.machine import Machine
 from tcc.lower.rules.reduction import ReductionRule
-from tcc.lower.schedule import ScheduleError, compact_buffers
+from tcc.lower.schedule import ScheduleError, compact_buffers, unswitch_guards
 from tcc.lower.schedule.state import child_blocks
 
 __all__ = [
@@ -68,8 +68,9 @@ def _scheduled(func: T.PrimFunc, machine: Machine) -> tuple[T.PrimFunc, list[str
 def schedule_prim_func(func: T.PrimFunc, target) -> T.PrimFunc:
     """`func` scheduled by the default rules for `target` (a `Target` or a `Machine`), its
     buffers then compacted: once every stage is scheduled, since the primitives expect
-    buffers allocated in blocks (a micro-kernel's local tile becomes registers)."""
-    return compact_buffers(_scheduled(func, Machine.of(target))[0])
+    buffers allocated in blocks (a micro-kernel's local tile becomes registers); then tiles
+    cut by a split that does not divide get a guard-free copy for all but the last."""
+    return unswitch_guards(compact_buffers(_scheduled(func, Machine.of(target))[0]))
 
 
 def stage_rules(func: T.PrimFunc, target) -> list[str]:

@@ -21,9 +21,11 @@ after it (bias, residual add, activation) are folded into the write-back
 (reverse_compute_inline), so the result goes to memory once. V is one or two vector
 registers (or the whole axis when it is short), U fills about half the vector registers.
 
-When the columns of a tile cannot run as guard-free vector lanes (a symbolic or awkward
-output width, padding along it) or a block primitive refuses, the rule falls back to
-accumulating in place in the output, on one thread. A guarded scalar tile in a local
+A symbolic output width splits by V with a guard; `unswitch_guards` (run after the rules)
+gives every tile but the last a guard-free copy, so the symbolic case is tiled too. When
+the columns of a tile cannot run as guard-free vector lanes otherwise (a constant width
+without a divisor worth a vector, padding along it) or a block primitive refuses, the rule
+falls back to accumulating in place in the output, on one thread. A guarded scalar tile in a local
 buffer measured 4x slower than in place (BERT's attention scores, 128 x 128 x 64: 16.7 vs
 3.8 ms), and in place LLVM keeps accumulators in registers only while it can prove the
 operands do not alias them, which it cannot inside a parallel loop's outlined function (it
@@ -142,7 +144,7 @@ def micro_kernel(func: T.PrimFunc, block: str, machine: Machine, local: bool) ->
         outer += [u0] if a is u else [v0] if a is v else [a.loop]
     sch.reorder(*outer, *(a.loop for a in stage.reduce), u1, v1)
     # else a guard or padding would keep the lanes apart: scalar code, LLVM's try
-    lanes_ok = v.extent is not None and v.extent % cols == 0 and not guarded_load_along(
+    lanes_ok = (v.extent is None or v.extent % cols == 0) and not guarded_load_along(
         stage, v.var
     )
     tile, vector_loops = None, [v1]

@@ -1,0 +1,185 @@
+"""Unswitching tile guards: a guard-free copy of each tile for the iterations where every
+guard in it holds.
+
+A split whose factor does not divide the extent (a symbolic extent always) guards its
+blocks with `outer * factor + inner < extent`. The guard holds everywhere but in the last
+tile, yet it keeps the lanes of a vectorized loop apart (the loop runs scalar) and is tested
+at every step of the loops between. `unswitch_guards` rewrites the body of each guard's
+*anchor* loop into
+
+    if <every guard anchored here holds at the worst corner of the tile>:
+        body with those guards removed
+    else:
+        body
+
+Guards are taken one conjunct (`a < b`, `a <= b`, `a > b`, `a >= b` on integers) at a
+time. A conjunct's anchor is found walking out from it: loops with a constant extent in
+whose variable the conjunct is affine (a constant step) belong to the tile and stay free
+in it; the first loop the conjunct depends on otherwise — a fused tile index, a symbolic
+extent, or the outer loop of a split, whose step covers the tile below it — is the anchor.
+The worst corner puts each tile variable at the end of its range that makes the conjunct
+tightest, so the test implies the conjunct for every iteration of the tile and the copy
+computes exactly what the original does. A conjunct with no tile variable, or depending on
+a variable bound inside the anchor other than by a loop, is left where it is.
+
+Changes: control flow only (the tested copies). Preserves: every block, its iterations and
+their order, buffers and results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tcc.ir import expr as E
+from tcc.ir import tir as T
+
+_FLIP = {"gt": "lt", "ge": "le"}
+
+
+def unswitch_guards(func: T.PrimFunc) -> T.PrimFunc:
+    """`func` with a guard-free copy of every tile whose guards can be tested up front."""
+    body = _visit(func.body, [])
+    return func if body is func.body else dataclasses.replace(func, body=body)
+
+
+def _visit(s: T.Stmt, scope: list[T.For]) -> T.Stmt:
+    if isinstance(s, T.For):
+        body = _visit(s.body, scope + [s])
+        body = _unswitch(s, body, scope + [s])
+        return s if body is s.body else dataclasses.replace(s, body=body)
+    changes = {}
+    for field in ("body", "then_case", "else_case", "init"):
+        child = getattr(s, field, None)
+        if isinstance(child, T.Stmt):
+            new = _visit(child, scope)
+            if new is not child:
+                changes[field] = new
+    if isinstance(s, T.SeqStmt):
+        stmts = tuple(_visit(x, scope) for x in s.stmts)
+        if any(a is not b for a, b in zip(stmts, s.stmts)):
+            return T.SeqStmt(stmts)
+        return s
+    return dataclasses.replace(s, **changes) if changes else s
+
+
+def _conjuncts(cond: E.PrimExpr) -> list[E.PrimExpr]:
+    if isinstance(cond, E.Logic) and cond.op == "and":
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+def _slack(c: E.PrimExpr) -> E.PrimExpr | None:
+    """An integer expression that is >= 0 exactly when the comparison `c` holds."""
+    if not isinstance(c, E.Cmp) or not (_is_int(c.a) and _is_int(c.b)):
+        return None
+    a, b, op = (c.b, c.a, _FLIP[c.op]) if c.op in _FLIP else (c.a, c.b, c.op)
+    if op == "lt":
+        return E.simplify(E.binop("sub", E.binop("sub", b, a), 1))
+    if op == "le":
+        return E.simplify(E.binop("sub", b, a))
+    return None
+
+
+def _is_int(e: E.PrimExpr) -> bool:
+    return e.dtype.startswith(("int", "uint"))
+
+
+def _step(e: E.PrimExpr, v: E.Var) -> int | None:
+    """How much `e` grows when `v` grows by one, if that is a constant."""
+    moved = E.substitute(e, {v: E.binop("add", v, 1)})
+    diff = E.simplify(E.binop("sub", moved, e))
+    return diff.value if isinstance(diff, E.IntImm) else None
+
+
+def _uses(e, var: E.Var) -> bool:
+    return any(v is var for v in E.free_vars(e))
+
+
+def _worst_corner(slack: E.PrimExpr, scope: list[T.For], path: list[T.For], bound_inside: set):
+    """(anchor loop, the conjunct at the worst corner of the tile below it) or None."""
+    if any(id(v) in bound_inside for v in E.free_vars(slack)):
+        return None
+    tile: dict[E.Var, E.PrimExpr] = {}
+    span = 1  # distinct values the tile variables so far give the slack
+    for loop in reversed(path):
+        if not _uses(slack, loop.var):
+            continue
+        step = _step(slack, loop.var)
+        constant = isinstance(loop.extent, E.IntImm)
+        covers = step is not None and span > 1 and abs(step) >= span
+        if step is None or not constant or covers:
+            if not tile:
+                return None
+            return loop, _at(slack, tile)
+        if any(_uses(loop.min, t) for t in tile):
+            return None
+        last = E.binop("add", loop.min, loop.extent.value - 1)
+        tile[loop.var] = loop.min if step > 0 else last
+        span += abs(step) * (loop.extent.value - 1)
+    return None
+
+
+def _at(slack: E.PrimExpr, tile: dict) -> E.PrimExpr:
+    return E.Cmp("ge", E.simplify(E.substitute(slack, tile)), E.IntImm(0, slack.dtype))
+
+
+def _guards(s: T.Stmt, path: list[T.For], bound: set, found: list) -> None:
+    """Every (guard, loops from the outermost down to it, variables bound on the way)."""
+    if isinstance(s, T.IfThenElse) and s.else_case is None:
+        found.append((s, path, bound))
+    if isinstance(s, T.For):
+        _guards(s.body, path + [s], bound, found)
+        return
+    if isinstance(s, T.Block):
+        inner = bound | {id(iv.var) for iv in s.iter_vars}
+        for child in (s.init, s.body):
+            if child is not None:
+                _guards(child, path, inner, found)
+        return
+    if isinstance(s, T.SeqStmt):
+        for x in s.stmts:
+            _guards(x, path, bound, found)
+        return
+    for field in ("then_case", "else_case", "body"):
+        child = getattr(s, field, None)
+        if isinstance(child, T.Stmt):
+            _guards(child, path, bound, found)
+
+
+def _unswitch(loop: T.For, body: T.Stmt, scope: list[T.For]) -> T.Stmt:
+    found: list = []
+    _guards(body, scope, set(), found)
+    proven: dict[E.PrimExpr, E.PrimExpr] = {}  # conjunct -> its test at the worst corner
+    for guard, path, bound in found:
+        for c in _conjuncts(guard.cond):
+            slack = _slack(c)
+            hit = None if slack is None else _worst_corner(slack, scope, path, bound)
+            if hit is not None and hit[0] is loop:
+                proven.setdefault(c, hit[1])
+    if not proven:
+        return body
+    test = None
+    for t in dict.fromkeys(proven.values()):
+        test = t if test is None else E.Logic("and", test, t)
+    return T.IfThenElse(test, _drop(body, set(proven)), body)
+
+
+def _drop(s: T.Stmt, proven: set) -> T.Stmt:
+    """`s` with the proven conjuncts removed from its guards."""
+    if isinstance(s, T.IfThenElse) and s.else_case is None:
+        then = _drop(s.then_case, proven)
+        keep = [c for c in _conjuncts(s.cond) if c not in proven]
+        if not keep:
+            return then
+        cond = keep[0]
+        for c in keep[1:]:
+            cond = E.Logic("and", cond, c)
+        return T.IfThenElse(cond, then)
+    if isinstance(s, T.SeqStmt):
+        return T.SeqStmt(tuple(_drop(x, proven) for x in s.stmts))
+    changes = {}
+    for field in ("body", "then_case", "else_case", "init"):
+        child = getattr(s, field, None)
+        if isinstance(child, T.Stmt):
+            changes[field] = _drop(child, proven)
+    return dataclasses.replace(s, **changes) if changes else s
