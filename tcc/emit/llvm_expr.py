@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
+from tcc.emit.llvm_math import FAST_MATH, FastMath
 from tcc.emit.support import CodegenError
 from tcc.ir import expr as E
 from tcc.ir.dtype import is_float
@@ -457,7 +458,9 @@ class ExprEmitter:
     def math(self, name: str, args: list[ir.Value], dtype: str) -> ir.Value:
         """A float intrinsic on register values of `dtype`."""
         x = args[0]
-        if name in _LLVM_MATH:
+        if name in FAST_MATH and with_lanes(F32, lanes_of(x)) == x.type:
+            r = FastMath(self).emit(name, x)
+        elif name in _LLVM_MATH:
             r = self.intrinsic(_LLVM_MATH[name], *args)
         elif name in _LIBM:
             r = self.libm(name, *args)
@@ -465,7 +468,7 @@ class ExprEmitter:
             r = self.b.fdiv(self.const(dtype, 1.0, x), self.intrinsic("llvm.sqrt", x))
         elif name == "sigmoid":
             one = self.const(dtype, 1.0, x)
-            r = self.b.fdiv(one, self.b.fadd(one, self.intrinsic("llvm.exp", self.b.fneg(x))))
+            r = self.b.fdiv(one, self.b.fadd(one, self.math("exp", [self.b.fneg(x)], dtype)))
         elif name == "fmod":
             r = self.b.frem(args[0], args[1])
         else:
