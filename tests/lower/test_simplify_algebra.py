@@ -92,6 +92,40 @@ def main(x: Tensor((4,), "float32"), v: Tensor((m,), "float32"), k: Tensor((4,),
                         "f1": np.array(1, F32)})
 
 
+def test_float_squares_become_products():
+    # pow(x, 2) of floats is x * x; integers, other exponents and enlarging shapes stay
+    verify(
+        '''
+constants = {"two": Tensor((), "float32"), "twos": Tensor((4,), "float32"), "i2": Tensor((), "int32"), "mixed": Tensor((4,), "float32"), "wide": Tensor((3, 4), "float32")}
+
+@function(inputs=["x", "k"], outputs=["a", "b", "c", "d", "e"])
+def main(x: Tensor((n, 4), "float32"), k: Tensor((4,), "int32")) -> Tuple(Tensor((n, 4), "float32"), Tensor((n, 4), "float32"), Tensor((4,), "int32"), Tensor((n, 4), "float32"), Tensor((3, 4), "float32")):
+    a: Tensor((n, 4), "float32") = op.pow(x, const("two"))
+    b: Tensor((n, 4), "float32") = op.pow(x, const("twos"))
+    c: Tensor((4,), "int32") = op.pow(k, const("i2"))
+    d: Tensor((n, 4), "float32") = op.pow(x, const("mixed"))
+    e: Tensor((3, 4), "float32") = op.pow(const("twos"), const("wide"))
+    return a, b, c, d, e
+''',
+        '''
+constants = {"two": Tensor((), "float32"), "twos": Tensor((4,), "float32"), "i2": Tensor((), "int32"), "mixed": Tensor((4,), "float32"), "wide": Tensor((3, 4), "float32")}
+
+@function(inputs=["x", "k"], outputs=["a", "b", "c", "d", "e"])
+def main(x: Tensor((n, 4), "float32"), k: Tensor((4,), "int32")) -> Tuple(Tensor((n, 4), "float32"), Tensor((n, 4), "float32"), Tensor((4,), "int32"), Tensor((n, 4), "float32"), Tensor((3, 4), "float32")):
+    a: Tensor((n, 4), "float32") = op.mul(x, x)
+    b: Tensor((n, 4), "float32") = op.mul(x, x)
+    c: Tensor((4,), "int32") = op.pow(k, const("i2"))
+    d: Tensor((n, 4), "float32") = op.pow(x, const("mixed"))
+    e: Tensor((3, 4), "float32") = op.pow(const("twos"), const("wide"))
+    return a, b, c, d, e
+''',
+        {"two": np.array(2, F32), "twos": np.full(4, 2, F32), "i2": np.array(2, I32),
+         "mixed": np.array([2, 2, 3, 2], F32), "wide": np.full((3, 4), 2, F32)},
+    )
+    x = np.random.default_rng(0).standard_normal(1000).astype(F32) * 1e3
+    np.testing.assert_array_equal(np.power(x, F32(2)), x * x)  # the same rounding
+
+
 def test_casts_to_the_own_dtype_and_identities_are_removed():
     verify(
         '''

@@ -3,7 +3,8 @@
 May change: in each graph function, a call that returns one of its operands unchanged is
 removed and its uses read that operand (`x * 1`, `1 * x`, `x + 0`, `0 + x`, `x - 0`,
 `x / 1`, `pow(x, 1)` with the neutral value held in a module constant of any shape that
-does not enlarge x; `cast` to x's own dtype; `identity`; a reshape, squeeze or expand_dims
+does not enlarge x; a float `pow(x, 2)` becomes `x * x` (the same correctly rounded
+square, and a product vectorizes where pow is a library call); `cast` to x's own dtype; `identity`; a reshape, squeeze or expand_dims
 chain, or a transpose, that gives x's own shape and element order back); any other
 reshape/squeeze/expand_dims of such a chain becomes one reshape of the chain's source, and
 a transpose of a transpose becomes one transpose with the composed permutation. Every
@@ -111,6 +112,17 @@ def _neutral_operand(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None:
     return None
 
 
+def _square(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None:
+    """`pow(x, 2)` of floats is `x * x`: both are the correctly rounded square, and the
+    product vectorizes where pow is a library call."""
+    x, const = call.args
+    if not (isinstance(const, G.Constant) and _replaces(x, out) and out.dtype not in INT_DTYPES):
+        return None
+    if not _all_equal(scope.const_values.get(const.name), 2):
+        return None
+    return _call("mul", (x, x), {}, out)
+
+
 def _same_dtype_cast(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None:
     x = call.args[0]
     return x if _replaces(x, out) and x.type.dtype == call.attrs["dtype"] else None
@@ -167,6 +179,7 @@ def _merge_transposes(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None
 
 RULES: dict[str, tuple[Rule, ...]] = {
     **{op: (_neutral_operand,) for op in NEUTRAL},
+    "pow": (_neutral_operand, _square),
     "cast": (_same_dtype_cast,),
     "identity": (_copy,),
     **{op: (_collapse_reshapes,) for op in RESHAPES},
