@@ -90,22 +90,28 @@ def stat_index(i, axes) -> tuple:
 
 
 def _softmax_compute(name: str):
-    """Max stage, sum-of-exp stage, then the elementwise result (exp recomputed there)."""
+    """Max stage, then for softmax an exp stage (each exp computed once, in a stage of its
+    own that vectorizes), the sum stage and the elementwise result; log_softmax sums the
+    exps directly and has no use for them after."""
 
     def compute(x, *, axes):
         _float_only(name, x.dtype)
         ax, dt = reduce_axes(axes, x.ndim, name), x.dtype
         acc = accumulator(dt)
         m = reduce_stage(x, ax, False, lambda i, o: x[i], "max", f"{name}_max")
-        s = reduce_stage(
-            x, ax, False, lambda i, o: te.cast(te.exp(x[i] - m[o]), acc), "sum", f"{name}_sum"
-        )
+        if name == "softmax":
+            e = te.compute(x.shape, lambda *i: te.exp(x[i] - m[stat_index(i, ax)]), f"{name}_exp")
+            s = reduce_stage(e, ax, False, lambda i, o: te.cast(e[i], acc), "sum", f"{name}_sum")
+        else:
+            s = reduce_stage(
+                x, ax, False, lambda i, o: te.cast(te.exp(x[i] - m[o]), acc), "sum", f"{name}_sum"
+            )
 
         def out(*i):
             o = stat_index(i, ax)
             total = te.cast(s[o], dt)
             if name == "softmax":
-                return te.exp(x[i] - m[o]) / total
+                return e[i] / total
             return (x[i] - m[o]) - te.log(total)
 
         return te.compute(x.shape, out, name)

@@ -1,8 +1,9 @@
 """Default CPU schedule rules: every PrimFunc gets a fast loop nest without tuning.
 
 A kernel is a sequence of stages (the child blocks of its root block: a convolution and
-its epilogue, the three passes of a softmax). Each stage gets the first rule of `RULES`
-that applies to it, recognised by structure (iteration-variable kinds, how loads move along
+its epilogue, the three passes of a softmax). A kernel rule (`KERNEL_RULES`: row-wise
+kernels) may schedule all the stages together; otherwise each stage gets the first rule of
+`RULES` that applies to it, recognised by structure (iteration-variable kinds, how loads move along
 each axis, extents), never by kernel name. A rule returns None when its preconditions do
 not hold; a primitive that refuses (`ScheduleError`) discards the rule's whole schedule for
 that stage and the next rule is tried, so a stage ends up scheduled correctly or left as it
@@ -23,10 +24,12 @@ from tcc.lower.rules.contraction import ContractionRule
 from tcc.lower.rules.elementwise import ElementwiseRule
 from tcc.lower.rules.machine import Machine
 from tcc.lower.rules.reduction import ReductionRule
+from tcc.lower.rules.rows import RowRule
 from tcc.lower.schedule import ScheduleError, compact_buffers, unswitch_guards
 from tcc.lower.schedule.state import child_blocks
 
 __all__ = [
+    "KERNEL_RULES",
     "RULES",
     "UNSCHEDULED",
     "Machine",
@@ -36,6 +39,7 @@ __all__ = [
     "stage_rules",
 ]
 
+KERNEL_RULES = (RowRule(),)
 RULES = (ContractionRule(), ReductionRule(), ElementwiseRule())
 UNSCHEDULED = "unscheduled"
 
@@ -46,6 +50,13 @@ def _stages(func: T.PrimFunc) -> list[str]:
 
 def _scheduled(func: T.PrimFunc, machine: Machine) -> tuple[T.PrimFunc, list[str]]:
     """The function with every stage scheduled, and the rule each stage got."""
+    for rule in KERNEL_RULES:
+        try:
+            sch = rule.apply(func, machine)
+        except ScheduleError:
+            continue
+        if sch is not None:
+            return sch.func, [rule.name] * len(_stages(func))
     used: list[str] = []
     for block in list(_stages(func)):
         if block not in _stages(func):  # folded into an earlier stage by that stage's rule

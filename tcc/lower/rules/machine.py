@@ -42,10 +42,12 @@ class Machine:
 def vector_tile(extent: int | None, lanes: int) -> int | None:
     """How many iterations of a loop to run as one vector loop: the whole loop when the
     backend can step through it in vector steps, else the largest divisor of the extent
-    worth a vector, else None (a symbolic or awkward extent: a guard on the lanes would
-    keep the backend from vectorizing, so the loop stays serial for LLVM to try)."""
+    worth a vector; a symbolic extent splits by `lanes` (the guard of the last tile is
+    lifted from the others by `unswitch_guards`). None for a constant extent without such a
+    divisor: a guard on the lanes of every tile would keep the backend from vectorizing, so
+    the loop stays serial for LLVM to try."""
     if extent is None:
-        return None
+        return lanes
     if extent <= MAX_WHOLE_VECTOR or extent % 8 == 0:
         return extent
     best = divisor_at_most(extent, MAX_WHOLE_VECTOR)

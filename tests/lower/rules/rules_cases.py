@@ -53,9 +53,12 @@ CASES = {
     # the input channel is `o // 8 * 4 + rc`: reuse only within a group, not seen as such
     "conv_grouped": (_model("Conv", CONV_X, [1, 16, 13, 13], {"w": [16, 4, 3, 3]}, group=2),
                      "reduction"),
-    "softmax": (_model("Softmax", {"x": [6, 50]}, [6, 50], axis=-1), "reduction"),
+    "softmax": (_model("Softmax", {"x": [6, 50]}, [6, 50], axis=-1), "rows"),
     "layer_norm": (_model("LayerNormalization", {"x": [5, 7, 48]}, [5, 7, 48],
-                          {"g": [48], "b": [48]}, axis=-1), "reduction"),
+                          {"g": [48], "b": [48]}, axis=-1), "rows"),
+    # statistics over the channels of each pixel: a plane of them per image, not a row's
+    "channel_softmax": (_model("Softmax", {"x": [3, 5, 4, 6]}, [3, 5, 4, 6], axis=1),
+                        "reduction"),
     "max_pool": (_model("MaxPool", {"x": [1, 4, 17, 17]}, [1, 4, 9, 9], kernel_shape=[3, 3],
                         strides=[2, 2], pads=[1, 1, 1, 1]), "reduction"),
     "avg_pool": (_model("AveragePool", {"x": [1, 4, 12, 40]}, [1, 4, 11, 39],

@@ -155,3 +155,55 @@ def test_input_function_is_unchanged():
     before = _loop_kinds(func)
     schedule_prim_func(func, AVX512)
     assert _loop_kinds(func) == before == {T.ForKind.SERIAL}
+
+
+def _run_symbolic(funcs: dict, shapes: list[tuple], n_inputs: int, rng) -> dict:
+    """Every function of `funcs` (same signature) on the same random inputs at each of
+    `shapes` (all operands of one shape but 1-D scale/bias ones): name -> list of outputs."""
+    from tcc.emit.llvm import compile_prim_funcs
+    from tcc.rt.kernels import load_cpu_library
+
+    results = {name: [] for name in funcs}
+    with load_cpu_library(compile_prim_funcs(funcs).shared_object) as lib:
+        for shape in shapes:
+            params = next(iter(funcs.values())).buffers
+            ins = [rng.standard_normal(shape if len(b.shape) == len(shape) else shape[-1:])
+                   .astype(np.float32) for b in params[:n_inputs]]
+            for name in funcs:
+                out = np.full(shape, np.nan, np.float32)
+                lib.call(name, [*ins, out])
+                results[name].append(out)
+    return results
+
+
+@pytest.mark.parametrize("op", ["softmax", "layer_norm"])
+def test_row_wise_kernels_run_each_row_in_one_parallel_loop(op):
+    """Softmax over a symbolic row length and layer norm over symbolic rows: every stage
+    moves under the one parallel row loop, and the results are bit-identical to the
+    unscheduled kernel's (no stage changes its order of arithmetic)."""
+    n, s = E.Var("n"), E.Var("s")
+    if op == "softmax":
+        types, attrs, shapes = [TensorType((n, s), "float32")], {"axes": [-1]}, [(3, 1), (9, 37)]
+    else:
+        types = [TensorType((n, 64), "float32"), TensorType((64,), "float32"),
+                 TensorType((64,), "float32")]
+        attrs = {"axis": -1, "epsilon": 1e-5, "stash_type": "float32"}
+        shapes = [(1, 64), (33, 64)]
+    func = op_prim_func(op, types, attrs)
+    assert set(stage_rules(func, AVX512)) == {"rows"}
+    out = schedule_prim_func(func, AVX512)
+    (row,) = [loc.stmt for loc in walk(out.body) if isinstance(loc.stmt, T.For)
+              and loc.stmt.kind is T.ForKind.PARALLEL]
+    assert {b.name for b in _blocks(row)} == {b.name for b in _blocks(func)} - {"root"}
+    assert T.ForKind.VECTORIZED in _loop_kinds(out)
+    got = _run_symbolic({"plain": func, "rows": out}, shapes, len(types),
+                        np.random.default_rng(0))
+    for plain, rows in zip(got["plain"], got["rows"]):
+        np.testing.assert_array_equal(rows, plain)
+
+
+def test_contractions_are_not_row_wise():
+    """A matmul with a bias: its first stage has columns and a reduction, so the per-stage
+    rules schedule it (a register tile), not the row rule."""
+    (func,) = kernels("dense_trans_b").values()
+    assert stage_rules(func, AVX512)[0] == "contraction"

@@ -184,9 +184,11 @@ def chain_compute_at_unit(sch: Schedule) -> None:
 
 
 def softmax_fused_rows(sch: Schedule) -> None:
-    """Both row reductions computed per row, right before the row is normalized."""
+    """Both row reductions and the row's exps computed per row, right before the row is
+    normalized."""
     i, _ = loops_of(sch, "softmax")
     sch.compute_at(sch.get_block("softmax_sum"), i)
+    sch.compute_at(sch.get_block("softmax_exp"), i)
     sch.compute_at(sch.get_block("softmax_max"), i)
     sch.parallel(i)
 
@@ -482,7 +484,8 @@ REFUSALS = [
         softmax,
         _nothing,
         lambda s: s.compute_at(s.get_block("softmax_max"), loops_of(s, "softmax_sum")[0]),
-        "compute_at: block 'softmax_max': block 'softmax' outside loop 'i0' reads 'softmax_max'",
+        "compute_at: block 'softmax_max': block 'softmax_exp' outside loop 'i0' reads "
+        "'softmax_max'",
     ),
     (
         chain,

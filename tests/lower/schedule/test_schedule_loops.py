@@ -169,11 +169,11 @@ def test_get_loops_get_child_blocks_and_get():
     sch = Schedule(softmax())
     root = sch.get_block("root")
     children = sch.get_child_blocks(root)
-    assert [b.name for b in children] == ["softmax_max", "softmax_sum", "softmax"]
-    i, r = sch.get_loops(children[1])
-    assert sch.get_child_blocks(i) == [children[1]]
+    assert [b.name for b in children] == ["softmax_max", "softmax_exp", "softmax_sum", "softmax"]
+    i, r = sch.get_loops(children[2])
+    assert sch.get_child_blocks(i) == [children[2]]
     assert sch.get(i).extent.value == 4 and sch.get(r).extent.value == 9
-    assert sch.get(children[2]).name == "softmax"
+    assert sch.get(children[3]).name == "softmax"
     assert sch.get_loops(root) == []
 
 

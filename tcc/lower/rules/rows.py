@@ -1,0 +1,104 @@
+"""Row-wise kernels (softmax, layer norm, other normalizations): every stage computed per
+row, inside one parallel loop over the rows.
+
+Applies to a whole kernel of two or more canonical stages whose last stage is elementwise
+over `rows x columns` and whose earlier stages each compute, per row, either statistics
+(a reduction whose output has one element per row: max, sum, mean, variance) or an
+elementwise intermediate; the rows are the longest prefix of the last stage's axes that
+every earlier stage shares, with the same extents, as its leading output axes. The last
+stage's row loops are fused into one loop `R`, its innermost column loop runs as vector
+lanes, and each earlier stage, from the last back, moves under `R` (`compute_at`): a row's
+statistics are computed right before the row is written, while it is in cache, and the
+kernel is one parallel region instead of one per stage (a layer norm had six). Each stage
+keeps its own order of arithmetic, so results do not change.
+
+A stage that would need more than its row under `R` (a contraction: its output has
+columns and a reduction) is not a per-row stage; the per-stage rules then schedule the
+kernel.
+"""
+
+from __future__ import annotations
+
+from tcc.ir import expr as E
+from tcc.ir import tir as T
+from tcc.lower.rules.analysis import Stage, canonical_stage, guarded_load_along
+from tcc.lower.rules.machine import Machine, vector_split, worth_threads
+from tcc.lower.schedule import Schedule
+from tcc.lower.schedule.state import child_blocks
+
+
+def _extent(sch: Schedule, axis) -> E.PrimExpr:
+    return sch.get(axis.loop).extent
+
+
+def _per_row(sch: Schedule, stage: Stage, last: Stage, rows: int) -> bool:
+    """`stage` computes, for each of the first `rows` axes of `last`, one row of its output:
+    those axes lead its own, with the same extents, and index its output's leading dims;
+    a reduction's other spatial axes have extent 1."""
+    if len(stage.spatial) < rows:
+        return False
+    for mine, theirs in zip(stage.spatial[:rows], last.spatial[:rows]):
+        if not E.prove_equal(_extent(sch, mine), _extent(sch, theirs)):
+            return False
+    indices = stage.store.indices
+    if len(indices) < rows or any(i is not a.var for i, a in zip(indices, stage.spatial)):
+        return False
+    return not stage.reduce or all(a.extent == 1 for a in stage.spatial[rows:])
+
+
+def row_count(sch: Schedule, stages: list[Stage], last: Stage) -> int:
+    """How many leading axes of `last` are rows (0: the kernel is not row-wise)."""
+    for rows in range(len(last.spatial) - 1, 0, -1):
+        if all(_per_row(sch, s, last, rows) for s in stages):
+            return rows
+    return 0
+
+
+def _vectorize_row(sch: Schedule, block, row, stage: Stage, machine: Machine) -> None:
+    """The innermost loop of an elementwise stage moved under `row` (softmax's exps) as
+    vector lanes, when it is not `row` itself and its loads allow."""
+    loops = sch.get_loops(block)
+    inner = loops[-1]
+    if inner == row or guarded_load_along(stage, stage.spatial[-1].var):
+        return
+    extent = sch.get(inner).extent
+    extent = extent.value if isinstance(extent, E.IntImm) else None
+    _, lanes = vector_split(sch, inner, extent, machine.lanes(stage.dtype))
+    if lanes is not None:
+        sch.vectorize(lanes)
+
+
+class RowRule:
+    name = "rows"
+
+    def apply(self, func: T.PrimFunc, machine: Machine) -> Schedule | None:
+        """The whole kernel scheduled per row, or None when it is not row-wise. Raises
+        ScheduleError when a primitive refuses."""
+        names = [b.name for b in child_blocks(func.body)]
+        if len(names) < 2:
+            return None
+        sch = Schedule(func)
+        stages = [canonical_stage(sch, sch.get_block(n)) for n in names]
+        if any(s is None for s in stages):
+            return None
+        last = stages[-1]
+        if last.reduce or len(last.spatial) < 2:
+            return None
+        rows = row_count(sch, stages[:-1], last)
+        if rows == 0:
+            return None
+        inner = last.spatial[-1]
+        if not guarded_load_along(last, inner.var):
+            _, lanes = vector_split(sch, inner.loop, inner.extent, machine.lanes(last.dtype))
+            if lanes is not None:
+                sch.vectorize(lanes)
+        row_loops = [a.loop for a in last.spatial[:rows]]
+        row = sch.fuse(*row_loops) if rows > 1 else row_loops[0]
+        for name, stage in reversed(list(zip(names[:-1], stages[:-1]))):
+            block = sch.get_block(name)
+            sch.compute_at(block, row)
+            if not stage.reduce:
+                _vectorize_row(sch, block, row, stage, machine)
+        if worth_threads(sch, row, last.work(), machine):
+            sch.parallel(row)
+        return sch
