@@ -1,7 +1,8 @@
 """Loading compiled CPU kernels (a shared object) and calling them on numpy arrays.
 
 The shared object comes from memory (a pack member), so it is written to a private file
-(see `_load_shared_object`) and opened with ctypes from there. A call builds one DLPack `DLTensor` per array (docs/compile.md §3)
+(see `_load_shared_object`) and opened with ctypes from there. A call builds one DLPack `DLTensor` per array (docs/compile.md §3),
+packed with `struct` into one buffer,
 and turns a kernel's nonzero return into a `KernelError` carrying the kernel's own message.
 
 Depends on numpy, ctypes and the standard library only, so a deployment can ship tcc.rt alone.
@@ -10,8 +11,10 @@ Depends on numpy, ctypes and the standard library only, so a deployment can ship
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
+import struct
 import tempfile
 import weakref
 from collections.abc import Sequence
@@ -44,6 +47,30 @@ class DLTensor(ctypes.Structure):
         ("strides", ctypes.POINTER(ctypes.c_int64)),
         ("byte_offset", ctypes.c_uint64),
     ]
+
+
+# DLTensor as laid out in memory (data, device, ndim, dtype, shape, strides, byte_offset).
+_DESCRIPTOR = struct.Struct("<QiiiBBHQQQ")
+_POINTER = struct.Struct("<Q")
+assert _DESCRIPTOR.size == ctypes.sizeof(DLTensor)
+
+
+def _address(a: np.ndarray, writeable: bool) -> int:
+    """The address of an array's first element (`a.ctypes.data`, at half the cost where the
+    array is writable and not empty)."""
+    if writeable and a.size:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    return a.ctypes.data
+
+
+@functools.cache
+def _shape_struct(ndim: int) -> struct.Struct:
+    return struct.Struct(f"<{ndim}q")
+
+
+@functools.lru_cache(maxsize=64)
+def _dl_dtype_cached(dtype: np.dtype) -> tuple[int, int]:
+    return dl_dtype(dtype)
 
 
 def dl_dtype(dtype: np.dtype) -> tuple[int, int]:
@@ -161,7 +188,7 @@ class KernelLibrary:
                     f"no kernel named {symbol!r} in the library; check the pack's kernel table"
                 ) from None
             fn.restype = ctypes.c_int32
-            fn.argtypes = [ctypes.POINTER(ctypes.POINTER(DLTensor)), ctypes.c_int32]
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_int32]  # DLTensor **, count
             self._kernels[symbol] = fn
         return fn
 
@@ -172,35 +199,35 @@ class KernelLibrary:
     def call(self, symbol: str, arrays: Sequence[np.ndarray]) -> None:
         """Run kernel `symbol` on `arrays` (inputs then outputs, written in place)."""
         fn = self._kernel(symbol)
-        keep, tensors = [], []
+        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in arrays]
+        n = len(arrays)
+        # One buffer holds the pointer array, the descriptors and the shapes: packing it
+        # with struct is several times cheaper than a ctypes object per field.
+        dims = sum(a.ndim for a in arrays)
+        block = ctypes.create_string_buffer(8 * n + _DESCRIPTOR.size * n + 8 * dims + 8)
+        base = ctypes.addressof(block)
+        desc_at, shape_at = 8 * n, 8 * n + _DESCRIPTOR.size * n
         for i, a in enumerate(arrays):
-            if not isinstance(a, np.ndarray):
-                a = np.asarray(a)  # a scalar parameter as a 0-d array
-            if not a.flags.c_contiguous:
+            flags = a.flags
+            if not flags.c_contiguous:
                 raise KernelError(
                     f"{symbol}: argument {i} is not C-contiguous (strides {a.strides}); "
                     "pass np.ascontiguousarray(x)"
                 )
-            code, bits = dl_dtype(a.dtype)
-            shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
-            t = DLTensor(
-                a.ctypes.data,
-                DLDevice(KDL_CPU, 0),
-                a.ndim,
-                DLDataType(code, bits, 1),
-                ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)),
-                None,
-                0,
+            code, bits = _dl_dtype_cached(a.dtype)
+            _POINTER.pack_into(block, 8 * i, base + desc_at)
+            _DESCRIPTOR.pack_into(
+                block, desc_at, _address(a, flags.writeable), KDL_CPU, 0, a.ndim, code, bits, 1,
+                base + shape_at, 0, 0,
             )
-            keep.append((a, shape))
-            tensors.append(t)
-        ptrs = (ctypes.POINTER(DLTensor) * max(len(tensors), 1))(
-            *(ctypes.pointer(t) for t in tensors)
-        )
-        status = fn(ptrs, len(tensors))
+            if a.ndim:
+                _shape_struct(a.ndim).pack_into(block, shape_at, *a.shape)
+            desc_at += _DESCRIPTOR.size
+            shape_at += 8 * a.ndim
+        status = fn(base, n)
         if status != 0:
             raise KernelError(self.last_error() or f"{symbol}: failed with status {status}")
-        del keep  # the arrays and shapes had to outlive the call
+        del arrays, block  # the arrays and descriptors had to outlive the call
 
     def last_error(self) -> str:
         if self._lib is None:
