@@ -3,7 +3,11 @@
     .venv/bin/python benchmarks/models.py [--runs 20] [--threads 2] [--models resnet50,bert]
                                           [--optimize-off]
 
-Both run in this process, on the same seeded inputs and thread count. A model tcc cannot
+Both run in this process, on the same seeded inputs and thread count. tcc's pack runs in
+both of its runtimes: the Python loader (tcc.rt) and the C runtime (libtccrt.so, built with
+make into a temporary folder and called through ctypes, as tests/runtime_c does); the
+ratio is the C runtime's, the deployment runtime (the Python loader's is in its own
+column; it adds the interpreter's per-instruction cost). A model tcc cannot
 compile yet is listed with the reason. The first outputs are compared (rtol 1e-3,
 atol 1e-4) so a fast wrong answer never counts. Each row also gives the kernel calls of one
 inference (counted by the VM's profiler). `--optimize-off` adds the same model compiled
@@ -13,6 +17,7 @@ without the graph passes (`tcc compile --no-optimize`): its latency and kernel c
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -66,6 +71,36 @@ def timed(fn, runs: int) -> list[float]:
     return out
 
 
+def c_runtime():
+    """The C runtime's library, built once into a temporary folder (None when that fails)."""
+    import subprocess
+    import tempfile
+
+    from tests.runtime_c.capi import CRuntime, build_runtime
+
+    build = Path(tempfile.gettempdir()) / f"tcc-bench-runtime-{os.getuid()}"
+    try:
+        build_runtime(build)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"(no C runtime: {e})")
+        return None
+    return CRuntime(build / "libtccrt.so")
+
+
+def c_module(rt, model, threads: int):
+    """`model` compiled to a pack file and loaded by the C runtime, with its input order."""
+    import tempfile
+
+    import tcc
+
+    with tempfile.TemporaryDirectory() as d:
+        pack = Path(d) / "model.tvmpack"
+        tcc.compile(model, output=pack)
+        module = rt.load(pack)  # memory-mapped: the mapping outlives the file
+    module.set_num_threads(threads)
+    return module
+
+
 def kernel_calls(fn, feeds) -> int:
     """Kernel calls one inference makes (loops counted per iteration)."""
     rows = fn.module.profile("main", feeds, runs=1, warmup=0)
@@ -86,8 +121,9 @@ def main(argv=None) -> int:
 
     wanted = set(filter(None, args.models.split(",")))
     off_head = f" {'no-opt ms (min-max)':>22s} {'kernels':>8s}" if args.optimize_off else ""
-    print(f"{'model':14s} {'compile s':>9s} {'tcc ms (min-max)':>22s} {'ort ms (min-max)':>22s} "
-          f"{'tcc/ort':>8s} {'kernels':>8s}{off_head}")
+    rt = c_runtime()
+    print(f"{'model':14s} {'compile s':>9s} {'tcc C ms (min-max)':>22s} {'ort ms (min-max)':>22s} "
+          f"{'tcc/ort':>8s} {'tcc py ms (min-max)':>22s} {'kernels':>8s}{off_head}")
     for name, model, dims in models():
         if wanted and name not in wanted:
             continue
@@ -109,8 +145,16 @@ def main(argv=None) -> int:
         if not np.allclose(got, want, rtol=1e-3, atol=1e-4):
             print(f"{name:14s} WRONG RESULT (max abs err {np.abs(got - want).max():.3g})")
             continue
-        t_tcc = timed(lambda f=fn, x=feeds: f(x), args.runs)
+        t_py = timed(lambda f=fn, x=feeds: f(x), args.runs)
         t_ort = timed(lambda s=sess, x=feeds: s.run(None, x), args.runs)
+        t_tcc = t_py
+        if rt is not None:
+            cm = c_module(rt, model, args.threads)
+            arrays = [feeds[vi.name] for vi in model.graph.input if vi.name in feeds]
+            if not np.allclose(cm.run("main", arrays)[0], want, rtol=1e-3, atol=1e-4):
+                print(f"{name:14s} WRONG RESULT from the C runtime")
+                continue
+            t_tcc = timed(lambda m=cm, a=arrays: m.run("main", a), args.runs)
         mt, mo = statistics.median(t_tcc), statistics.median(t_ort)
         off = ""
         if args.optimize_off:
@@ -119,8 +163,10 @@ def main(argv=None) -> int:
             t_off = timed(lambda f=plain, x=feeds: f(x), args.runs)
             off = (f" {statistics.median(t_off):9.2f} ({min(t_off):.1f}-{max(t_off):.1f})"
                    f" {kernel_calls(plain, feeds):8d}")
-        print(f"{name:14s} {compile_s:9.2f} {mt:9.2f} ({min(t_tcc):.1f}-{max(t_tcc):.1f}) "
+        c_col = f"{mt:9.2f} ({min(t_tcc):.1f}-{max(t_tcc):.1f})" if rt else f"{'-':>22s}"
+        print(f"{name:14s} {compile_s:9.2f} {c_col} "
               f"{mo:9.2f} ({min(t_ort):.1f}-{max(t_ort):.1f}) {mt / mo:8.2f} "
+              f"{statistics.median(t_py):9.2f} ({min(t_py):.1f}-{max(t_py):.1f}) "
               f"{kernel_calls(fn, feeds):8d}{off}", flush=True)
     return 0
 

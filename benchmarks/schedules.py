@@ -6,7 +6,8 @@
   numpy/OpenBLAS, in GFLOP/s; OPENBLAS_NUM_THREADS is set to --threads and
   OPENBLAS_CORETYPE unset before numpy loads, so both use the same cores.
 * a MobileNet-style model (depthwise 3x3 + pointwise 1x1 blocks) and a softmax/layer-norm
-  heavy model vs onnxruntime, latency ratio;
+  heavy model vs onnxruntime, latency ratio: tcc's pack in the C runtime (the deployment
+  runtime, built as benchmarks/models.py does) and, for reference, in the Python loader;
 * the models of benchmarks/models.py named by --models (ResNet-50 and BERT by default),
   with their compile time.
 
@@ -127,10 +128,12 @@ def norm_heavy(layers: int = 4, rows: int = 512, hidden: int = 256):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def model_row(name: str, model, dims: dict, threads: int, runs: int) -> None:
+def model_row(name: str, model, dims: dict, threads: int, runs: int, rt) -> None:
+    """One model: tcc in the C runtime (the ratio; when `rt` is None, the Python loader's)
+    and in the Python loader, onnxruntime, all on the same inputs."""
     import numpy as np
     import onnxruntime as ort
-    from models import feeds_for, timed
+    from models import c_module, feeds_for, timed
 
     from tcc.api import compile_onnx
 
@@ -147,11 +150,19 @@ def model_row(name: str, model, dims: dict, threads: int, runs: int) -> None:
     if not np.allclose(got, want, rtol=1e-3, atol=1e-4):
         print(f"{name:16s} WRONG RESULT (max abs err {np.abs(got - want).max():.3g})")
         return
-    mine = timed(lambda: fn(feeds), runs)
+    python = timed(lambda: fn(feeds), runs)
+    mine, which = python, "py"
+    if rt is not None:
+        cm = c_module(rt, model, threads)
+        arrays = [feeds[vi.name] for vi in model.graph.input if vi.name in feeds]
+        if not np.allclose(cm.run("main", arrays)[0], want, rtol=1e-3, atol=1e-4):
+            print(f"{name:16s} WRONG RESULT from the C runtime")
+            return
+        mine, which = timed(lambda: cm.run("main", arrays), runs), "C "
     ref = timed(lambda: sess.run(None, feeds), runs)
     ratio = statistics.median(mine) / statistics.median(ref)
-    print(f"{name:16s} tcc {_stats(mine)}  ort {_stats(ref)}  tcc/ort {ratio:6.2f}  "
-          f"compile {compile_s:5.1f} s", flush=True)
+    print(f"{name:16s} tcc {which} {_stats(mine)}  ort {_stats(ref)}  tcc/ort {ratio:6.2f}  "
+          f"(tcc py {_stats(python)})  compile {compile_s:5.1f} s", flush=True)
 
 
 def main(argv=None) -> int:
@@ -163,13 +174,14 @@ def main(argv=None) -> int:
     import models
 
     print(f"threads: {args.threads}, runs: {args.runs}")
+    rt = models.c_runtime()
     matmul_row(1024, args.threads, args.runs)
-    model_row("mobilenet_style", mobilenet_style(), {}, args.threads, args.runs)
-    model_row("norm_heavy", norm_heavy(), {}, args.threads, args.runs)
+    model_row("mobilenet_style", mobilenet_style(), {}, args.threads, args.runs, rt)
+    model_row("norm_heavy", norm_heavy(), {}, args.threads, args.runs, rt)
     wanted = set(filter(None, args.models.split(",")))
     for name, model, dims in models.models():
         if name in wanted:
-            model_row(name, model, dims, args.threads, args.runs)
+            model_row(name, model, dims, args.threads, args.runs, rt)
     return 0
 
 
