@@ -126,7 +126,10 @@ def _plan_at(buf: T.Buffer, found: list[R.Access], loop: T.For | None) -> _Plan 
     shape, offsets = [], []
     for dim, lo, ext in zip(buf.shape, box.mins, box.extents):
         size, full = R.const_value(ext), R.const_value(E.const(dim))
-        if size is not None and size > 0 and (full is None or size < full):
+        if size is not None and size > 0 and (full is None or size <= full):
+            # a box as large as its dimension starts at 0 in any valid run: rebasing it on
+            # its start anyway makes the index a constant where the start is the binding
+            # (a batch of 1), which a register tile needs
             shape.append(size)
             offsets.append(None if R.const_value(lo) == 0 else lo)
         else:

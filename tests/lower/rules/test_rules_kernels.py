@@ -209,3 +209,21 @@ def test_contractions_are_not_row_wise():
     rules schedule it (a register tile), not the row rule."""
     (func,) = kernels("dense_trans_b").values()
     assert stage_rules(func, AVX512)[0] == "contraction"
+
+
+def test_a_row_groups_statistics_stay_in_registers():
+    """Layer norm over a batch of 1: the group's sums, means and deviations are compacted to
+    8-element tiles whose indices the backend folds to constants (the batch index too), so
+    the parallel worker keeps the sums in registers, with no gather of rows; only what the
+    last stage reads row by row (a serial loop) stays in memory."""
+    from tcc.emit.llvm import compile_prim_funcs
+
+    types = [TensorType((1, 64, 256), "float32"), TensorType((256,), "float32"),
+             TensorType((256,), "float32")]
+    func = op_prim_func("layer_norm", types, {"axis": -1, "epsilon": 1e-5, "stash_type": "float32"})
+    out = schedule_prim_func(func, AVX512)
+    assert [b.shape for b in _allocations(out)] == [(1, 8)] * 5
+    llvm_ir = compile_prim_funcs({"ln": out}).llvm_ir
+    start = llvm_ir.index("@ln.parallel0(")
+    worker = llvm_ir[start : llvm_ir.index("\n}", start)]
+    assert worker.count("= alloca") <= 2 and "gather" not in worker

@@ -236,6 +236,50 @@ def lanes(A: Buffer((8,), "float32"), C: Buffer((8,), "float32")):
                 reads(T[vi])
                 writes(C[vi])
                 C[vi] = T[vi] + 1.0
+
+
+@prim_func
+def unit_batch(A: Buffer((1, 8), "float32"), C: Buffer((1, 8), "float32")):
+    with block("root"):
+        T = alloc_buffer((1, 8), "float32")
+        reads()
+        writes()
+        for b in serial(0, 1):
+            for i in serial(0, 8):
+                with block("P"):
+                    vb = axis.spatial(1, b)
+                    vi = axis.spatial(8, i)
+                    reads(A[vb, vi])
+                    writes(T[vb, vi])
+                    T[vb, vi] = A[vb, vi] * 2.0
+                with block("Q"):
+                    vb = axis.spatial(1, b)
+                    vi = axis.spatial(8, i)
+                    reads(T[vb, vi])
+                    writes(C[vb, vi])
+                    C[vb, vi] = T[vb, vi] + 1.0
+
+
+@prim_func
+def unit_batch_compacted(A: Buffer((1, 8), "float32"), C: Buffer((1, 8), "float32")):
+    with block("root"):
+        reads()
+        writes()
+        for b in serial(0, 1):
+            for i in serial(0, 8):
+                with allocate((1, 1), "float32") as T:
+                    with block("P"):
+                        vb = axis.spatial(1, b)
+                        vi = axis.spatial(8, i)
+                        reads(A[vb, vi])
+                        writes(T[vb - b, vi - i])
+                        T[vb - b, vi - i] = A[vb, vi] * 2.0
+                    with block("Q"):
+                        vb = axis.spatial(1, b)
+                        vi = axis.spatial(8, i)
+                        reads(T[vb - b, vi - i])
+                        writes(C[vb, vi])
+                        C[vb, vi] = T[vb - b, vi - i] + 1.0
 """
 
 FUNCS = prims(CASES)
@@ -246,6 +290,9 @@ FUNCS = prims(CASES)
     [
         "running",  # a running sum: the buffer carries across k, so it lives in i, not in k
         "middle",  # used by loops of their own: it stays in the root, shrunk to what they use
+        # a dimension as small as the box still gets its offset: the index becomes a
+        # constant (vb - b with vb = b), which a register tile needs
+        "unit_batch",
     ],
 )
 def test_golden(name):
