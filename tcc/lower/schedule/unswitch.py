@@ -19,7 +19,11 @@ in it; the first loop the conjunct depends on otherwise — a fused tile index, 
 extent, or the outer loop of a split, whose step covers the tile below it — is the anchor.
 The worst corner puts each tile variable at the end of its range that makes the conjunct
 tightest, so the test implies the conjunct for every iteration of the tile and the copy
-computes exactly what the original does. A conjunct with no tile variable, or depending on
+computes exactly what the original does. A test that is constant decides alone: false (a
+padding window along the vector lanes is cut in every tile) keeps the conjunct where it
+is, true drops it without a copy. Selects in blocks (a convolution's padding) are treated
+like guards, with the block's iteration variables replaced by their bindings; a select
+whose conditions all hold is its first value. A conjunct with no tile variable, or depending on
 a variable bound inside the anchor other than by a loop, is left where it is.
 
 Changes: control flow only (the tested copies). Preserves: every block, its iterations and
@@ -32,6 +36,7 @@ import dataclasses
 
 from tcc.ir import expr as E
 from tcc.ir import tir as T
+from tcc.lower.schedule.rewrite import map_exprs
 
 _FLIP = {"gt": "lt", "ge": "le"}
 
@@ -124,17 +129,27 @@ def _at(slack: E.PrimExpr, tile: dict) -> E.PrimExpr:
 
 
 def _guards(s: T.Stmt, path: list[T.For], bound: set, found: list) -> None:
-    """Every (guard, loops from the outermost down to it, variables bound on the way)."""
+    """Every condition to unswitch: (its conjuncts as written, the same conjuncts in loop
+    variables, the loops from the outermost down to it, variables bound on the way) for
+    guards and for the conditions of selects in blocks (a convolution's padding), whose
+    iteration variables are replaced by their bindings."""
     if isinstance(s, T.IfThenElse) and s.else_case is None:
-        found.append((s, path, bound))
+        conjuncts = _conjuncts(s.cond)
+        found.append((conjuncts, conjuncts, path, bound))
     if isinstance(s, T.For):
         _guards(s.body, path + [s], bound, found)
         return
     if isinstance(s, T.Block):
         inner = bound | {id(iv.var) for iv in s.iter_vars}
+        bindings = {iv.var: iv.binding for iv in s.iter_vars}
         for child in (s.init, s.body):
-            if child is not None:
-                _guards(child, path, inner, found)
+            if child is None:
+                continue
+            for cond in _select_conditions(child):
+                conjuncts = _conjuncts(cond)
+                in_loops = [E.substitute(c, bindings) for c in conjuncts]
+                found.append((conjuncts, in_loops, path, bound))
+            _guards(child, path, inner, found)
         return
     if isinstance(s, T.SeqStmt):
         for x in s.stmts:
@@ -146,35 +161,65 @@ def _guards(s: T.Stmt, path: list[T.For], bound: set, found: list) -> None:
             _guards(child, path, bound, found)
 
 
+def _select_conditions(s: T.Stmt) -> list[E.PrimExpr]:
+    """The conditions of the selects in the stores of `s` (not inside nested blocks)."""
+    found: list[E.PrimExpr] = []
+
+    def visit(e):
+        if isinstance(e, E.Select):
+            found.append(e.cond)
+        return None
+
+    if isinstance(s, T.BufferStore):
+        map_exprs(s.value, visit)
+    elif isinstance(s, T.SeqStmt):
+        for x in s.stmts:
+            found += _select_conditions(x)
+    elif isinstance(s, T.IfThenElse):
+        found += _select_conditions(s.then_case)
+        if s.else_case is not None:
+            found += _select_conditions(s.else_case)
+    return found
+
+
 def _unswitch(loop: T.For, body: T.Stmt, scope: list[T.For]) -> T.Stmt:
     found: list = []
     _guards(body, scope, set(), found)
-    proven: dict[E.PrimExpr, E.PrimExpr] = {}  # conjunct -> its test at the worst corner
-    for guard, path, bound in found:
-        for c in _conjuncts(guard.cond):
-            slack = _slack(c)
+    proven: dict[E.PrimExpr, E.PrimExpr | None] = {}  # conjunct -> its test (None: always)
+    for conjuncts, in_loops, path, bound in found:
+        for c, analysed in zip(conjuncts, in_loops):
+            slack = _slack(analysed)
             hit = None if slack is None else _worst_corner(slack, scope, path, bound)
-            if hit is not None and hit[0] is loop:
-                proven.setdefault(c, hit[1])
+            if hit is None or hit[0] is not loop:
+                continue
+            known = hit[1].a if isinstance(hit[1].a, E.IntImm) else None
+            if known is not None and known.value < 0:
+                continue  # false somewhere in every tile (a window along the lanes)
+            proven.setdefault(c, None if known is not None else hit[1])
     if not proven:
         return body
-    test = None
-    for t in dict.fromkeys(proven.values()):
-        test = t if test is None else E.Logic("and", test, t)
-    return T.IfThenElse(test, _drop(body, set(proven)), body)
+    tests = [t for t in dict.fromkeys(proven.values()) if t is not None]
+    if not tests:  # holds in every tile: no copy needed
+        return _drop(body, set(proven))
+    return T.IfThenElse(_all(tests), _drop(body, set(proven)), body)
 
 
 def _drop(s: T.Stmt, proven: set) -> T.Stmt:
-    """`s` with the proven conjuncts removed from its guards."""
+    """`s` with the proven conjuncts removed from its guards and its selects' conditions (a
+    select left without one is its first value)."""
     if isinstance(s, T.IfThenElse) and s.else_case is None:
         then = _drop(s.then_case, proven)
         keep = [c for c in _conjuncts(s.cond) if c not in proven]
-        if not keep:
-            return then
-        cond = keep[0]
-        for c in keep[1:]:
-            cond = E.Logic("and", cond, c)
-        return T.IfThenElse(cond, then)
+        return T.IfThenElse(_all(keep), then) if keep else then
+    if isinstance(s, T.Block):
+        return map_exprs(
+            dataclasses.replace(
+                s,
+                body=_drop(s.body, proven),
+                init=None if s.init is None else _drop(s.init, proven),
+            ),
+            lambda e: _drop_select(e, proven),
+        )
     if isinstance(s, T.SeqStmt):
         return T.SeqStmt(tuple(_drop(x, proven) for x in s.stmts))
     changes = {}
@@ -183,3 +228,19 @@ def _drop(s: T.Stmt, proven: set) -> T.Stmt:
         if isinstance(child, T.Stmt):
             changes[field] = _drop(child, proven)
     return dataclasses.replace(s, **changes) if changes else s
+
+
+def _drop_select(e: E.PrimExpr, proven: set) -> E.PrimExpr | None:
+    if not isinstance(e, E.Select):
+        return None
+    keep = [c for c in _conjuncts(e.cond) if c not in proven]
+    if len(keep) == len(_conjuncts(e.cond)):
+        return None
+    return dataclasses.replace(e, cond=_all(keep)) if keep else e.true_value
+
+
+def _all(conjuncts: list[E.PrimExpr]) -> E.PrimExpr:
+    cond = conjuncts[0]
+    for c in conjuncts[1:]:
+        cond = E.Logic("and", cond, c)
+    return cond

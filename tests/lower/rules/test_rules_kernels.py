@@ -98,8 +98,11 @@ def test_the_epilogue_is_folded_into_the_write_back():
     func = funcs[name]
     assert stage_rules(func, AVX512) == ["contraction", "contraction"]
     out = schedule_prim_func(func, AVX512)
-    assert [b.scope for b in _allocations(out)] == ["local"]
-    assert len(_blocks(out)) == len(_blocks(func)) + 1  # + init + write-back - the ReLU stage
+    # (interior tiles run a copy without the padding selects: count distinct buffers, names)
+    assert {b.scope for b in _allocations(out)} == {"local"}
+    assert len({id(b) for b in _allocations(out)}) == 1
+    names = {b.name for b in _blocks(out)}
+    assert len(names) == len(_blocks(func)) + 1  # + init + write-back - the ReLU stage
     ((_, want, got),) = run_both({name: func}, {name: out})
     for w, g in zip(want, got):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

@@ -241,3 +241,57 @@ def test_contraction_tile_with_symbolic_rows_and_columns():
             b = rng.standard_normal((2, 24, size)).astype(np.float32)
             c = run_compiled(lib, "mm", [a, b, np.full((2, size, size), np.nan, np.float32)])[-1]
             np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def _selects(s) -> int:
+    """Conjuncts of the conditions of the selects stored under `s`."""
+    from tcc.lower.schedule.rewrite import map_exprs
+    from tcc.lower.schedule.unswitch import _conjuncts
+
+    count = 0
+
+    def visit(e):
+        nonlocal count
+        count += len(_conjuncts(e.cond)) if isinstance(e, E.Select) else 0
+
+    for loc in walk(s):
+        if isinstance(loc.stmt, T.BufferStore):
+            map_exprs(loc.stmt.value, visit)
+    return count
+
+
+def test_padding_selects_are_lifted_from_interior_tiles():
+    """A padded convolution's register tile (rows of output width 20 as vector lanes): the
+    copy for tiles whose window stays inside the image vertically drops the row tests of
+    the padding select; the column tests stay (every tile's lanes cross the left and right
+    border); edge rows keep all four; the results are those of the unscheduled kernel."""
+    from tcc.lower.rules import schedule_prim_func
+    from tcc.lower.rules.machine import Machine
+
+    types = [TensorType((1, 8, 20, 20), "float32"), TensorType((16, 8, 3, 3), "float32")]
+    func = op_prim_func("conv2d", types, {"strides": [1, 1], "padding": [1, 1, 1, 1],
+                                          "dilation": [1, 1], "groups": 1})
+    out = schedule_prim_func(func, Machine(vector_bits=512, vector_registers=32, cores=2))
+    (fast_or_edge,) = _unswitched(out.body)
+    assert _selects(fast_or_edge.then_case) == 2 and _selects(fast_or_edge.else_case) == 4
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 8, 20, 20)).astype(np.float32)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    with compile_all({"plain": func, "tiled": out}) as lib:
+        want = run_compiled(lib, "plain", [x, w, np.zeros((1, 16, 20, 20), np.float32)])[-1]
+        got = run_compiled(lib, "tiled", [x, w, np.zeros((1, 16, 20, 20), np.float32)])[-1]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_selects_on_loaded_values_stay():
+    """`where(mask, a, b)`: the condition is data, not a bound on the tile: both copies keep
+    the select (only the split's guard is lifted)."""
+    n = E.Var("n")
+    func = op_prim_func("where", [TensorType((n,), "bool"), TensorType((n,), "float32"),
+                                  TensorType((n,), "float32")], {})
+    sch = Schedule(func)
+    (loop,) = sch.get_loops(sch.get_block(child_blocks(func.body)[0].name))
+    _, lanes = sch.split(loop, [None, 8])
+    sch.vectorize(lanes)
+    (split,) = _unswitched(unswitch_guards(sch.func).body)
+    assert _selects(split.then_case) == _selects(split.else_case) == 1
