@@ -15,10 +15,12 @@
 tccrt_status_t tccrt_fail(tccrt_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* -- dtypes (manifest.c) -- */
+/* -- dtypes (dtype.c; tensors' dtypes in value.h) -- */
 
 /* Whether `name` is a tcc dtype (tcc/rt/tensor.py DTYPES). */
 int tccrt_dtype_known(const char *name);
+/* Bytes per element of a tcc dtype as a pack stores it (0: not a tcc dtype). */
+unsigned tccrt_dtype_itemsize(const char *name);
 
 /* -- arena (arena.c): every allocation of one pack, freed at once -- */
 

@@ -20,32 +20,9 @@ enum {
   K_DICT = 1 << TCCRT_JSON_OBJECT,
 };
 
-/* tcc dtypes (tcc/rt/tensor.py DTYPES) with the bytes per element of the numpy dtype that
- * holds them (bfloat16 is held as float32, sub-byte types take a byte each). */
-static const struct {
-  const char *name;
-  unsigned itemsize;
-} DTYPES[] = {
-    {"bool", 1},           {"int8", 1},           {"int16", 2},           {"int32", 4},
-    {"int64", 8},          {"uint8", 1},          {"uint16", 2},          {"uint32", 4},
-    {"uint64", 8},         {"float16", 2},        {"float32", 4},         {"float64", 8},
-    {"complex64", 8},      {"complex128", 16},    {"bfloat16", 4},        {"float8_e4m3fn", 1},
-    {"float8_e4m3fnuz", 1}, {"float8_e5m2", 1},   {"float8_e5m2fnuz", 1}, {"float8_e8m0fnu", 1},
-    {"float4_e2m1fn", 1},  {"int4", 1},           {"uint4", 1},           {"int2", 1},
-    {"uint2", 1},
-};
-
-static unsigned itemsize_of(const char *name) {
-  for (size_t i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++)
-    if (strcmp(name, DTYPES[i].name) == 0) return DTYPES[i].itemsize;
-  return 0;
-}
-
 static unsigned dtype_itemsize(const tccrt_json_t *v) {
-  return v->kind == TCCRT_JSON_STRING ? itemsize_of(v->string) : 0;
+  return v->kind == TCCRT_JSON_STRING ? tccrt_dtype_itemsize(v->string) : 0;
 }
-
-int tccrt_dtype_known(const char *name) { return itemsize_of(name) != 0; }
 
 static const char *type_name(const tccrt_json_t *v) {
   switch (v->kind) {

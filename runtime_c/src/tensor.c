@@ -9,20 +9,6 @@
 
 #define TENSOR_ALIGN 64
 
-static const tccrt_dtype_t DTYPES[] = {
-    {"bool", 6, 8},     {"int8", 0, 8},     {"int16", 0, 16},   {"int32", 0, 32},
-    {"int64", 0, 64},   {"uint8", 1, 8},    {"uint16", 1, 16},  {"uint32", 1, 32},
-    {"uint64", 1, 64},  {"float16", 2, 16}, {"float32", 2, 32}, {"float64", 2, 64},
-};
-
-const tccrt_dtype_t *tccrt_dtype_find(const char *name) {
-  for (size_t i = 0; name && i < sizeof DTYPES / sizeof DTYPES[0]; i++)
-    if (strcmp(DTYPES[i].name, name) == 0) return &DTYPES[i];
-  return NULL;
-}
-
-size_t tccrt_dtype_size(const tccrt_dtype_t *dtype) { return dtype->bits / 8; }
-
 const char *tccrt_format_dims(char *buf, size_t size, const int64_t *dims, size_t n) {
   size_t used = (size_t)snprintf(buf, size, "[");
   for (size_t i = 0; i < n && used < size; i++)
@@ -91,10 +77,12 @@ void tccrt_value_release(tccrt_value_t *v) {
   free(v);
 }
 
-const char *tccrt_value_kind_name(const tccrt_value_t *v) {
-  static const char *const names[] = {"tensor", "tuple", "shape", "bool", "stack", "arena"};
-  return names[v->kind];
+const char *tccrt_kind_name(tccrt_value_kind_t kind, int with_article) {
+  static const char *const names[] = {"a tensor", "a tuple", "a shape", "a bool", "a stack", "an arena"};
+  return with_article ? names[kind] : strchr(names[kind], ' ') + 1;
 }
+
+const char *tccrt_value_kind_name(const tccrt_value_t *v) { return tccrt_kind_name(v->kind, 0); }
 
 /* -- tensors ------------------------------------------------------------------------ */
 

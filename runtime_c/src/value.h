@@ -97,6 +97,8 @@ tccrt_value_t *tccrt_value_new(tccrt_value_kind_t kind, size_t n);
 int tccrt_value_append(tccrt_value_t *list, tccrt_value_t *item);
 tccrt_value_t *tccrt_value_retain(tccrt_value_t *v);
 void tccrt_value_release(tccrt_value_t *v);
+/* A value kind's name for messages ("tuple"), with its article ("a tuple", "an arena"). */
+const char *tccrt_kind_name(tccrt_value_kind_t kind, int with_article);
 const char *tccrt_value_kind_name(const tccrt_value_t *v);
 
 /* "[2, 3]" into buf (truncated to fit), for messages. */

@@ -53,9 +53,8 @@ static tccrt_status_t arg_value(const frame_t *fr, size_t i, tccrt_value_kind_t 
   tccrt_status_t st = reg(fr, instr(fr)->args[i].value, out);
   if (st) return st;
   if ((*out)->kind != kind) {
-    static const char *const names[] = {"a tensor", "a tuple", "a shape", "a bool", "a stack", "an arena"};
     return BAD_PACK(fr, "argument %zu of %s is %s, not %s", i, fr->program->table[instr(fr)->a].name,
-                    names[(*out)->kind], names[kind]);
+                    tccrt_kind_name((*out)->kind, 1), tccrt_kind_name(kind, 1));
   }
   return TCCRT_OK;
 }

@@ -51,11 +51,22 @@ def test_header_has_every_format_constant_with_its_value():
 
 
 def test_dtype_table_matches_the_python_runtime():
-    text = (RUNTIME / "src" / "manifest.c").read_text()
-    table = dict((n, int(s)) for n, s in re.findall(r'\{"(\w+)", (\d+)\}', text))
+    """src/dtype.c: every tcc dtype with the numpy itemsize tcc.rt stores it with, and the
+    kernel dtypes with the DLPack code and bits tcc.rt's kernel calls pass."""
+    from tcc.rt.kernels import dl_dtype
+
+    text = (RUNTIME / "src" / "dtype.c").read_text()
+    rows = re.findall(r'\{\{"(\w+)", (\w+), (\d+)\}, (\d+)\}', text)
+    table = {name: (code, int(bits), int(size)) for name, code, bits, size in rows}
     assert set(table) == DTYPES
-    for name, itemsize in table.items():
+    kernel_dtypes = {n for n, (code, _, _) in table.items() if code != "NOT_A_TENSOR"}
+    assert kernel_dtypes == {"bool", "float16", "float32", "float64"} | {
+        f"{s}int{b}" for s in ("", "u") for b in (8, 16, 32, 64)
+    }
+    for name, (code, bits, itemsize) in table.items():
         try:
             assert itemsize == numpy_dtype(name).itemsize, name
         except ImportError:  # ml_dtypes absent: the low-precision types cannot be checked
             pytest.importorskip("ml_dtypes")
+        if name in kernel_dtypes:
+            assert (int(code), bits) == dl_dtype(numpy_dtype(name)), name
