@@ -23,11 +23,12 @@ computes exactly what the original does. A test that is constant decides alone: 
 padding window along the vector lanes is cut in every tile) keeps the conjunct where it
 is, true drops it without a copy. Selects in blocks (a convolution's padding) are treated
 like guards, with the block's iteration variables replaced by their bindings; a select
-whose conditions all hold is its first value. A conjunct with no tile variable, or depending on
-a variable bound inside the anchor other than by a loop, is left where it is.
+whose conditions all hold is its first value. A conjunct with no tile variable, or
+depending on a variable bound inside the anchor other than by a loop, is left where it is.
 
-Changes: control flow only (the tested copies). Preserves: every block, its iterations and
-their order, buffers and results.
+Changes: control flow (the tested copies) and, inside a copy, the guards and select
+conditions its test proves. Preserves: every block, its iterations and their order,
+buffers and results.
 """
 
 from __future__ import annotations
