@@ -9,9 +9,9 @@ internal compute function built here, statement by statement:
   LLVM vector operations when `llvm_vector.plan_vector` finds that keeps their meaning, and
   otherwise a scalar loop marked `llvm.loop.vectorize.enable` (left to LLVM unmarked when
   a guard tests the lane, the remainder tile of a split, which LLVM would refuse with a
-  warning); `parallel` loops are
-  outlined into a function that `GOMP_parallel` (libgomp, the OpenMP runtime shipped with
-  the C compiler) runs on every thread, each thread taking one contiguous chunk.
+  warning); `parallel` loops are outlined into a function that `GOMP_parallel` (libgomp,
+  the OpenMP runtime shipped with the C compiler) runs on every thread, each thread taking
+  one contiguous chunk.
 * `Block`: iteration variables are bound from their bindings, `init` runs when every
   reduction variable is 0.
 * Local buffers (a block's `alloc_buffer`, an `Allocate`) of constant size up to 16 KiB

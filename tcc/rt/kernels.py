@@ -1,9 +1,9 @@
 """Loading compiled CPU kernels (a shared object) and calling them on numpy arrays.
 
 The shared object comes from memory (a pack member), so it is written to a private file
-(see `_load_shared_object`) and opened with ctypes from there. A call builds one DLPack `DLTensor` per array (docs/compile.md §3),
-packed with `struct` into one buffer,
-and turns a kernel's nonzero return into a `KernelError` carrying the kernel's own message.
+(see `_load_shared_object`) and opened with ctypes from there. A call builds one DLPack
+`DLTensor` per array (docs/compile.md §3), all packed with `struct` into one buffer, and
+turns a kernel's nonzero return into a `KernelError` carrying the kernel's own message.
 
 Depends on numpy, ctypes and the standard library only, so a deployment can ship tcc.rt alone.
 """
