@@ -14,9 +14,21 @@ from tcc.emit.llvm import compile_prim_funcs
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.graph import TensorType
+from tcc.ir.parser import parse_module
 from tcc.ir.tir_eval import run_prim_func
 from tcc.lower.legalize import op_prim_func
 from tcc.rt.kernels import load_cpu_library
+
+
+def prims(text: str) -> dict[str, T.PrimFunc]:
+    """The PrimFuncs of an IR text (golden cases), by name."""
+    return parse_module(text).prim_funcs
+
+
+def prim(text: str) -> T.PrimFunc:
+    """The one PrimFunc of an IR text."""
+    (func,) = prims(text).values()
+    return func
 
 
 def op_func(op: str, *shapes, **attrs) -> T.PrimFunc:

@@ -23,15 +23,11 @@ from tests.lower.schedule.cases import (
     matmul,
     op_func,
     outputs_of,
+    prim,
     run_compiled,
     softmax,
     symbolic_matmul,
 )
-
-
-def prim(text: str) -> T.PrimFunc:
-    return next(iter(parse_module(text).prim_funcs.values()))
-
 
 # B = A * 2, then C reads B at two neighbouring columns (a stencil).
 STENCIL = """

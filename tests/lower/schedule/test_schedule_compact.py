@@ -14,7 +14,6 @@ import pytest
 
 from tcc.emit.llvm import compile_prim_funcs
 from tcc.ir import tir as T
-from tcc.ir.parser import parse_module
 from tcc.ir.printer import print_prim_func
 from tcc.ir.structural import structural_equal
 from tcc.lower.schedule import Schedule
@@ -26,13 +25,10 @@ from tests.lower.schedule.cases import (
     compile_all,
     op_func,
     outputs_of,
+    prims,
     run_compiled,
 )
 from tests.lower.schedule.test_schedule_blocks import SCHEDULES, SIZES, assert_same, scheduled
-
-
-def prims(text: str) -> dict[str, T.PrimFunc]:
-    return parse_module(text).prim_funcs
 
 
 def assert_compacts_to(func: T.PrimFunc, want: T.PrimFunc) -> None:

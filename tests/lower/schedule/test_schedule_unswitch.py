@@ -12,18 +12,12 @@ from hypothesis import strategies as st
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.graph import TensorType
-from tcc.ir.parser import parse_module
 from tcc.ir.printer import print_prim_func
 from tcc.ir.structural import structural_equal
 from tcc.lower.legalize import op_prim_func
 from tcc.lower.schedule import Schedule, unswitch_guards
 from tcc.lower.schedule.state import child_blocks, walk
-from tests.lower.schedule.cases import compile_all, run_compiled
-
-
-def prim(text: str) -> T.PrimFunc:
-    (func,) = parse_module(text).prim_funcs.values()
-    return func
+from tests.lower.schedule.cases import compile_all, prim, run_compiled
 
 
 def assert_unswitches_to(func: T.PrimFunc, want: str) -> None:
