@@ -426,6 +426,18 @@ def _subst(t: Type, mapping: dict) -> Type:
     return t
 
 
+def used_vars(e) -> list[Var]:
+    """The variables an expression reads (operands, nested tuples; not attrs), once per
+    occurrence."""
+    if isinstance(e, Var):
+        return [e]
+    if isinstance(e, tuple):
+        return [v for x in e for v in used_vars(x)]
+    if isinstance(e, Expr) and dataclasses.is_dataclass(e):
+        return [v for f in dataclasses.fields(e) for v in used_vars(getattr(e, f.name))]
+    return []
+
+
 def substitute_vars(e, mapping: dict[int, Expr]):
     """`e` with each variable in `mapping` (keyed by `id`) replaced, through nested operands
     and tuples; unchanged nodes are shared, so a rewrite that changes nothing returns `e`."""

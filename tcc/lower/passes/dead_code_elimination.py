@@ -20,25 +20,14 @@ from tcc.lower.passes import register_pass
 ENTRY = "main"
 
 
-def _used_vars(e) -> list[G.Var]:
-    """The graph variables an expression reads (operands, nested tuples; not attrs)."""
-    if isinstance(e, G.Var):
-        return [e]
-    if isinstance(e, tuple):
-        return [v for x in e for v in _used_vars(x)]
-    if isinstance(e, G.Expr) and dataclasses.is_dataclass(e):
-        return [v for f in dataclasses.fields(e) for v in _used_vars(getattr(e, f.name))]
-    return []
-
-
 def _prune_bindings(fn: G.Function) -> G.Function:
     """Keep the bindings the returned value needs, walking them backwards once."""
-    live = {id(v) for v in _used_vars(fn.ret)}
+    live = {id(v) for v in G.used_vars(fn.ret)}
     kept = []
     for b in reversed(fn.bindings):
         if id(b.var) in live:
             kept.append(b)
-            live.update(id(v) for v in _used_vars(b.value))
+            live.update(id(v) for v in G.used_vars(b.value))
     if len(kept) == len(fn.bindings):
         return fn
     return dataclasses.replace(fn, bindings=tuple(reversed(kept)))

@@ -153,17 +153,6 @@ FOLDERS: dict[str, Callable[[G.Call, _Affine, _Weights], Fold | None]] = {
 # the rewrite of one function
 
 
-def _operands(e) -> list[G.Var]:
-    """The graph variables an expression reads, once per occurrence."""
-    if isinstance(e, G.Var):
-        return [e]
-    if isinstance(e, tuple):
-        return [v for x in e for v in _operands(x)]
-    if isinstance(e, G.Expr) and dataclasses.is_dataclass(e):
-        return [v for f in dataclasses.fields(e) for v in _operands(getattr(e, f.name))]
-    return []
-
-
 def _call(op: str, *args: G.Expr) -> G.Call:
     """An attribute-less elementwise call, checked by the op's inference."""
     attrs, _ = infer_call(op, args, {})
@@ -182,8 +171,8 @@ def _scale_shift(y: G.Var, x: G.Expr, affine: _Affine, bn: G.Call, weights: _Wei
 
 
 def _rewrite(fn: G.Function, weights: _Weights) -> G.Function:
-    uses = Counter(id(v) for b in fn.bindings for v in _operands(b.value))
-    uses.update(id(v) for v in _operands(fn.ret))
+    uses = Counter(id(v) for b in fn.bindings for v in G.used_vars(b.value))
+    uses.update(id(v) for v in G.used_vars(fn.ret))
     out: list[G.Binding] = []
     latest: dict[int, G.Binding] = {}  # a variable's binding in `out`, as rewritten so far
     moved: set[int] = set()  # bindings of producers folded into a later binding

@@ -51,24 +51,13 @@ def _kind(b: G.Binding) -> Pattern | None:
     return op.pattern
 
 
-def _used_vars(e) -> list[G.Var]:
-    """The graph variables an expression reads (operands, nested tuples; not attrs)."""
-    if isinstance(e, G.Var):
-        return [e]
-    if isinstance(e, tuple):
-        return [v for x in e for v in _used_vars(x)]
-    if isinstance(e, G.Expr) and dataclasses.is_dataclass(e):
-        return [v for f in dataclasses.fields(e) for v in _used_vars(getattr(e, f.name))]
-    return []
-
-
 def _users(fn: G.Function) -> dict[int, int]:
     """Variable (by id) -> how many bindings read it, plus one when the function returns it."""
     count: dict[int, int] = {}
     for b in fn.bindings:
-        for key in {id(v) for v in _used_vars(b.value)}:
+        for key in {id(v) for v in G.used_vars(b.value)}:
             count[key] = count.get(key, 0) + 1
-    for key in {id(v) for v in _used_vars(fn.ret)}:
+    for key in {id(v) for v in G.used_vars(fn.ret)}:
         count[key] = count.get(key, 0) + 1
     return count
 

@@ -104,17 +104,6 @@ def _flat(a: _Alias) -> frozenset:
     return frozenset().union(*(_flat(x) for x in a)) if a else frozenset()
 
 
-def _reads(e) -> list[G.Var]:
-    """The graph variables a binding's value reads (operands, nested tuples; not attrs)."""
-    if isinstance(e, G.Var):
-        return [e]
-    if isinstance(e, tuple):
-        return [v for x in e for v in _reads(x)]
-    if isinstance(e, G.Expr) and dataclasses.is_dataclass(e):
-        return [v for f in dataclasses.fields(e) for v in _reads(getattr(e, f.name))]
-    return []
-
-
 def _type_vars(types) -> frozenset[str]:
     out: set[str] = set()
     for t in types:
@@ -139,11 +128,11 @@ class _Liveness:
         for i, b in enumerate(fn.bindings):
             self.bound.append(known)
             known = known | _type_vars([b.var.type])
-            for v in _reads(b.value):
+            for v in G.used_vars(b.value):
                 for c in _flat(self.alias.get(id(v), frozenset())):
                     self.dies[c] = max(self.dies[c], i)
             self.alias[id(b.var)] = self.bind(i, b.value)
-        self.escaping = _flat(tuple(self.alias.get(id(v), frozenset()) for v in _reads(fn.ret)))
+        self.escaping = _flat(tuple(self.alias.get(id(v), frozenset()) for v in G.used_vars(fn.ret)))
 
     def of(self, e) -> _Alias:
         return self.alias.get(id(e), frozenset()) if isinstance(e, G.Var) else frozenset()
@@ -161,7 +150,7 @@ class _Liveness:
         if isinstance(v, G.Call) and v.op in VIEW_OPS:
             return _flat(self.of(v.args[0]))
         if isinstance(v, G.CONTROL_FLOW):  # a callee may hand back any of its arguments
-            return _flat(tuple(self.of(x) for x in _reads(v)))
+            return _flat(tuple(self.of(x) for x in G.used_vars(v)))
         return frozenset()  # constants, shapes, copies: no kernel output inside
 
     def call_tir(self, i: int, v: G.CallTIR) -> _Alias:
