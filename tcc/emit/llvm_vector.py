@@ -96,7 +96,7 @@ def flat_index(buffer: T.Buffer, indices, rename: dict | None = None) -> E.PrimE
 
 def access_kind(flat: E.PrimExpr, u: E.Var) -> str:
     """'uniform', 'contiguous' (offset grows by one with `u`) or 'gather'."""
-    if not any(v is u for v in E.free_vars(flat)):
+    if not E.uses(flat, u):
         return "uniform"
     step = rewrite(
         flat, lambda v: E.BinOp("add", u, E.IntImm(1, "int64"), "int64") if v is u else None
@@ -178,15 +178,11 @@ def init_condition(block: T.Block, subst: dict | None = None) -> E.PrimExpr:
     return cond
 
 
-def _depends(e: E.PrimExpr, var: E.Var) -> bool:
-    return any(v is var for v in E.free_vars(e))
-
-
 def lane_guarded(loop: T.For) -> bool:
     """True when a guard inside `loop` depends on its variable."""
 
     def visit(s) -> bool:
-        if isinstance(s, T.IfThenElse) and _depends(s.cond, loop.var):
+        if isinstance(s, T.IfThenElse) and E.uses(s.cond, loop.var):
             return True
         if isinstance(s, T.SeqStmt):
             return any(visit(x) for x in s.stmts)
@@ -222,7 +218,7 @@ def plan_vector(loop: T.For) -> VectorPlan | None:
             loads.append((e.buffer, flat))
             if masked and access_kind(flat, u) != "contiguous":
                 unmaskable.append(e)
-        if isinstance(e, E.Select) and _depends(e.cond, loop.var):
+        if isinstance(e, E.Select) and E.uses(e.cond, loop.var):
             collect_loads(e.cond, masked)
             collect_loads(e.true_value, True)
             collect_loads(e.false_value, True)
@@ -236,7 +232,7 @@ def plan_vector(loop: T.For) -> VectorPlan | None:
         if isinstance(s, T.IfThenElse):
             collect_loads(s.cond)
             return (
-                not _depends(s.cond, loop.var)
+                not E.uses(s.cond, loop.var)
                 and check(s.then_case)
                 and (s.else_case is None or check(s.else_case))
             )

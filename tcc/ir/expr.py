@@ -456,6 +456,11 @@ def free_vars(e) -> list[Var]:
     return list(seen.values())
 
 
+def uses(e, var: Var) -> bool:
+    """True when `var` (by identity) occurs in `e` (an expression or nested lists of them)."""
+    return any(v is var for v in free_vars(e))
+
+
 def substitute(e, mapping: dict) -> object:
     """Replace variables (by identity) with expressions or ints; works on nested lists too."""
     if isinstance(e, Var):

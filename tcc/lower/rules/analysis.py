@@ -120,7 +120,7 @@ def guarded_load_along(stage: Stage, var: E.Var) -> bool:
     masks a contiguous load per lane (llvm.masked.load) but runs any other guarded load as a
     scalar loop."""
     for x in _subexprs(stage.store.value):
-        if isinstance(x, E.Select) and any(v is var for v in E.free_vars(x.cond)):
+        if isinstance(x, E.Select) and E.uses(x.cond, var):
             guarded = [*_loads(x.true_value), *_loads(x.false_value)]
             if any(stride(ld, var) != 1 for ld in guarded):
                 return True
@@ -137,7 +137,7 @@ def _flat(buffer: T.Buffer, indices) -> E.PrimExpr:
 def stride(access: E.BufferLoad | T.BufferStore, var: E.Var) -> int | None:
     """Elements the access moves when `var` steps by one: 0 when it does not use `var`, None
     when the step is not a constant (a symbolic shape, a division)."""
-    if not any(v is var for i in access.indices for v in E.free_vars(i)):
+    if not E.uses(list(access.indices), var):
         return 0
     flat = _flat(access.buffer, access.indices)
     stepped = substitute_expr(flat, {var: E.binop("add", var, E.const(1))})

@@ -33,7 +33,7 @@ from tcc.lower.schedule.blocks import (
     plain_indices,
     require_scope,
 )
-from tcc.lower.schedule.rewrite import map_blocks
+from tcc.lower.schedule.rewrite import conjunction, map_blocks
 from tcc.lower.schedule.scope import (
     Scope,
     common_loops,
@@ -87,10 +87,7 @@ def _rebuilt(
             conds += _outside(binding, lo, ext, iv.extent, ranges)
     stmt: T.Stmt = dataclasses.replace(block, iter_vars=tuple(ivs))
     if conds:
-        cond = conds[0]
-        for c in conds[1:]:
-            cond = E.Logic("and", cond, c)
-        stmt = T.IfThenElse(cond, stmt)
+        stmt = T.IfThenElse(conjunction(conds), stmt)
     for var, ext in reversed(loops):
         stmt = T.For(var, E.const(0, var.dtype), E.const(ext), T.ForKind.SERIAL, stmt)
     return stmt

@@ -41,10 +41,6 @@ from tcc.lower.schedule.rewrite import map_exprs, substitute_expr
 from tcc.lower.schedule.state import walk
 
 
-def _depends(e: E.PrimExpr, var: E.Var) -> bool:
-    return any(v is var for v in E.free_vars(e))
-
-
 def _has_load(e: E.PrimExpr) -> bool:
     return next(R.iter_loads(e), None) is not None
 
@@ -101,7 +97,7 @@ def _fed(access: R.Access, var: E.Var) -> list[T.IterVar]:
     block = access.block
     if block is None:
         return []
-    return [iv for iv in block.iter_vars if _depends(access.bindings[iv.var], var)]
+    return [iv for iv in block.iter_vars if E.uses(access.bindings[iv.var], var)]
 
 
 def _check_reduction(access: R.Access, var: E.Var) -> str | None:
@@ -278,7 +274,7 @@ def _where(access: R.Access) -> str:
 
 
 def _self_overlap(w: R.Access, loop: T.For) -> str:
-    if not any(_depends(lo, loop.var) for lo, _ in w.in_loops.ranges):
+    if not any(E.uses(lo, loop.var) for lo, _ in w.in_loops.ranges):
         return f"every iteration runs {_where(w)} on the same elements"
     return f"{_where(w)} writes {_region_text(w.region)}, which does not tell the iterations apart"
 

@@ -124,7 +124,7 @@ def _iter_kinds(loop: T.For, var: E.Var) -> set[T.IterKind]:
     for loc in walk(loop.body):
         if isinstance(loc.stmt, T.Block):
             for iv in loc.stmt.iter_vars:
-                if any(v is var for v in E.free_vars(iv.binding)):
+                if E.uses(iv.binding, var):
                     kinds.add(iv.kind)
     return kinds
 

@@ -18,20 +18,20 @@ from tcc.ir.printer import format_expr
 from tcc.lower.schedule import regions as R
 from tcc.lower.schedule.blocks import error, func_vars, merged, require_scope
 from tcc.lower.schedule.regions import iter_loads
-from tcc.lower.schedule.rewrite import map_exprs, substitute_expr, substitute_stmt
+from tcc.lower.schedule.rewrite import (
+    conjunction,
+    conjuncts,
+    map_exprs,
+    substitute_expr,
+    substitute_stmt,
+)
 from tcc.lower.schedule.scope import unique_name
 from tcc.lower.schedule.state import Located, find_loop, replace
 
 
 def _feeds(block: T.Block, var: E.Var) -> set[T.IterKind]:
     """The kinds of the iteration variables whose binding uses a loop variable."""
-    return {iv.kind for iv in block.iter_vars if any(v is var for v in E.free_vars(iv.binding))}
-
-
-def _conjuncts(cond: E.PrimExpr) -> list[E.PrimExpr]:
-    if isinstance(cond, E.Logic) and cond.op == "and":
-        return _conjuncts(cond.a) + _conjuncts(cond.b)
-    return [cond]
+    return {iv.kind for iv in block.iter_vars if E.uses(iv.binding, var)}
 
 
 def _init_loops(block: T.Block, loops: list[T.For], k: int) -> list[T.For]:
@@ -87,7 +87,7 @@ def _init_predicate(block_loc: Located, depth: int, loops: list[T.For], kept: li
     for parent, field, _ in block_loc.path[depth:]:
         if not isinstance(parent, T.IfThenElse) or field != "then_case":
             continue
-        for c in _conjuncts(parent.cond):
+        for c in conjuncts(parent.cond):
             used = {id(v) for v in E.free_vars(c)}
             if used & dropped and used & inner_kept:
                 raise error(
@@ -138,10 +138,7 @@ def decompose_reduction(
     )
     stmt: T.Stmt = init
     if conds:
-        cond = conds[0]
-        for c in conds[1:]:
-            cond = E.Logic("and", cond, c)
-        stmt = T.IfThenElse(substitute_expr(cond, loop_map), stmt)
+        stmt = T.IfThenElse(substitute_expr(conjunction(conds), loop_map), stmt)
     for f in reversed(kept):
         stmt = T.For(
             loop_map[f.var],

@@ -64,6 +64,21 @@ def substitute_stmt(s, mapping: dict):
     return dataclasses.replace(s, **changes) if changes else s
 
 
+def conjuncts(cond: E.PrimExpr) -> list[E.PrimExpr]:
+    """The terms of a chain of `and`s (the condition itself when it is not one)."""
+    if isinstance(cond, E.Logic) and cond.op == "and":
+        return conjuncts(cond.a) + conjuncts(cond.b)
+    return [cond]
+
+
+def conjunction(conds: list[E.PrimExpr]) -> E.PrimExpr:
+    """`conds[0] and conds[1] and ...` (at least one condition)."""
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = E.Logic("and", cond, c)
+    return cond
+
+
 def guard(s: T.Stmt, cond: E.PrimExpr) -> T.Stmt:
     """`s` with every leaf under its loops and sequences run only where `cond` holds."""
     if isinstance(s, T.For):

@@ -37,7 +37,8 @@ import dataclasses
 
 from tcc.ir import expr as E
 from tcc.ir import tir as T
-from tcc.lower.schedule.rewrite import map_exprs
+from tcc.ir.dtype import INT_DTYPES
+from tcc.lower.schedule.rewrite import conjunction, conjuncts, map_exprs
 
 _FLIP = {"gt": "lt", "ge": "le"}
 
@@ -68,15 +69,9 @@ def _visit(s: T.Stmt, scope: list[T.For]) -> T.Stmt:
     return dataclasses.replace(s, **changes) if changes else s
 
 
-def _conjuncts(cond: E.PrimExpr) -> list[E.PrimExpr]:
-    if isinstance(cond, E.Logic) and cond.op == "and":
-        return _conjuncts(cond.a) + _conjuncts(cond.b)
-    return [cond]
-
-
 def _slack(c: E.PrimExpr) -> E.PrimExpr | None:
     """An integer expression that is >= 0 exactly when the comparison `c` holds."""
-    if not isinstance(c, E.Cmp) or not (_is_int(c.a) and _is_int(c.b)):
+    if not isinstance(c, E.Cmp) or not (c.a.dtype in INT_DTYPES and c.b.dtype in INT_DTYPES):
         return None
     a, b, op = (c.b, c.a, _FLIP[c.op]) if c.op in _FLIP else (c.a, c.b, c.op)
     if op == "lt":
@@ -86,19 +81,11 @@ def _slack(c: E.PrimExpr) -> E.PrimExpr | None:
     return None
 
 
-def _is_int(e: E.PrimExpr) -> bool:
-    return e.dtype.startswith(("int", "uint"))
-
-
 def _step(e: E.PrimExpr, v: E.Var) -> int | None:
     """How much `e` grows when `v` grows by one, if that is a constant."""
     moved = E.substitute(e, {v: E.binop("add", v, 1)})
     diff = E.simplify(E.binop("sub", moved, e))
     return diff.value if isinstance(diff, E.IntImm) else None
-
-
-def _uses(e, var: E.Var) -> bool:
-    return any(v is var for v in E.free_vars(e))
 
 
 def _worst_corner(slack: E.PrimExpr, scope: list[T.For], path: list[T.For], bound_inside: set):
@@ -108,7 +95,7 @@ def _worst_corner(slack: E.PrimExpr, scope: list[T.For], path: list[T.For], boun
     tile: dict[E.Var, E.PrimExpr] = {}
     span = 1  # distinct values the tile variables so far give the slack
     for loop in reversed(path):
-        if not _uses(slack, loop.var):
+        if not E.uses(slack, loop.var):
             continue
         step = _step(slack, loop.var)
         constant = isinstance(loop.extent, E.IntImm)
@@ -117,7 +104,7 @@ def _worst_corner(slack: E.PrimExpr, scope: list[T.For], path: list[T.For], boun
             if not tile:
                 return None
             return loop, _at(slack, tile)
-        if any(_uses(loop.min, t) for t in tile):
+        if any(E.uses(loop.min, t) for t in tile):
             return None
         last = E.binop("add", loop.min, loop.extent.value - 1)
         tile[loop.var] = loop.min if step > 0 else last
@@ -135,8 +122,8 @@ def _guards(s: T.Stmt, path: list[T.For], bound: set, found: list) -> None:
     guards and for the conditions of selects in blocks (a convolution's padding), whose
     iteration variables are replaced by their bindings."""
     if isinstance(s, T.IfThenElse) and s.else_case is None:
-        conjuncts = _conjuncts(s.cond)
-        found.append((conjuncts, conjuncts, path, bound))
+        terms = conjuncts(s.cond)
+        found.append((terms, terms, path, bound))
     if isinstance(s, T.For):
         _guards(s.body, path + [s], bound, found)
         return
@@ -147,9 +134,8 @@ def _guards(s: T.Stmt, path: list[T.For], bound: set, found: list) -> None:
             if child is None:
                 continue
             for cond in _select_conditions(child):
-                conjuncts = _conjuncts(cond)
-                in_loops = [E.substitute(c, bindings) for c in conjuncts]
-                found.append((conjuncts, in_loops, path, bound))
+                terms = conjuncts(cond)
+                found.append((terms, [E.substitute(c, bindings) for c in terms], path, bound))
             _guards(child, path, inner, found)
         return
     if isinstance(s, T.SeqStmt):
@@ -187,8 +173,8 @@ def _unswitch(loop: T.For, body: T.Stmt, scope: list[T.For]) -> T.Stmt:
     found: list = []
     _guards(body, scope, set(), found)
     proven: dict[E.PrimExpr, E.PrimExpr | None] = {}  # conjunct -> its test (None: always)
-    for conjuncts, in_loops, path, bound in found:
-        for c, analysed in zip(conjuncts, in_loops):
+    for terms, in_loops, path, bound in found:
+        for c, analysed in zip(terms, in_loops):
             slack = _slack(analysed)
             hit = None if slack is None else _worst_corner(slack, scope, path, bound)
             if hit is None or hit[0] is not loop:
@@ -202,7 +188,7 @@ def _unswitch(loop: T.For, body: T.Stmt, scope: list[T.For]) -> T.Stmt:
     tests = [t for t in dict.fromkeys(proven.values()) if t is not None]
     if not tests:  # holds in every tile: no copy needed
         return _drop(body, set(proven))
-    return T.IfThenElse(_all(tests), _drop(body, set(proven)), body)
+    return T.IfThenElse(conjunction(tests), _drop(body, set(proven)), body)
 
 
 def _drop(s: T.Stmt, proven: set) -> T.Stmt:
@@ -210,8 +196,8 @@ def _drop(s: T.Stmt, proven: set) -> T.Stmt:
     select left without one is its first value)."""
     if isinstance(s, T.IfThenElse) and s.else_case is None:
         then = _drop(s.then_case, proven)
-        keep = [c for c in _conjuncts(s.cond) if c not in proven]
-        return T.IfThenElse(_all(keep), then) if keep else then
+        keep = [c for c in conjuncts(s.cond) if c not in proven]
+        return T.IfThenElse(conjunction(keep), then) if keep else then
     if isinstance(s, T.Block):
         return map_exprs(
             dataclasses.replace(
@@ -234,14 +220,9 @@ def _drop(s: T.Stmt, proven: set) -> T.Stmt:
 def _drop_select(e: E.PrimExpr, proven: set) -> E.PrimExpr | None:
     if not isinstance(e, E.Select):
         return None
-    keep = [c for c in _conjuncts(e.cond) if c not in proven]
-    if len(keep) == len(_conjuncts(e.cond)):
+    keep = [c for c in conjuncts(e.cond) if c not in proven]
+    if len(keep) == len(conjuncts(e.cond)):
         return None
-    return dataclasses.replace(e, cond=_all(keep)) if keep else e.true_value
+    return dataclasses.replace(e, cond=conjunction(keep)) if keep else e.true_value
 
 
-def _all(conjuncts: list[E.PrimExpr]) -> E.PrimExpr:
-    cond = conjuncts[0]
-    for c in conjuncts[1:]:
-        cond = E.Logic("and", cond, c)
-    return cond

@@ -239,14 +239,13 @@ def test_contraction_tile_with_symbolic_rows_and_columns():
 
 def _selects(s) -> int:
     """Conjuncts of the conditions of the selects stored under `s`."""
-    from tcc.lower.schedule.rewrite import map_exprs
-    from tcc.lower.schedule.unswitch import _conjuncts
+    from tcc.lower.schedule.rewrite import conjuncts, map_exprs
 
     count = 0
 
     def visit(e):
         nonlocal count
-        count += len(_conjuncts(e.cond)) if isinstance(e, E.Select) else 0
+        count += len(conjuncts(e.cond)) if isinstance(e, E.Select) else 0
 
     for loc in walk(s):
         if isinstance(loc.stmt, T.BufferStore):
