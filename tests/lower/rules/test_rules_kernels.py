@@ -160,22 +160,18 @@ def test_input_function_is_unchanged():
     assert _loop_kinds(func) == before == {T.ForKind.SERIAL}
 
 
-def _run_symbolic(funcs: dict, shapes: list[tuple], n_inputs: int, rng) -> dict:
-    """Every function of `funcs` (same signature) on the same random inputs at each of
-    `shapes` (all operands of one shape but 1-D scale/bias ones): name -> list of outputs."""
-    from tcc.emit.llvm import compile_prim_funcs
-    from tcc.rt.kernels import load_cpu_library
+def _run_symbolic(funcs: dict, sizes: list[dict], rng) -> dict:
+    """Every function of `funcs` (one signature) on the same random arguments at each set
+    of size variables: name -> the output of each run."""
+    from tests.lower.schedule.cases import arrays_for, compile_all, run_compiled
 
+    signature = next(iter(funcs.values()))
     results = {name: [] for name in funcs}
-    with load_cpu_library(compile_prim_funcs(funcs).shared_object) as lib:
-        for shape in shapes:
-            params = next(iter(funcs.values())).buffers
-            ins = [rng.standard_normal(shape if len(b.shape) == len(shape) else shape[-1:])
-                   .astype(np.float32) for b in params[:n_inputs]]
+    with compile_all(funcs) as lib:
+        for sz in sizes:
+            arrays = arrays_for(signature, rng, sz)
             for name in funcs:
-                out = np.full(shape, np.nan, np.float32)
-                lib.call(name, [*ins, out])
-                results[name].append(out)
+                results[name].append(run_compiled(lib, name, arrays)[-1])
     return results
 
 
@@ -187,12 +183,13 @@ def test_row_wise_kernels_run_each_row_in_one_parallel_loop(op):
     changes its order of arithmetic)."""
     n, s = E.Var("n"), E.Var("s")
     if op == "softmax":
-        types, attrs, shapes = [TensorType((n, s), "float32")], {"axes": [-1]}, [(3, 1), (9, 37)]
+        types, attrs = [TensorType((n, s), "float32")], {"axes": [-1]}
+        sizes = [{"n": 3, "s": 1}, {"n": 9, "s": 37}]
     else:
         types = [TensorType((n, 64), "float32"), TensorType((64,), "float32"),
                  TensorType((64,), "float32")]
         attrs = {"axis": -1, "epsilon": 1e-5, "stash_type": "float32"}
-        shapes = [(1, 64), (33, 64)]
+        sizes = [{"n": 1}, {"n": 33}]
     func = op_prim_func(op, types, attrs)
     assert set(stage_rules(func, AVX512)) == {"rows"}
     out = schedule_prim_func(func, AVX512)
@@ -201,8 +198,7 @@ def test_row_wise_kernels_run_each_row_in_one_parallel_loop(op):
     names = {b.name.removesuffix("_init") for b in _blocks(row)}  # + decomposed inits
     assert names == {b.name for b in _blocks(func)} - {"root"}
     assert {T.ForKind.VECTORIZED, T.ForKind.UNROLLED} <= _loop_kinds(out)  # lanes, row group
-    got = _run_symbolic({"plain": func, "rows": out}, shapes, len(types),
-                        np.random.default_rng(0))
+    got = _run_symbolic({"plain": func, "rows": out}, sizes, np.random.default_rng(0))
     for plain, rows in zip(got["plain"], got["rows"]):
         np.testing.assert_array_equal(rows, plain)
 
