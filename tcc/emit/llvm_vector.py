@@ -25,6 +25,7 @@ from tcc.emit.llvm_expr import children
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.dtype import is_float
+from tcc.lower.schedule.state import walk
 
 _POLY_OPS = ("add", "sub", "mul", "floordiv", "floormod", "min", "max")
 MAX_LANES = 64
@@ -180,18 +181,10 @@ def init_condition(block: T.Block, subst: dict | None = None) -> E.PrimExpr:
 
 def lane_guarded(loop: T.For) -> bool:
     """True when a guard inside `loop` depends on its variable."""
-
-    def visit(s) -> bool:
-        if isinstance(s, T.IfThenElse) and E.uses(s.cond, loop.var):
-            return True
-        if isinstance(s, T.SeqStmt):
-            return any(visit(x) for x in s.stmts)
-        return any(
-            isinstance(c, T.Stmt) and visit(c)
-            for c in (getattr(s, f, None) for f in ("body", "then_case", "else_case", "init"))
-        )
-
-    return visit(loop.body)
+    return any(
+        isinstance(loc.stmt, T.IfThenElse) and E.uses(loc.stmt.cond, loop.var)
+        for loc in walk(loop.body)
+    )
 
 
 def plan_vector(loop: T.For) -> VectorPlan | None:

@@ -45,3 +45,21 @@ def colsum(A: Buffer((9, 56), "float32"), B: Buffer((56,), "float32")):
 """
     text = str(build_module(parse_module(src).prim_funcs, parse_target("llvm"))[0])
     assert "load <8 x float>" in text and "x float>" not in text.replace("<8 x float>", "")
+
+
+def test_a_lane_guarded_remainder_compiles_without_llvm_warnings(capfd):
+    """The guarded copy of a split's last tile cannot run as vector code; it is left to
+    LLVM unmarked, instead of with a forced-vectorize hint LLVM refuses with a warning on
+    stderr."""
+    from tcc.emit.llvm import compile_prim_funcs
+    from tcc.emit.target import parse_target
+    from tcc.ir import expr as E
+    from tcc.ir.graph import TensorType
+    from tcc.lower.legalize import op_prim_func
+    from tcc.lower.rules import schedule_prim_func
+
+    # BERT's key transpose: the sequence, symbolic, becomes the innermost (vector) axis
+    n = E.Var("seq")
+    func = op_prim_func("transpose", [TensorType((1, n, 4, 64), "float32")], {"axes": [0, 2, 3, 1]})
+    compile_prim_funcs({"k": schedule_prim_func(func, parse_target("llvm"))})
+    assert "not vectorized" not in capfd.readouterr().err
