@@ -68,11 +68,7 @@ def _shape_struct(ndim: int) -> struct.Struct:
     return struct.Struct(f"<{ndim}q")
 
 
-@functools.lru_cache(maxsize=64)
-def _dl_dtype_cached(dtype: np.dtype) -> tuple[int, int]:
-    return dl_dtype(dtype)
-
-
+@functools.lru_cache(maxsize=64)  # every kernel call asks, for a handful of dtypes
 def dl_dtype(dtype: np.dtype) -> tuple[int, int]:
     """DLPack (code, bits) of a numpy dtype; bool is code 6 with 8 bits (one byte a value)."""
     dtype = np.dtype(dtype)
@@ -214,7 +210,7 @@ class KernelLibrary:
                     f"{symbol}: argument {i} is not C-contiguous (strides {a.strides}); "
                     "pass np.ascontiguousarray(x)"
                 )
-            code, bits = _dl_dtype_cached(a.dtype)
+            code, bits = dl_dtype(a.dtype)
             _POINTER.pack_into(block, 8 * i, base + desc_at)
             _DESCRIPTOR.pack_into(
                 block, desc_at, _address(a, flags.writeable), KDL_CPU, 0, a.ndim, code, bits, 1,
