@@ -97,22 +97,20 @@ class FastMath:
         y = b.select(b.fcmp_ordered("<", x, self.c(_EXP_LO, x)), self.c(0.0, x), y)
         return b.select(b.fcmp_unordered("uno", x, x), x, y)
 
+    def odd_rational(self, x: ir.Value, odd, even) -> ir.Value:
+        """x * odd(x^2) / even(x^2), the form of the erf and tanh approximations."""
+        x2 = self.b.fmul(x, x)
+        return self.b.fdiv(self.b.fmul(x, self.horner(odd, x2)), self.horner(even, x2))
+
     def erf(self, x: ir.Value) -> ir.Value:
-        b = self.b
-        xc = self.clamp(x, -4.0, 4.0)
-        x2 = b.fmul(xc, xc)
-        p = b.fmul(xc, self.horner(_ERF_P, x2))
-        q = self.horner(_ERF_Q, x2)
-        return b.select(b.fcmp_unordered("uno", x, x), x, b.fdiv(p, q))
+        y = self.odd_rational(self.clamp(x, -4.0, 4.0), _ERF_P, _ERF_Q)
+        return self.b.select(self.b.fcmp_unordered("uno", x, x), x, y)
 
     def tanh(self, x: ir.Value) -> ir.Value:
         b = self.b
-        xc = self.clamp(x, -_TANH_CLAMP, _TANH_CLAMP)
-        x2 = b.fmul(xc, xc)
-        p = b.fmul(xc, self.horner(_TANH_P, x2))
-        q = self.horner(_TANH_Q, x2)
+        y = self.odd_rational(self.clamp(x, -_TANH_CLAMP, _TANH_CLAMP), _TANH_P, _TANH_Q)
         ax = self.em.intrinsic("llvm.fabs", x)
-        y = b.select(b.fcmp_ordered("<", ax, self.c(_TANH_TINY, x)), x, b.fdiv(p, q))
+        y = b.select(b.fcmp_ordered("<", ax, self.c(_TANH_TINY, x)), x, y)
         one = self.em.intrinsic("llvm.copysign", self.c(1.0, x), x)
         y = b.select(b.fcmp_ordered(">", ax, self.c(_TANH_ONE, x)), one, y)
         return b.select(b.fcmp_unordered("uno", x, x), x, y)
