@@ -1,16 +1,17 @@
 """Default CPU schedule rules: every PrimFunc gets a fast loop nest without tuning.
 
 A kernel is a sequence of stages (the child blocks of its root block: a convolution and
-its epilogue, the three passes of a softmax). A kernel rule (`KERNEL_RULES`: row-wise
-kernels) may schedule all the stages together; otherwise each stage gets the first rule of
-`RULES` that applies to it, recognised by structure (iteration-variable kinds, how loads move along
-each axis, extents), never by kernel name. A rule returns None when its preconditions do
+its epilogue, the max, exp, sum and output stages of a softmax). A kernel rule
+(`KERNEL_RULES`: row-wise kernels) may schedule all the stages together; otherwise each
+stage gets the first rule of `RULES` that applies to it, recognised by structure
+(iteration-variable kinds, how loads move along each axis, extents), never by kernel name. A rule returns None when its preconditions do
 not hold; a primitive that refuses (`ScheduleError`) discards the rule's whole schedule for
 that stage and the next rule is tried, so a stage ends up scheduled correctly or left as it
 was, never changed in meaning. Rules use only schedule primitives, which check that the
 result is unchanged; a rule may fold the stages after its own into it (an epilogue into a
 write-back). Once every stage is scheduled, `compact_buffers` allocates each intermediate
-buffer where it is used, at the size used.
+buffer where it is used, at the size used, and `unswitch_guards` gives every tile whose
+guards (and padding selects) can be tested up front a copy without them.
 """
 
 from __future__ import annotations
