@@ -2,7 +2,7 @@
 
 The low-precision types (float8/float4 and 4- and 2-bit integers, the storage types of
 quantized models) are held in numpy with the `ml_dtypes` package's dtypes, one element per
-byte, under the same names. tcc stores, moves, casts, quantizes and dequantizes them but does
+byte, under the same names; tcc converts values to them itself (tcc.ir.low_precision). tcc stores, moves, casts, quantizes and dequantizes them but does
 no arithmetic on them, so they are in neither FLOAT_DTYPES nor INT_DTYPES: ops that compute
 reject them by their operand checks.
 """
@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 
 from tcc.ir.errors import TccError
+from tcc.ir.low_precision import encode
 
 DTYPES = (
     "bool",
@@ -109,17 +110,17 @@ def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(x), x, out).astype(np.float32)
 
 
-def to_low_precision(x: np.ndarray, dtype: str, saturate: bool = True) -> np.ndarray:
-    """Convert numbers to a low-precision dtype, rounding to nearest even.
+def to_low_precision(
+    x: np.ndarray, dtype: str, saturate: bool = True, round_mode: str = "up"
+) -> np.ndarray:
+    """Convert numbers to a low-precision dtype by ONNX Cast's rules (tcc.ir.low_precision).
 
-    A float8 conversion with `saturate` clamps finite overflow and infinities to the largest
-    finite value, as ONNX's Cast and QuantizeLinear default to; without it they become inf
-    (e5m2) or NaN (the types without inf). Integers wrap, as every narrowing int cast does.
+    Floats round to nearest even; with `saturate`, float8 overflow and infinities clamp to the
+    largest finite value, as ONNX's Cast and QuantizeLinear default to, and without it they
+    become inf (e5m2) or NaN (the types without inf). float4 always saturates. Integer types
+    keep the low bits. float8_e8m0fnu rounds its exponent by `round_mode`.
     """
     x = np.asarray(x)
     if x.dtype.name in LOW_PRECISION:  # exact in float32, which every conversion accepts
         x = x.astype(np.float32)
-    if saturate and dtype in FLOAT8_DTYPES and x.dtype.kind in "fiu":
-        top = float(ml_dtypes.finfo(_ML_DTYPES[dtype]).max)
-        x = np.clip(x, -top, top)
-    return x.astype(_ML_DTYPES[dtype])
+    return encode(x, dtype, saturate, round_mode).view(_ML_DTYPES[dtype])

@@ -40,13 +40,13 @@ def _same_as_ort(model, feeds):
         np.testing.assert_array_equal(g, w)
 
 
-def _round_trip(to, opset=25, **attrs):
+def _round_trip(to, opset=25, shape=(1, 8), **attrs):
     """float32 -> `to` -> float32: onnxruntime returns no numpy arrays of the narrow types."""
     nodes = [
         helper.make_node("Cast", ["x"], ["q"], to=to, **attrs),
         helper.make_node("Cast", ["q"], ["y"], to=TP.FLOAT),
     ]
-    return _model(nodes, [_vi("x", TP.FLOAT, [1, 8])], [_vi("y", TP.FLOAT, [1, 8])], opset)
+    return _model(nodes, [_vi("x", TP.FLOAT, shape)], [_vi("y", TP.FLOAT, shape)], opset)
 
 
 def test_every_low_precision_element_type_has_a_tcc_dtype():
@@ -69,6 +69,50 @@ def test_cast_through_float8_against_ort(to, saturate):
 def test_cast_through_sub_byte_ints_against_ort(to):
     x = np.arange(-9, 7, 2, dtype=np.float32).reshape(1, 8)
     _same_as_ort(_round_trip(to), {"x": x})
+
+
+def _dense_values():
+    """Every float16 value (inf and NaN included) as float32, then random values of three
+    magnitudes: every rounding tie, subnormal and overflow of the narrow types is in there."""
+    every_half = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    rng = np.random.default_rng(0)
+    scaled = [rng.standard_normal(20000) * scale for scale in (1e-2, 30, 1e4)]
+    with np.errstate(invalid="ignore"):  # float16's signalling NaNs become quiet ones
+        return np.concatenate([every_half.astype(np.float32), *scaled]).astype(np.float32)
+
+
+DENSE = _dense_values()
+# Where onnxruntime departs from the ONNX Cast table without saturate (tcc.ir.low_precision):
+# |x| rounds past the largest finite value, which the table makes NaN (e4m3fn) or inf (e5m2).
+ORT_DEPARTS = {
+    TP.FLOAT8E4M3FN: (lambda a: (a > 464) & (a < 496), np.nan),
+    TP.FLOAT8E5M2: (lambda a: (a >= 61440) & (a < 65536), np.inf),
+}
+
+
+@pytest.mark.parametrize("to", FLOAT8)
+@pytest.mark.parametrize("saturate", [0, 1])
+def test_cast_to_float8_matches_ort_on_every_float16_value(to, saturate):
+    model = _round_trip(to, shape=["n"], saturate=saturate)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": DENSE})[0]
+    got = run(from_onnx(model), {"x": DENSE})[0]
+    by_table = np.zeros(DENSE.shape, bool)
+    if not saturate and to in ORT_DEPARTS:
+        band, value = ORT_DEPARTS[to]
+        by_table = band(np.abs(DENSE))
+        assert by_table.sum() > 100
+        np.testing.assert_array_equal(got[by_table], np.copysign(value, DENSE[by_table]))
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got)[~by_table], nan[~by_table])
+    same = ~by_table & ~nan
+    np.testing.assert_array_equal(got[same], want[same])
+    np.testing.assert_array_equal(np.signbit(got[same]), np.signbit(want[same]))
+
+
+@pytest.mark.parametrize("to", [TP.INT4, TP.UINT4, TP.INT2, TP.UINT2])
+def test_cast_to_sub_byte_ints_matches_ort_on_every_float16_value(to):
+    """Halves round away from zero, then the low bits are kept; NaN and inf give 0."""
+    _same_as_ort(_round_trip(to, shape=["n"]), {"x": DENSE})
 
 
 @pytest.mark.parametrize("round_mode", ["up", "down", "nearest"])

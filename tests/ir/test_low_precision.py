@@ -6,6 +6,8 @@ import hashlib
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tcc.ir import irfile
 from tcc.ir.builder import FunctionBuilder
@@ -214,6 +216,38 @@ def test_dequantize_low_precision_to_the_scale_or_output_dtype():
     u2 = np.array([0, 3], ml_dtypes.uint2)
     got = run_op("dequantize_linear", u2, np.float32(0.5), np.array(1, ml_dtypes.uint2))
     np.testing.assert_array_equal(got, _f32(-0.5, 1.0))
+
+
+_MINIFLOATS = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float4_e2m1fn")
+
+
+def _finite_grid(dtype):
+    """Every finite value of a format with its code, decoded by its bit layout alone."""
+    codes = np.arange(16 if dtype == "float4_e2m1fn" else 256, dtype=np.uint8)
+    values = codes.view(to_numpy(dtype)).astype(np.float64)
+    keep = np.isfinite(values)
+    return codes[keep], values[keep]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(_MINIFLOATS),
+    st.floats(-600, 600, allow_nan=False, width=32) | st.floats(-2, 2, width=32),
+)
+def test_in_range_floats_round_to_the_nearest_value_ties_to_the_even_code(dtype, x):
+    codes, values = _finite_grid(dtype)
+    top = values.max()
+    if abs(x) > top:  # overflow is the saturation tests' business
+        x = float(np.clip(x, -top, top))
+    got = to_low_precision(np.float32([x]), dtype)
+    distance = np.abs(values - x)
+    nearest = distance == distance.min()
+    candidates = codes[nearest]
+    want = candidates[candidates % 2 == 0] if nearest.sum() > 1 else candidates
+    want_values = values[np.isin(codes, want)]
+    assert got.astype(np.float64)[0] in want_values
+    if got.astype(np.float64)[0] == 0:  # zero keeps the sign of x, but the fnuz types have no -0
+        assert np.signbit(got.astype(np.float32)[0]) == (np.signbit(x) and "fnuz" not in dtype)
 
 
 def test_to_low_precision_converts_between_low_precision_types():

@@ -37,34 +37,9 @@ def _cast_infer(args, attrs):
     return TensorType(x.shape, attrs["dtype"])
 
 
-def _to_float8_e8m0(x, saturate: bool, round_mode: str):
-    """Power-of-two scales 2**-127 .. 2**127 (biased exponent codes 0 .. 254; 255 is NaN).
-
-    The exponent rounds up, down or to the nearest power (ties up, as ONNX's reference
-    does). Values outside that range (zero and infinities included) clamp to the smallest or
-    largest power when saturating and are NaN otherwise, as the ONNX Cast table specifies.
-    The sign is dropped: ONNX leaves negative inputs undefined.
-    """
-    x = np.abs(np.asarray(x).astype(np.float64))  # exact for every dtype cast accepts
-    mantissa, exponent = np.frexp(x)  # x = mantissa * 2**exponent, mantissa in [0.5, 1)
-    e = exponent.astype(np.int64) - 1
-    if round_mode == "up":
-        e += mantissa > 0.5
-    elif round_mode == "nearest":
-        e += mantissa >= 0.75
-    e = np.clip(np.where(x == 0, -127, np.where(np.isinf(x), 127, e)), -127, 127)
-    bad = np.isnan(x)
-    if not saturate:
-        bad |= (x < 2.0**-127) | (x > 2.0**127)
-    codes = np.where(bad, 0xFF, e + 127).astype(np.uint8)
-    return codes.view(to_numpy("float8_e8m0fnu"))
-
-
 def _cast(x, dtype, saturate, round_mode):
-    if dtype == "float8_e8m0fnu":
-        return _to_float8_e8m0(x, saturate, round_mode)
     if dtype in LOW_PRECISION:
-        return to_low_precision(x, dtype, saturate)
+        return to_low_precision(x, dtype, saturate, round_mode)
     out = x.astype(to_numpy(dtype))
     return round_to_bfloat16(out) if dtype == "bfloat16" else out
 
