@@ -31,16 +31,21 @@ _POLY_OPS = ("add", "sub", "mul", "floordiv", "floormod", "min", "max")
 MAX_LANES = 64
 
 
-def rewrite(e: E.PrimExpr, f) -> E.PrimExpr:
-    """Replace variables by `f(var)` (None keeps one), also inside buffer-load indices."""
+def rewrite(e: E.PrimExpr, f, _simplify: bool = True) -> E.PrimExpr:
+    """Replace variables by `f(var)` (None keeps one), also inside buffer-load indices.
+
+    Integer arithmetic comes back in normal form. A chain of such ops is simplified once, at
+    its top: the normal form of a sum does not depend on its terms' forms, and simplifying
+    at every level made codegen quadratic in an index's depth."""
     if isinstance(e, E.Var):
         r = f(e)
         return e if r is None else r
     if isinstance(e, (E.IntImm, E.FloatImm)):
         return e
     if isinstance(e, E.BinOp):
-        out = E.BinOp(e.op, rewrite(e.a, f), rewrite(e.b, f), e.dtype)
-        return E.simplify(out) if e.op in _POLY_OPS else out
+        poly = e.op in _POLY_OPS
+        out = E.BinOp(e.op, rewrite(e.a, f, not poly), rewrite(e.b, f, not poly), e.dtype)
+        return E.simplify(out) if poly and _simplify else out
     if isinstance(e, (E.Cmp, E.Logic)):
         return type(e)(e.op, rewrite(e.a, f), rewrite(e.b, f), e.dtype)
     if isinstance(e, E.Not):
@@ -64,6 +69,11 @@ def _is_int(dtype: str) -> bool:
 
 def index64(e: E.PrimExpr | int, rename: dict) -> E.PrimExpr:
     """An integer index as an int64 expression in normal form; `rename` maps variables first."""
+    return E.simplify(_as_int64(e, rename))
+
+
+def _as_int64(e: E.PrimExpr | int, rename: dict) -> E.PrimExpr:
+    """index64 before its one simplification."""
     if isinstance(e, int):
         return E.IntImm(e, "int64")
     if isinstance(e, E.Var):
@@ -72,9 +82,9 @@ def index64(e: E.PrimExpr | int, rename: dict) -> E.PrimExpr:
     if isinstance(e, E.IntImm) and e.dtype != "bool":
         return E.IntImm(e.value, "int64")
     if isinstance(e, E.BinOp) and e.op in _POLY_OPS and _is_int(e.dtype):
-        return E.simplify(E.BinOp(e.op, index64(e.a, rename), index64(e.b, rename), "int64"))
+        return E.BinOp(e.op, _as_int64(e.a, rename), _as_int64(e.b, rename), "int64")
     if isinstance(e, E.Cast) and _is_int(e.dtype) and _is_int(e.value.dtype):
-        return index64(e.value, rename)  # index arithmetic does not overflow
+        return _as_int64(e.value, rename)  # index arithmetic does not overflow
     return E.Cast(rewrite(e, rename.get), "int64")
 
 
@@ -90,9 +100,9 @@ def flat_index(buffer: T.Buffer, indices, rename: dict | None = None) -> E.PrimE
         )
     flat: E.PrimExpr = E.IntImm(0, "int64")
     for idx, dim in zip(indices, buffer.shape):
-        flat = E.simplify(E.BinOp("mul", flat, index64(dim, {}), "int64"))
-        flat = E.simplify(E.BinOp("add", flat, index64(idx, rename), "int64"))
-    return flat
+        flat = E.BinOp("mul", flat, _as_int64(dim, {}), "int64")
+        flat = E.BinOp("add", flat, _as_int64(idx, rename), "int64")
+    return E.simplify(flat)
 
 
 def access_kind(flat: E.PrimExpr, u: E.Var) -> str:
