@@ -8,6 +8,7 @@ import pytest
 import tcc
 from tests.e2e.test_models import HEAVY, onnxruntime_outputs, token_inputs
 from tests.models import builders
+from tests.packs import compiled_fn
 
 RTOL, ATOL = 1e-3, 1e-4
 
@@ -42,4 +43,4 @@ def test_light_model_compiled(name):
     (image,) = model.graph.input
     shape = [d.dim_value for d in image.type.tensor_type.shape.dim]
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
-    check(tcc.compile_onnx(model), model, {image.name: x})
+    check(compiled_fn(model), model, {image.name: x})

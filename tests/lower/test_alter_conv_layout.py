@@ -6,7 +6,6 @@ with the pass against onnxruntime."""
 import numpy as np
 import pytest
 
-import tcc
 from tcc.emit.target import Target
 from tcc.frontend.onnx import from_onnx
 from tcc.ir.interp import run
@@ -19,6 +18,7 @@ from tests.e2e.test_models import onnxruntime_outputs
 from tests.helpers import call_ops
 from tests.lower.test_fold_batch_norm import random_inputs, with_values
 from tests.models import builders
+from tests.packs import compiled_fn
 
 AVX2 = Target("x86_64-unknown-linux-gnu", "haswell", "+avx,+avx2")
 CONV = "strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1]"
@@ -278,7 +278,7 @@ def test_compiled_model_matches_onnxruntime(name, counts):
     shape = [d.dim_value for d in image.type.tensor_type.shape.dim]
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
     (want,) = onnxruntime_outputs(model, {image.name: x})
-    (got,) = tcc.compile_onnx(model)(x)
+    (got,) = compiled_fn(model)(x)
     scale = float(np.abs(want).max())
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * scale)
 

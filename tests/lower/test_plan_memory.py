@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import tcc
 from tcc.cli.main import cli
 from tcc.cli.show_cmd import executable_memory
 from tcc.emit.vm import compile_module
@@ -25,6 +24,7 @@ from tcc.rt.format import FuncKind, Op
 from tcc.rt.vm import VirtualMachine
 from tests.emit.test_vm_compile import Contents, FakeLibrary
 from tests.models import builders
+from tests.packs import compiled_pack
 
 F32 = "float32"
 
@@ -220,8 +220,7 @@ def test_lifetimes_in_the_bytecode_are_instruction_ranges():
 def test_planned_peak_within_1_2x_of_the_lower_bound(builder, sizes, tmp_path):
     model = (getattr(builders, builder)() if builder == "bert_encoder"
              else builders.light_model(builder))
-    pack = tmp_path / "m.tvmpack"
-    tcc.compile(model, output=pack)
+    pack = compiled_pack(model)
     r = CliRunner().invoke(cli, ["show", str(pack), "--json", *sizes])
     assert r.exit_code == 0, r.output
     memory = json.loads(r.output)["memory"]["main"]

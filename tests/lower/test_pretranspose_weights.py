@@ -6,7 +6,6 @@ against onnxruntime."""
 import numpy as np
 import pytest
 
-import tcc
 from tcc.frontend.onnx import from_onnx
 from tcc.ir.interp import run
 from tcc.ir.parser import parse_module
@@ -18,6 +17,7 @@ from tests.e2e.test_models import onnxruntime_outputs, token_inputs
 from tests.helpers import calls
 from tests.lower.test_fold_batch_norm import random_inputs, with_values
 from tests.models import builders
+from tests.packs import compiled_fn
 
 
 def verify(before: str, expected: str):
@@ -201,7 +201,7 @@ def test_bert_feed_forward_gemm_reads_its_weight_in_order():
     feeds = {k: v for k, v in feeds.items() if k in names}
     for want, have in zip(run(plain, feeds), run(pretransposed, feeds)):
         np.testing.assert_array_equal(have, want)
-    wants, gots = onnxruntime_outputs(model, feeds), tcc.compile_onnx(model)(feeds)
+    wants, gots = onnxruntime_outputs(model, feeds), compiled_fn(model)(feeds)
     assert len(gots) == len(wants)
     for want, got in zip(wants, gots):
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)

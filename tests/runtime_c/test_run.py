@@ -25,6 +25,7 @@ from tcc.cli.arrays_io import safe_file_names
 from tcc.cli.main import cli
 from tests.e2e.test_models import onnxruntime_outputs, token_inputs
 from tests.models import builders
+from tests.packs import compiled_pack
 from tests.runtime_c.capi import build_runtime
 
 HAVE_TOOLS = shutil.which("cc") is not None and shutil.which("make") is not None
@@ -100,16 +101,14 @@ def load_model(name: str) -> onnx.ModelProto:
 
 
 @pytest.fixture(scope="module")
-def packs(tmp_path_factory):
-    """`packs(name)` -> (pack path, model): compiled once per module, on first use."""
-    directory, cache = tmp_path_factory.mktemp("packs"), {}
+def packs():
+    """`packs(name)` -> (pack path, model): compiled on first use (tests/packs.py)."""
+    cache = {}
 
     def get(name: str) -> tuple[Path, onnx.ModelProto]:
         if name not in cache:
             model = load_model(name)
-            path = directory / f"{name}.tvmpack"
-            tcc.compile(model, output=path)
-            cache[name] = (path, model)
+            cache[name] = (compiled_pack(model), model)
         return cache[name]
 
     return get

@@ -12,6 +12,7 @@ from tcc.lower.passes import run_pipeline
 from tcc.lower.rules import UNSCHEDULED, rule_coverage
 from tests.e2e.test_models import onnxruntime_outputs, token_inputs
 from tests.models import builders
+from tests.packs import compiled_fn
 
 RTOL, ATOL = 1e-3, 1e-4
 HOST = parse_target("llvm")
@@ -64,6 +65,6 @@ def test_cnn_with_rules_matches_onnxruntime(name):
     (image,) = model.graph.input
     shape = [d.dim_value for d in image.type.tensor_type.shape.dim]
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
-    fn = compile_onnx(model)
+    fn = compiled_fn(model)
     fn.module.set_num_threads(2)
     _check(fn, model, {image.name: x})
