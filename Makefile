@@ -51,7 +51,7 @@ test-latest: runtime
 UV_VERSION := 0.13.9
 UV_VENV := .venv-uv
 UV_COMPILE = $(UV_VENV)/bin/uv pip compile pyproject.toml --extra test --group build \
-	--universal --python-version 3.10 --generate-hashes \
+	--universal --python-version 3.11 --generate-hashes \
 	--custom-compile-command 'make lock' -o $(LOCK)
 
 $(UV_VENV)/bin/uv:

@@ -1,15 +1,10 @@
 """requirements.lock and pyproject.toml agree: every declared requirement is pinned within its
 range, and every pin is there for something declared (tools/lockfile.py)."""
 
-import sys
+import tomllib
 from pathlib import Path
 
 from tools.lockfile import check_files, disagreements, parse_lock
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:
-    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

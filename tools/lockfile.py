@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import sys
+import tomllib
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -22,11 +23,6 @@ from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 LOCKED_EXTRAS = ("test",)
 LOCKED_GROUPS = ("build",)

@@ -126,6 +126,11 @@ def collect(filter_: str = "", sample: int | None = None) -> list:
         warnings.simplefilter("ignore")
         cases = node_cases.collect_testcases()
     cases = sorted((c for c in cases if filter_ in c.name), key=lambda c: c.name)
+    return every_kth(cases, sample)
+
+
+def every_kth(cases: list, sample: int | None) -> list:
+    """A deterministic subset of about `sample` of `cases` (all of them when None)."""
     if sample is not None and 0 < sample < len(cases):
         cases = cases[:: len(cases) // sample][:sample]
     return cases

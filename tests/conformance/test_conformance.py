@@ -21,8 +21,13 @@ FLOOR = json.loads((Path(__file__).with_name("floor.json")).read_text())
 @pytest.mark.parametrize("mode", sorted(FLOOR))
 def test_pass_count_stays_above_floor(mode):
     entry = FLOOR[mode]
-    sample = None if entry["cases"] == "all" else int(entry["cases"])
-    cases = harness.collect(sample=sample)
+    every = harness.collect()
+    if len(every) != harness.TOTAL_CASES:  # the floors count the cases of one onnx release
+        pytest.skip(
+            f"floor.json was measured on {harness.TOTAL_CASES} node tests; onnx "
+            f"{onnx.__version__} ships {len(every)}"
+        )
+    cases = harness.every_kth(every, None if entry["cases"] == "all" else int(entry["cases"]))
     summary = harness.summarize(harness.run_cases(cases, mode, jobs=2), mode)
     groups = "\n".join(
         f"  {g['cases']:4d} {g['status']}: {g['message']}" for g in summary["failure_groups"][:15]
