@@ -220,10 +220,21 @@ def _affine(e: E.PrimExpr, d: E.Var, digit_ids: set[int]) -> tuple[int, E.PrimEx
     return c, rest
 
 
-def _separates(dim_w: R.Interval, dim_a: R.Interval, d: E.Var, digit_ids: set[int]) -> bool:
+def _separates(
+    dim_w: R.Interval, dim_a: R.Interval, d: E.Var, digit_ids: set[int], memo: dict
+) -> bool:
     """Whether the boxes are disjoint on this dimension whenever digit `d` differs: both
-    move by the same stride c along it and |c| exceeds what one reaches past the other."""
-    terms = [_affine(e, d, digit_ids) for e in (*dim_w, *dim_a)]
+    move by the same stride c along it and |c| exceeds what one reaches past the other.
+    `memo` keeps _affine's answers by the bounds' and digit's identity (a write checked
+    against itself has the same bounds on both sides)."""
+
+    def affine(e):
+        key = (id(e), id(d))
+        if key not in memo:
+            memo[key] = _affine(e, d, digit_ids)
+        return memo[key]
+
+    terms = [affine(e) for e in (*dim_w, *dim_a)]
     if any(t is None for t in terms) or len({t[0] for t in terms}) != 1 or terms[0][0] == 0:
         return False
     c = abs(terms[0][0])
@@ -236,15 +247,16 @@ def _strided_apart(w: R.Access, a: R.Access, loop: T.For) -> bool:
     """Whether a dimension separates the two accesses for every digit that tells iterations
     apart (see the module docstring)."""
     digits = _Digits(loop)
-    bw, ba = _bounds_per_dim(w, digits), _bounds_per_dim(a, digits)
+    bw = _bounds_per_dim(w, digits)
+    ba = bw if a is w else _bounds_per_dim(a, digits)
     if bw is None or ba is None:
         return False
     dims = list(zip(bw, ba))
-    digit_ids = set(digits.of)
+    digit_ids, memo = set(digits.of), {}
     separated = {
         digit
         for digit, d in digits.vars.items()
-        if any(_separates(dim_w, dim_a, d, digit_ids) for dim_w, dim_a in dims)
+        if any(_separates(dim_w, dim_a, d, digit_ids, memo) for dim_w, dim_a in dims)
     }
     return digits.determine_loop(separated)
 
