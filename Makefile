@@ -39,7 +39,7 @@ test: lint runtime
 test-latest: runtime
 	set -e; env=$$(mktemp -d); trap 'rm -rf "$$env"' EXIT; \
 	$(PYTHON) -m venv "$$env"; \
-	"$$env/bin/python" -m pip install --no-cache-dir --upgrade pip; \
+	"$$env/bin/python" -m pip install --no-cache-dir --upgrade pip setuptools; \
 	"$$env/bin/python" -m pip install --no-cache-dir --upgrade -e '.[test]'; \
 	"$$env/bin/python" tools/lockfile.py --installed $(LOCK); \
 	"$$env/bin/ruff" check $(LINT_DIRS); \
