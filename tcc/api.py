@@ -155,16 +155,22 @@ def compile_onnx(model, target: str = "llvm", optimize: bool = True, schedule: b
     ONNX graph's output order. `schedule=False` skips the default schedule rules."""
     import tempfile
 
-    from tcc.rt import load
-
     data = compile_to_bytes(model, target, optimize=optimize, schedule=schedule)
     with tempfile.NamedTemporaryFile(suffix=".tvmpack", delete=False) as f:
         f.write(data)
         path = f.name
     try:
-        module = load(path)
+        return load_fn(path)
     finally:
         os.unlink(path)  # the pack is memory-mapped: the mapping outlives the name
+
+
+def load_fn(path):
+    """Load a pack as `fn(*arrays) -> list of outputs` of its main function, with the loaded
+    module as `fn.module`."""
+    from tcc.rt import load
+
+    module = load(path)
 
     def fn(*arrays):
         return module["main"](*arrays)

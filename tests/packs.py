@@ -48,12 +48,6 @@ def compiled_pack(model: ModelProto, **options) -> Path:
 def compiled_fn(model: ModelProto, **options):
     """Like `tcc.compile_onnx`: `fn(*arrays) -> outputs`, with the loaded module as `fn.module`
     (a module of its own: setting its threads does not touch other tests')."""
-    from tcc.rt import load
+    from tcc.api import load_fn
 
-    module = load(compiled_pack(model, **options))
-
-    def fn(*arrays):
-        return module["main"](*arrays)
-
-    fn.module = module
-    return fn
+    return load_fn(compiled_pack(model, **options))

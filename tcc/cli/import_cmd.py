@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from tcc import __version__
 from tcc.frontend.onnx import from_onnx
 from tcc.ir.irfile import save_module
 from tcc.ir.summary import module_summary
@@ -22,7 +23,7 @@ def command(model: Path, output: Path | None):
     """Import an ONNX model into tcc's IR and save it as a .tcir file."""
     output = output or model.with_suffix(".tcir")
     mod = from_onnx(model)
-    save_module(output, mod)
+    save_module(output, mod, producer=f"tcc {__version__}")
     s = module_summary(mod)
     main = s["functions"].get("main", {})
     Console(highlight=False).print(

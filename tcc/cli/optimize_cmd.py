@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from tcc import __version__
 from tcc.cli.loading import load_ir
 from tcc.emit.target import parse_target
 from tcc.ir.irfile import save_module
@@ -52,7 +53,7 @@ def command(
     out = run_pipeline(
         mod, disable=disable, print_after=print_after, on_print=click.echo, target=parsed
     )
-    save_module(output, out)
+    save_module(output, out, producer=f"tcc {__version__}")
     Console(highlight=False, soft_wrap=True, stderr=print_after is not None).print(
         f"optimized {model} -> {output}: {before[0]} -> {_bindings(out)} bindings, "
         f"{before[1]} -> {len(out.const_types)} constants"

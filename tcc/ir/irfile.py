@@ -334,15 +334,15 @@ def _check_manifest(m, version: int, bad) -> tuple[dict, list[dict]]:
 # modules
 
 
-def save_module(path, mod) -> None:
-    """Write an IRModule (text + constant values) to a .tcir file, atomically."""
-    from tcc import __version__
+def save_module(path, mod, producer: str = "tcc") -> None:
+    """Write an IRModule (text + constant values) to a .tcir file, atomically. `producer` is
+    recorded in the manifest (the CLI passes "tcc <version>"; tcc.ir knows no version)."""
     from tcc.ir.printer import print_module
 
     missing = sorted(set(mod.const_types) - set(mod.const_values))
     if missing:
         raise IRFileError(f"{os.fsdecode(path)}: constant {missing[0]!r} has no value to save")
-    write_container(path, print_module(mod), dict(mod.const_values), f"tcc {__version__}")
+    write_container(path, print_module(mod), dict(mod.const_values), producer)
 
 
 def load_module(path, mmap: bool = True):
