@@ -7,8 +7,10 @@
  *
  * Any error is one line on stderr starting with "error: " and exit status 2, as for
  * `tcc run` (kernel failures included: tcc counts them as errors in the input). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -431,12 +433,61 @@ static char *write_temp(const char *dir, size_t index, const tccrt_tensor_t *t) 
   return NULL;
 }
 
+/* Remove the temporaries a killed tccrt left in `dir` (".tccrt-PID-..." of a process that
+ * is gone). Best effort, as in tcc/outfile.py. */
+static void remove_stale(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  for (struct dirent *e; (e = readdir(d));) {
+    long pid;
+    int end = 0;
+    if (sscanf(e->d_name, ".tccrt-%ld-%*u-%*d.npy.tmp%n", &pid, &end) < 1 || e->d_name[end] ||
+        pid <= 0 || pid == (long)getpid())
+      continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    char *path = join_path(dir, e->d_name, "");
+    if (path) unlink(path);
+    free(path);
+  }
+  closedir(d);
+}
+
+/* Copy the finished temporary `from` into the device or FIFO `to`, then remove it. */
+static int copy_into(const char *from, const char *to) {
+  int in = open(from, O_RDONLY), out = in < 0 ? -1 : open(to, O_WRONLY);
+  int err = in < 0 || out < 0 ? errno : 0;
+  char buf[1 << 16];
+  for (ssize_t got; !err && (got = read(in, buf, sizeof buf)) != 0;) {
+    if (got < 0) {
+      if (errno != EINTR) err = errno;
+      continue;
+    }
+    for (ssize_t done = 0, w; !err && done < got; done += w > 0 ? w : 0)
+      if ((w = write(out, buf + done, (size_t)(got - done))) < 0 && errno != EINTR) err = errno;
+  }
+  if (out >= 0 && close(out) != 0 && !err) err = errno;
+  if (in >= 0) close(in);
+  unlink(from);
+  return err;
+}
+
+/* Put the finished temporary `staged` at `final`: renamed over a regular file (or nothing),
+ * copied into a character device or FIFO (never replaced), refused for anything else. */
+static int publish(const char *staged, const char *final) {
+  struct stat st;
+  if (stat(final, &st) != 0) return errno == ENOENT ? (rename(staged, final) ? errno : 0) : errno;
+  if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) return copy_into(staged, final);
+  if (!S_ISREG(st.st_mode)) return S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+  return rename(staged, final) ? errno : 0;
+}
+
 /* Write output i to dir/<safe name>.npy: every file is written to a temporary name
- * first and all are renamed at the end, so an error leaves none half-written. */
+ * first and all are published at the end, so an error leaves none half-written. */
 static int write_outputs(const tccrt_pack_t *pack, size_t f, const char *dir,
                          tccrt_tensor_t *const *outputs, size_t n) {
   if (mkdir(dir, 0777) != 0 && errno != EEXIST)
     return errorf("--output-dir %s: cannot write outputs: %s", dir, strerror(errno));
+  remove_stale(dir);
   char **files = calloc(n + 1, sizeof *files), **staged = calloc(n + 1, sizeof *staged);
   int err = files && staged ? 0 : ENOMEM;
   for (size_t i = 0; i < n && !err; i++) {
@@ -448,8 +499,8 @@ static int write_outputs(const tccrt_pack_t *pack, size_t f, const char *dir,
   }
   for (size_t i = 0; i < n && !err; i++) {
     char *final = join_path(dir, files[i], ".npy");
-    if (!final || rename(staged[i], final) != 0) err = final ? errno : ENOMEM;
-    else staged[i][0] = '\0'; /* published: nothing to clean up */
+    if (!final) err = ENOMEM;
+    else if (!(err = publish(staged[i], final))) staged[i][0] = '\0'; /* nothing to clean up */
     free(final);
   }
   for (size_t i = 0; i < n && staged && files; i++) {

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from tcc.ir.errors import InputError, TccError
+from tcc.outfile import Staged, open_output
 
 
 def _load_npy(path: Path, what: str) -> np.ndarray:
@@ -74,48 +73,36 @@ def safe_file_names(names: list[str]) -> list[str]:
     return out
 
 
-def _publish(tmp: str, final: Path) -> None:
-    """Give a finished temp file the usual permissions and move it into place."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, final)
-
-
 def write_output_dir(directory: Path, outputs: dict[str, np.ndarray]) -> list[Path]:
     """Write one .npy per output into `directory` (created if missing, its parent must
     exist); all files appear, or none do."""
+    what = f"--output-dir {directory}: cannot write outputs"
     names = safe_file_names(list(outputs))
-    staged: list[tuple[str, Path]] = []
+    staged: list[Staged] = []
     try:
-        directory.mkdir(exist_ok=True)
+        try:
+            directory.mkdir(exist_ok=True)
+        except OSError as e:
+            raise TccError(f"{what}: {e.strerror or e}") from None
         for fname, arr in zip(names, outputs.values()):
-            fd, tmp = tempfile.mkstemp(prefix=".tcc-", suffix=".npy.tmp", dir=directory)
-            with os.fdopen(fd, "wb") as f:
-                np.save(f, arr, allow_pickle=False)
-            staged.append((tmp, directory / f"{fname}.npy"))
-        for tmp, final in staged:
-            _publish(tmp, final)
-    except OSError as e:
-        for tmp, _ in staged:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        raise TccError(f"--output-dir {directory}: cannot write outputs: {e.strerror or e}") from None
-    return [final for _, final in staged]
+            staged.append(Staged(directory / f"{fname}.npy", what))
+            try:
+                np.save(staged[-1].file, arr, allow_pickle=False)
+            except OSError as e:
+                raise TccError(f"{what}: {e.strerror or e}") from None
+        for i, s in enumerate(staged):
+            s.commit()
+            staged[i] = None
+    finally:
+        for s in staged:
+            if s is not None:
+                s.discard()
+    return [directory / f"{fname}.npy" for fname in names]
 
 
 def write_npz(path: Path, outputs: dict[str, np.ndarray]) -> None:
     """Write all outputs into one .npz keyed by their exact names, atomically."""
-    directory = path.parent if str(path.parent) else Path(".")
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tcc-", suffix=".npz.tmp", dir=directory)
-        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w") as z:
-            for name, arr in outputs.items():
-                with z.open(f"{name}.npy", "w", force_zip64=True) as member:
-                    np.lib.format.write_array(member, np.asarray(arr), allow_pickle=False)
-        _publish(tmp, path)
-    except OSError as e:
-        if tmp and os.path.exists(tmp):
-            os.unlink(tmp)
-        raise TccError(f"--output {path}: cannot write outputs: {e.strerror or e}") from None
+    with open_output(path, f"--output {path}: cannot write outputs") as f, zipfile.ZipFile(f, "w") as z:
+        for name, arr in outputs.items():
+            with z.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asarray(arr), allow_pickle=False)

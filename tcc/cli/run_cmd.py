@@ -9,7 +9,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from rich.table import Table
 from tcc.cli.arrays_io import load_inputs, safe_file_names, write_npz, write_output_dir
 from tcc.errors import TccError
 from tcc.ir.errors import InternalError
+from tcc.outfile import scratch_dir
 
 
 class _InProcessRunner:
@@ -144,7 +144,7 @@ class _CRunner:
         return args
 
     def __call__(self, inputs: dict) -> list:
-        with tempfile.TemporaryDirectory(prefix="tcc-run-") as tmp:
+        with scratch_dir("tcc-run-") as tmp:
             out = Path(tmp) / "outputs"
             self._tccrt("run", str(self.path), "--function", self.entry,
                         *self._input_args(Path(tmp), inputs), "--output-dir", str(out),
@@ -154,7 +154,7 @@ class _CRunner:
 
     def bench(self, inputs: dict, runs: int) -> tuple[float, float, float]:
         """Median, min and max ms as tccrt measures them (after its own warm-up run)."""
-        with tempfile.TemporaryDirectory(prefix="tcc-run-") as tmp:
+        with scratch_dir("tcc-run-") as tmp:
             stdout = self._tccrt("run", str(self.path), "--function", self.entry,
                                  *self._input_args(Path(tmp), inputs), "--bench", str(runs),
                                  *self.thread_args)

@@ -12,15 +12,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 import tarfile
-import tempfile
 from collections.abc import Mapping
 
 import numpy as np
 
 from tcc.errors import TccError
+from tcc.outfile import write_output
 from tcc.rt.format import (
     BYTECODE,
     BYTECODE_VERSION,
@@ -105,25 +104,9 @@ def write_pack(path, executable: Executable, kernels=None, target: str = "llvm",
 
 
 def write_file_atomic(path, data: bytes) -> None:
-    """Write `data` to `path` whole or not at all (temp file in the same folder, fsync,
-    rename); a folder that cannot be written is a PackWriteError."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tvmpack-", dir=folder)
-    except OSError as e:
-        raise PackWriteError(f"{path}: cannot write: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write `data` to `path` whole or not at all (tcc/outfile.py); a destination that
+    cannot be written is a PackWriteError."""
+    write_output(path, data, error=PackWriteError)
 
 
 def _check_references(exe: Executable, symbols, weights, signatures) -> None:

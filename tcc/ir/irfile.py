@@ -3,7 +3,7 @@
 Layout (see docs/tcir.md): a 64-byte header, then the text and each array as sections that
 start at 64-byte aligned offsets, then the manifest. The header holds the manifest's sha256 and
 the manifest holds every section's sha256, so any corrupted byte outside the zero padding is
-caught at load. Writing is atomic (temp file + fsync + os.replace). Reading checks everything
+caught at load. Writing is atomic (tcc/outfile.py). Reading checks everything
 before trusting it; every problem with the file is an IRFileError whose one-line message starts
 with the path. This module knows nothing about the IR itself: the text is an opaque string.
 """
@@ -18,6 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from tcc.ir.errors import IRFileError
+from tcc.outfile import open_output
 
 FORMAT_VERSION = 1
 MAGIC = b"TCIR\x00\r\n\x1a"  # 8 bytes; the \r\n and \x1a catch text-mode/newline mangling
@@ -81,55 +82,33 @@ def write_container(path, text: str, arrays: dict[str, np.ndarray], producer: st
             )
         items.append((name, a))
 
-    directory, base = os.path.split(os.path.abspath(where))
-    tmp = os.path.join(directory, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    try:
-        with open(tmp, "xb") as f:
-            f.write(bytes(HEADER_SIZE))  # placeholder; the real header goes in last
-            text_info = _write_section(f, text_bytes)
-            entries = []
-            for name, a in items:
-                info = _write_section(f, _array_bytes(a))
-                entries.append(
-                    {
-                        "name": name,
-                        "dtype": a.dtype.name,
-                        "shape": list(a.shape),
-                        "offset": info["offset"],
-                        "nbytes": info["length"],
-                        "sha256": info["sha256"],
-                    }
-                )
-            manifest = {
-                "format_version": FORMAT_VERSION,
-                "producer": producer,
-                "text": text_info,
-                "arrays": entries,
-            }
-            blob = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode("utf-8")
-            m_info = _write_section(f, blob)
-            digest = hashlib.sha256(blob).digest()
-            f.seek(0)
-            f.write(_HEADER.pack(MAGIC, FORMAT_VERSION, 0, m_info["offset"], len(blob), digest))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, where)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise IRFileError(f"{where}: cannot write IR file: {e.strerror or e}") from e
-        raise
-    try:  # make the rename itself durable; not every platform can fsync a directory
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+    with open_output(where, f"{where}: cannot write IR file", IRFileError) as f:
+        f.write(bytes(HEADER_SIZE))  # placeholder; the real header goes in last
+        text_info = _write_section(f, text_bytes)
+        entries = []
+        for name, a in items:
+            info = _write_section(f, _array_bytes(a))
+            entries.append(
+                {
+                    "name": name,
+                    "dtype": a.dtype.name,
+                    "shape": list(a.shape),
+                    "offset": info["offset"],
+                    "nbytes": info["length"],
+                    "sha256": info["sha256"],
+                }
+            )
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "producer": producer,
+            "text": text_info,
+            "arrays": entries,
+        }
+        blob = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        m_info = _write_section(f, blob)
+        digest = hashlib.sha256(blob).digest()
+        f.seek(0)
+        f.write(_HEADER.pack(MAGIC, FORMAT_VERSION, 0, m_info["offset"], len(blob), digest))
 
 
 def _write_section(f, data: bytes) -> dict:

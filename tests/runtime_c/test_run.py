@@ -532,6 +532,18 @@ def test_bench_and_atomic_output_dir(build, packs, tmp_path):
     r = tccrt(build, "run", pack, *args, "--output-dir", tmp_path / "clash")
     assert_refused(r, "--output-dir", "cannot write outputs")
     assert [p.name for p in (tmp_path / "clash").iterdir()] == ["sequence_output.npy"]
+    # a temporary left by a killed tccrt (its process is gone) is removed by the next run
+    (tmp_path / "out" / ".tccrt-999999999-0-0.npy.tmp").write_bytes(b"partial")
+    r = tccrt(build, "run", pack, *args, "--output-dir", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    assert len(list((tmp_path / "out").iterdir())) == 2
+    if os.geteuid() == 0:  # an output that is a character device is written into, not replaced
+        dev = tmp_path / "out" / "pooled_output.npy"
+        dev.unlink()
+        os.mknod(dev, 0o20666, os.makedev(1, 3))
+        r = tccrt(build, "run", pack, *args, "--output-dir", tmp_path / "out")
+        assert r.returncode == 0, r.stderr
+        assert os.stat(dev).st_mode & 0o170000 == 0o020000
     r = tcc_run(pack, *args, "--runtime", "c", "--bench", "2", tccrt_path=build / "tccrt")
     assert r.exit_code == 0, r.output
     assert re.search(
