@@ -66,5 +66,7 @@
 
 /* Memory planning: an arena's start and every offset planned inside it (bytes) */
 #define TCCRT_ARENA_ALIGN 64
+#define TCCRT_THREADS_PER_CORE 8 /* thread counts: at most this many per online core, */
+#define TCCRT_MAX_THREADS 1024   /* and never above this */
 
 #endif /* TCCRT_PACK_H_ */

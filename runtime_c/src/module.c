@@ -1,26 +1,53 @@
 /* Modules (tcc_runtime.h): a verified pack with its kernels loaded, and running its entry
  * functions on tensors. */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "module.h"
+#include "tccrt_pack.h"
 
 #define CHECK_ARG(cond, ...) \
   if (!(cond)) return tccrt_fail(TCCRT_INVALID_ARGUMENT, __VA_ARGS__)
+
+/* Thread counts, as tcc/rt/threads.py: at most TCCRT_THREADS_PER_CORE per online core and
+ * never above TCCRT_MAX_THREADS (libgomp faults far above it). */
+static long online_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? n : 1;
+}
+
+static long thread_limit(void) {
+  long per_core = TCCRT_THREADS_PER_CORE * online_cores();
+  return per_core < TCCRT_MAX_THREADS ? per_core : TCCRT_MAX_THREADS;
+}
+
+/* `n`: the count as decimal digits, so that a value beyond long is named as given. */
+static tccrt_status_t too_many_threads(const char *what, const char *n) {
+  while (n[0] == '0' && n[1]) n++;
+  return tccrt_fail(TCCRT_INVALID_ARGUMENT,
+                    "%s is %s, more than this machine can run: at most %ld (%d per core on %ld cores, "
+                    "never above %d)",
+                    what, n, thread_limit(), TCCRT_THREADS_PER_CORE, online_cores(), TCCRT_MAX_THREADS);
+}
 
 /* TCC_NUM_THREADS, when set: a positive integer (0 when unset). */
 static tccrt_status_t env_threads(int *out) {
   const char *s = getenv("TCC_NUM_THREADS");
   *out = 0;
   if (!s || !*s) return TCCRT_OK;
+  int digits = 1;
+  for (const char *c = s; *c; c++) digits &= *c >= '0' && *c <= '9';
   char *end;
   errno = 0;
-  long n = strtol(s, &end, 10);
-  if (errno || *end || n <= 0 || n > 4096)
-    return tccrt_fail(TCCRT_INVALID_ARGUMENT, "TCC_NUM_THREADS must be a positive integer (at most 4096), got '%s'", s);
+  long n = digits ? strtol(s, &end, 10) : 0;
+  if (!digits) return tccrt_fail(TCCRT_INVALID_ARGUMENT, "TCC_NUM_THREADS must be a positive integer, got '%s'", s);
+  if (n < 1) return tccrt_fail(TCCRT_INVALID_ARGUMENT, "TCC_NUM_THREADS must be at least 1, got %ld", n);
+  if (errno == ERANGE || n > thread_limit()) return too_many_threads("TCC_NUM_THREADS", s);
   *out = (int)n;
   return TCCRT_OK;
 }
@@ -104,6 +131,11 @@ void tccrt_module_release(tccrt_module_t *module) {
 tccrt_status_t tccrt_module_set_num_threads(tccrt_module_t *module, int num_threads) {
   CHECK_ARG(module, "tccrt_module_set_num_threads: NULL module");
   CHECK_ARG(num_threads >= 0, "the thread count must be 0 (the default) or positive, got %d", num_threads);
+  if (num_threads > thread_limit()) {
+    char text[24];
+    snprintf(text, sizeof text, "%d", num_threads);
+    return too_many_threads("the thread count", text);
+  }
   if (module->kernels.set_num_threads) module->kernels.set_num_threads(num_threads);
   return TCCRT_OK;
 }

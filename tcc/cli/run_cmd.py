@@ -287,7 +287,8 @@ def _check_against_onnx(console: Console, onnx_path: Path, inputs: dict, named: 
 @click.option("--bench", type=click.IntRange(min=1), metavar="N",
               help="Time N runs after a warm-up and print the median and spread.")
 @click.option("--threads", type=click.IntRange(min=1), metavar="N",
-              help="Threads for the kernels (packs; default: the machine's cores).")
+              help="Threads for the kernels (packs; default: TCC_NUM_THREADS when set, else the "
+                   "machine's cores; at most 8 per core and 1024).")
 @click.option("--profile", is_flag=True,
               help="Time each kernel (packs only) over the --bench runs (or one) and print a "
                    "table sorted by share, kernels named after the ONNX nodes they run.")

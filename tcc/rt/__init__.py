@@ -16,6 +16,7 @@ import copy
 
 from tcc.rt.errors import KernelError, PackError, RunInputError
 from tcc.rt.pack import PackContents, read_pack
+from tcc.rt.threads import checked_thread_count, env_thread_count
 from tcc.rt.vm import ProfileRow, VirtualMachine
 
 __all__ = ["KernelError", "Module", "PackError", "ProfileRow", "RunInputError", "load"]
@@ -70,6 +71,9 @@ class Module:
         self._lib = kernel_library
         self._owns = owns_library
         self._machine: VirtualMachine | None = VirtualMachine(contents, kernel_library)
+        threads = env_thread_count()
+        if threads is not None:
+            self.set_num_threads(threads)
 
     @property
     def entry_functions(self) -> list[str]:
@@ -126,11 +130,11 @@ class Module:
         return profiler.profile_rows()
 
     def set_num_threads(self, n: int) -> None:
-        """Threads the kernels may use (default: the machine's cores)."""
-        if int(n) < 1:
-            raise ValueError(f"the thread count must be at least 1, got {n}")
+        """Threads the kernels may use (default: TCC_NUM_THREADS when set, else the
+        machine's cores); at most tcc.rt.threads.thread_limit()."""
+        n = checked_thread_count(n)
         if self._lib is not None and hasattr(self._lib, "set_num_threads"):
-            self._lib.set_num_threads(int(n))
+            self._lib.set_num_threads(n)
 
     def _vm(self) -> VirtualMachine:
         if self._machine is None:

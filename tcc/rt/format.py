@@ -131,6 +131,10 @@ BUILTINS: dict[str, tuple[str, bool]] = {
     "arena_view": ("rirs", True),  # arena, tensor index, shape, dtype -> a tensor inside it
 }
 ARENA_ALIGN = 64  # bytes: an arena's start and every offset planned inside it
+# Threads for parallel kernels (tcc/rt/threads.py, runtime_c/src/module.c): at most
+# THREADS_PER_CORE per online core, and never above MAX_THREADS (libgomp faults far above it).
+THREADS_PER_CORE = 8
+MAX_THREADS = 1024
 
 
 # -- the executable -----------------------------------------------------------------------------

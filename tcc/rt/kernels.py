@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tcc.rt.errors import KernelError
+from tcc.rt.threads import checked_thread_count
 
 __all__ = ["DLTensor", "KernelLibrary", "dl_dtype", "load_cpu_library"]
 
@@ -237,6 +238,8 @@ class KernelLibrary:
             raise KernelError("cannot set the thread count: the kernel library is closed")
         if n < 0:
             raise KernelError(f"thread count must be 0 (the default) or positive, got {n}")
+        if n > 0:
+            checked_thread_count(n, error=KernelError)
         self._lib.tcc_set_num_threads(int(n))
 
     def close(self) -> None:

@@ -64,7 +64,7 @@ def test_threads_close_and_unknown_names(batch_pack):
     m = tcc.rt.load(batch_pack, kernel_library=lib)
     m.set_num_threads(3)
     assert lib.threads == 3
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(tcc.rt.RunInputError, match="at least 1"):
         m.set_num_threads(0)
     with pytest.raises(KeyError, match="no entry function 'nope'"):
         m["nope"]
