@@ -63,6 +63,11 @@ tccrt_status_t tccrt_kernels_load(const tccrt_pack_t *pack, tccrt_kernels_t *out
   memset(out, 0, sizeof *out);
   out->memfd = -1;
   const tccrt_member_t *so = pack->shared_object;
+  char arch[32];
+  const char *host = tccrt_host_architecture();
+  if ((so || pack->kernel_count) && tccrt_triple_architecture(pack->target, arch, sizeof arch) && strcmp(arch, host))
+    return tccrt_fail(TCCRT_KERNEL_ERROR, "%s: the pack's kernels are built for %s, and this machine is %s; "
+                      "compile the model again on this machine", pack->path, arch, host);
   if (!so) {
     if (pack->kernel_count == 0) return TCCRT_OK;
     return tccrt_fail(TCCRT_KERNEL_ERROR, "%s: the pack has no shared object for its kernels (it was emitted "

@@ -452,5 +452,6 @@ tccrt_status_t tccrt_manifest_load(tccrt_pack_t *pack) {
         (st = load_tensors(pack, outs, &f->tensors[TCCRT_OUTPUT])))
       return st;
   }
-  return tccrt_program_verify(pack);
+  if ((st = tccrt_program_verify(pack))) return st;
+  return tccrt_elf_check(pack);
 }

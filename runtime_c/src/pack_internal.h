@@ -57,4 +57,12 @@ tccrt_status_t tccrt_bytecode_decode(tccrt_pack_t *pack, const tccrt_member_t *m
  * once the manifest's tables are loaded. */
 tccrt_status_t tccrt_program_verify(tccrt_pack_t *pack);
 
+/* Check the kernels' shared object without loading it (elf.c); runs last. */
+tccrt_status_t tccrt_elf_check(const tccrt_pack_t *pack);
+
+/* The architecture a target string's -mtriple names, lower case, into `out` (1), or 0
+ * without a triple; and the architecture this runtime was built for (elf.c). */
+int tccrt_triple_architecture(const char *target, char *out, size_t out_size);
+const char *tccrt_host_architecture(void);
+
 #endif /* TCCRT_PACK_INTERNAL_H_ */

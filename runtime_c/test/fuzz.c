@@ -912,10 +912,10 @@ static void query_all(tccrt_pack_t *pack, span_t span) {
 /* -- why a mutant was refused: the reader stage the message comes from ------------------------- */
 
 enum { C_ACCEPTED, C_TAR, C_JSON, C_MANIFEST, C_MANIFEST_HASH, C_MEMBERS, C_MEMBER_HASH,
-       C_WEIGHTS, C_BYTECODE, C_VERIFY, C_OTHER, C_COUNT };
+       C_WEIGHTS, C_BYTECODE, C_VERIFY, C_SHARED_OBJECT, C_OTHER, C_COUNT };
 static const char *const CATEGORY_NAMES[C_COUNT] = {
     "accepted", "tar", "json", "manifest", "manifest-hash", "members", "member-hash",
-    "weights", "bytecode", "verify", "other"};
+    "weights", "bytecode", "verify", "shared-object", "other"};
 
 /* Checked in order; `prefix` 1 matches at the start of the reason, 0 anywhere in it. */
 static const struct {
@@ -923,6 +923,12 @@ static const struct {
   const char *text;
   int category;
 } REASONS[] = {
+    {1, "the shared object ", C_SHARED_OBJECT}, /* elf.c, before "has a malformed" below */
+    {0, " ELF ", C_SHARED_OBJECT},
+    {0, "(ELF type ", C_SHARED_OBJECT},
+    {0, "section header table", C_SHARED_OBJECT},
+    {0, "dynamic symbol table", C_SHARED_OBJECT},
+    {0, "string table", C_SHARED_OBJECT},
     {1, "truncated", C_TAR},
     {1, "tar header", C_TAR},
     {0, " appears twice", C_TAR},

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 
+from tcc.rt.elf import host_architecture, triple_architecture
 from tcc.rt.errors import KernelError, PackError, RunInputError
 from tcc.rt.pack import PackContents, read_pack
 from tcc.rt.threads import checked_thread_count, env_thread_count
@@ -39,6 +40,10 @@ def load(path, kernel_library=None) -> Module:
 def _load_kernels(contents: PackContents):
     if not contents.kernel_symbols:
         return None
+    arch, host = triple_architecture(contents.target), host_architecture()
+    if arch is not None and arch != host:
+        raise PackError(f"{contents.path}: the pack's kernels are built for {arch}, and this machine "
+                        f"is {host}; compile the model again on this machine")
     if contents.shared_object is None:
         raise PackError(f"{contents.path}: the pack has no shared object for target "
                         f"{contents.target!r}; rebuild it where a linker is available")

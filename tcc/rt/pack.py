@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tcc.rt.elf import MACHINES, ElfError, exported_functions, triple_architecture
 from tcc.rt.errors import PackError
 from tcc.rt.format import (
     BUILTINS,
@@ -156,10 +157,13 @@ def _read(path: str, mm: mmap.mmap) -> PackContents:
     if stray:
         raise _Bad(f"{MANIFEST}: {KERNEL_ORIGINS_FIELD} names kernel {stray[0]!r}, which the "
                    "kernel table lacks")
+    so = member(kinfo["shared_object"])
+    if so is not None:
+        check_shared_object(mm[so[0] : so[0] + so[1]], kinfo["shared_object"], manifest["target"], symbols)
     weights = _map_weights(mm, member(manifest["weights"]["member"]), manifest["weights"])
     exe.signatures = manifest["entry_functions"]
     exe.kernel_origins = origins
-    obj, so = member(kinfo["object"]), member(kinfo["shared_object"])
+    obj = member(kinfo["object"])
     return PackContents(
         path=path,
         manifest=manifest,
@@ -172,6 +176,31 @@ def _read(path: str, mm: mmap.mmap) -> PackContents:
         weights=weights,
         _mmap=mm,
     )
+
+
+# -- the shared object ----------------------------------------------------------------------------
+
+RUNTIME_FUNCTIONS = ("tcc_last_error", "tcc_set_num_threads")
+
+
+def check_shared_object(data, member: str, target: str, symbols: list[str]) -> None:
+    """The kernels' shared object, checked without loading it (tcc.rt.elf): an ELF shared
+    object for the target's machine that defines the runtime functions and every kernel."""
+    try:
+        machine, functions = exported_functions(data)
+    except ElfError as e:
+        raise _Bad(f"{member} {e}; compile the pack again") from None
+    arch = triple_architecture(target)
+    if arch is not None and MACHINES.get(arch) != machine:
+        raise _Bad(f"{member} is code for ELF machine {machine}, but the target names {arch}; "
+                   "compile the pack again")
+    if not all(f in functions for f in RUNTIME_FUNCTIONS):
+        raise _Bad("the shared object has no tcc_last_error/tcc_set_num_threads; it was not built "
+                   "by tcc's CPU backend")
+    for symbol in symbols:
+        if symbol not in functions:
+            raise _Bad(f"the shared object lacks kernel '{symbol}' of the kernel table; compile the "
+                       "pack again")
 
 
 # -- tar ----------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from tcc.emit.pack import PackWriteError, pack_bytes, write_pack
 from tcc.emit.vm import compile_module
 from tcc.rt.format import MANIFEST_HASH_FIELD, PACK_VERSION, WEIGHT_ALIGN
 from tests.emit.test_vm_compile import batch_module, if_module
+from tests.rt.elf_objects import minimal_shared_object
 
 
 class FakeCpuModule:
@@ -25,7 +26,7 @@ class FakeCpuModule:
     def __init__(self, symbols, shared=True):
         self.symbols = list(symbols)
         self.object_code = b"\x7fELF object " + ",".join(sorted(symbols)).encode()
-        self.shared_object = b"\x7fELF shared " + ",".join(sorted(symbols)).encode() if shared else None
+        self.shared_object = minimal_shared_object(symbols) if shared else None
 
 
 def build(mod=None, weights=None, target="llvm"):

@@ -79,8 +79,8 @@ def test_threads_close_and_unknown_names(batch_pack):
 def test_kernels_without_a_shared_object(tmp_path):
     path = tmp_path / "noso.tvmpack"
     write_pack(path, compile_module(if_module()),
-               FakeCpuModule(["add_one", "negate"], shared=False), "llvm -mtriple=aarch64-linux-gnu", {})
-    with pytest.raises(PackError, match="no shared object for target 'llvm -mtriple=aarch64"):
+               FakeCpuModule(["add_one", "negate"], shared=False), "llvm", {})
+    with pytest.raises(PackError, match="no shared object for target 'llvm'"):
         tcc.rt.load(path)
 
 
