@@ -81,18 +81,25 @@ def compile_to_bytes(
     disable_passes: Iterable[str] = (),
     schedule: bool = True,
     plan_memory: bool = True,
+    sign=None,
 ) -> bytes:
     """Compile `source` (see load_module) into the bytes of a .tvmpack, running the graph
     passes first unless `optimize` is False (`disable_passes` skips some of them), and
     scheduling every kernel by the default rules unless `schedule` is False. With
     `plan_memory` (the default) kernel outputs share arenas (docs/vm.md, "Memory
-    planning"); without it each is allocated on its own."""
+    planning"); without it each is allocated on its own. `sign` is the path of an Ed25519
+    private key (PEM) that signs the pack (docs/security.md)."""
     from tcc.emit.llvm import compile_prim_funcs
     from tcc.emit.pack import pack_bytes
     from tcc.emit.target import parse_target
     from tcc.emit.vm import compile_module
 
     parsed_target = parse_target(target)
+    signer = None
+    if sign is not None:  # before any work, so that a bad key fails fast
+        from tcc.emit.signing import load_signing_key
+
+        signer = load_signing_key(sign)
     times = times if times is not None else StageTimes()
     state: dict = {}
 
@@ -125,7 +132,8 @@ def compile_to_bytes(
     return stage(
         "pack",
         lambda: pack_bytes(
-            state["exe"], state["kernels"], str(parsed_target), state["lowered"].const_values
+            state["exe"], state["kernels"], str(parsed_target), state["lowered"].const_values,
+            sign=signer,
         ),
     )
 
@@ -139,11 +147,12 @@ def write_atomic(path, data: bytes) -> None:
 
 def compile(  # noqa: A001
     model_or_path, target: str = "llvm", output=None, optimize: bool = True,
-    schedule: bool = True,
+    schedule: bool = True, sign=None,
 ) -> bytes | None:
     """Compile a model into a .tvmpack: returns its bytes, or writes `output` and returns None.
-    `optimize=False` skips the graph passes, `schedule=False` the default schedule rules."""
-    data = compile_to_bytes(model_or_path, target, optimize=optimize, schedule=schedule)
+    `optimize=False` skips the graph passes, `schedule=False` the default schedule rules;
+    `sign` (an Ed25519 private key's PEM file) signs the pack."""
+    data = compile_to_bytes(model_or_path, target, optimize=optimize, schedule=schedule, sign=sign)
     if output is None:
         return data
     write_atomic(output, data)

@@ -50,8 +50,16 @@ TCCRT_API const char *tccrt_status_string(tccrt_status_t status);
 
 typedef struct tccrt_pack_t tccrt_pack_t;
 
-/* Map the file at `path` read-only and verify it. */
+/* Map the file at `path` read-only and verify it.  A pack is executable code: open only
+ * packs from a source you trust, or require a signature (below; docs/security.md). */
 TCCRT_API tccrt_status_t tccrt_pack_open_file(const char *path, tccrt_pack_t **out_pack);
+
+/* As tccrt_pack_open_file, and the pack must carry an Ed25519 signature (manifest.sig) by
+ * the public key in the PEM file `public_key_path`, checked before anything else in the
+ * pack is read.  Needs the system's OpenSSL 3 libcrypto (loaded with dlopen); without it
+ * this fails with TCCRT_IO_ERROR, never opening the pack unchecked. */
+TCCRT_API tccrt_status_t tccrt_pack_open_file_signed(const char *path, const char *public_key_path,
+                                                     tccrt_pack_t **out_pack);
 
 /* Verify a pack held in memory.  The bytes are not copied: they must stay valid and
  * unchanged until the pack is released. */

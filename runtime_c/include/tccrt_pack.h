@@ -19,6 +19,8 @@
 #define TCCRT_MANIFEST_HASH_FIELD "manifest_sha256"
 #define TCCRT_MAX_MANIFEST_BYTES (16 << 20)
 #define TCCRT_KERNEL_ORIGINS_FIELD "kernel_origins"
+#define TCCRT_SIGNATURE "manifest.sig" /* optional: the Ed25519 signature of manifest.json */
+#define TCCRT_SIGNATURE_BYTES 64
 
 /* -- the bytecode -- */
 #define TCCRT_BYTECODE_MAGIC 0x0043424d56434354LL /* "TCCVMBC\0" read as little-endian */

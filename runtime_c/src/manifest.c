@@ -272,12 +272,13 @@ static tccrt_status_t check_members(const tccrt_pack_t *pack, const tccrt_json_t
   const char *path = pack->path;
   for (size_t i = 0; i < pack->member_count; i++) {
     const char *name = pack->members[i].name;
-    if (strcmp(name, TCCRT_MANIFEST) != 0 && !tccrt_json_get(listed, name))
+    if (strcmp(name, TCCRT_MANIFEST) != 0 && strcmp(name, TCCRT_SIGNATURE) != 0 && !tccrt_json_get(listed, name))
       return BAD("%s: members do not match the manifest (unlisted: " Q ")", path, name);
   }
   for (size_t i = 0; i < listed->length; i++) {
     const char *name = listed->keys[i];
-    const tccrt_member_t *mem = strcmp(name, TCCRT_MANIFEST) ? tccrt_pack_find_member(pack, name) : NULL;
+    int unlistable = !strcmp(name, TCCRT_MANIFEST) || !strcmp(name, TCCRT_SIGNATURE);
+    const tccrt_member_t *mem = unlistable ? NULL : tccrt_pack_find_member(pack, name);
     if (!mem) return BAD("%s: members do not match the manifest (missing: " Q ")", path, name);
   }
   /* Sizes and hashes in name order, as the Python reader checks them. */

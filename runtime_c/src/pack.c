@@ -27,12 +27,13 @@ static void pack_free(tccrt_pack_t *pack) {
   tccrt_arena_free(&arena);
 }
 
-/* Verify `pack` (data, size and path set) and hand it out, or free it. */
-static tccrt_status_t pack_verify(tccrt_pack_t *pack, tccrt_pack_t **out_pack) {
+/* Verify `pack` (data, size and path set) and hand it out, or free it; with `key`, its
+ * signature first. */
+static tccrt_status_t pack_verify(tccrt_pack_t *pack, tccrt_pack_t **out_pack, const tccrt_public_key_t *key) {
   tccrt_status_t st;
   if (pack->size < 3 * TCCRT_TAR_BLOCK)
     st = tccrt_fail(TCCRT_INVALID_PACK, "%s: %zu bytes is too small to be a tvmpack", pack->path, pack->size);
-  else if (!(st = tccrt_tar_members(pack)))
+  else if (!(st = tccrt_tar_members(pack)) && !(st = tccrt_signature_check(pack, key)))
     st = tccrt_manifest_load(pack);
   if (st) {
     pack_free(pack);
@@ -54,8 +55,7 @@ static tccrt_pack_t *pack_new(const char *path) {
   return pack;
 }
 
-tccrt_status_t tccrt_pack_open_file(const char *path, tccrt_pack_t **out_pack) {
-  CHECK_ARG(path && out_pack, "tccrt_pack_open_file: path and out_pack must not be NULL");
+static tccrt_status_t open_file(const char *path, const tccrt_public_key_t *key, tccrt_pack_t **out_pack) {
   *out_pack = NULL;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return tccrt_fail(TCCRT_IO_ERROR, "%s: cannot read: %s", path, strerror(errno));
@@ -88,7 +88,24 @@ tccrt_status_t tccrt_pack_open_file(const char *path, tccrt_pack_t **out_pack) {
     pack->data = p;
   }
   close(fd); /* the mapping keeps the file's pages */
-  return pack_verify(pack, out_pack);
+  return pack_verify(pack, out_pack, key);
+}
+
+tccrt_status_t tccrt_pack_open_file(const char *path, tccrt_pack_t **out_pack) {
+  CHECK_ARG(path && out_pack, "tccrt_pack_open_file: path and out_pack must not be NULL");
+  return open_file(path, NULL, out_pack);
+}
+
+tccrt_status_t tccrt_pack_open_file_signed(const char *path, const char *public_key_path, tccrt_pack_t **out_pack) {
+  CHECK_ARG(path && public_key_path && out_pack,
+            "tccrt_pack_open_file_signed: path, public_key_path and out_pack must not be NULL");
+  *out_pack = NULL;
+  tccrt_public_key_t key;
+  tccrt_status_t st = tccrt_public_key_load(public_key_path, &key);
+  if (st) return st;
+  st = open_file(path, &key, out_pack);
+  tccrt_public_key_free(&key);
+  return st;
 }
 
 tccrt_status_t tccrt_pack_open_memory(const void *data, size_t size, tccrt_pack_t **out_pack) {
@@ -98,7 +115,7 @@ tccrt_status_t tccrt_pack_open_memory(const void *data, size_t size, tccrt_pack_
   if (!pack) return tccrt_fail(TCCRT_OUT_OF_MEMORY, "<memory>: out of memory");
   pack->data = data;
   pack->size = size;
-  return pack_verify(pack, out_pack);
+  return pack_verify(pack, out_pack, NULL);
 }
 
 void tccrt_pack_retain(tccrt_pack_t *pack) {

@@ -57,6 +57,17 @@ tccrt_status_t tccrt_bytecode_decode(tccrt_pack_t *pack, const tccrt_member_t *m
  * once the manifest's tables are loaded. */
 tccrt_status_t tccrt_program_verify(tccrt_pack_t *pack);
 
+/* An Ed25519 public key, loaded through the system's libcrypto (signature.c). */
+typedef struct {
+  void *key; /* EVP_PKEY * */
+} tccrt_public_key_t;
+tccrt_status_t tccrt_public_key_load(const char *key_path, tccrt_public_key_t *out);
+void tccrt_public_key_free(tccrt_public_key_t *key);
+
+/* manifest.sig: 64 bytes when present; with `key` (may be NULL), present and a signature of
+ * manifest.json by it. Runs right after the tar headers (signature.c). */
+tccrt_status_t tccrt_signature_check(const tccrt_pack_t *pack, const tccrt_public_key_t *key);
+
 /* Check the kernels' shared object without loading it (elf.c); runs last. */
 tccrt_status_t tccrt_elf_check(const tccrt_pack_t *pack);
 

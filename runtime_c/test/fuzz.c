@@ -923,6 +923,7 @@ static const struct {
   const char *text;
   int category;
 } REASONS[] = {
+    {1, TCCRT_SIGNATURE " is ", C_MEMBERS},
     {1, "the shared object ", C_SHARED_OBJECT}, /* elf.c, before "has a malformed" below */
     {0, " ELF ", C_SHARED_OBJECT},
     {0, "(ELF type ", C_SHARED_OBJECT},

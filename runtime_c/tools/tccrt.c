@@ -25,9 +25,15 @@
 #include "tccrt_pack.h"
 
 static const char USAGE[] =
-    "usage: tccrt info [--json] PACK\n"
+    "usage: tccrt info [--json] [--require-signature PUBKEY] PACK\n"
     "       tccrt run PACK [--function NAME] [--input NAME=FILE.npy]... [--output-dir DIR]\n"
-    "                      [--bench N] [--threads N]\n"
+    "                      [--bench N] [--threads N] [--require-signature PUBKEY]\n"
+    "\n"
+    "A pack is executable code: its kernels run as native code in this process.  Run only\n"
+    "packs from a source you trust, or sign them (tcc compile --sign KEY) and give\n"
+    "--require-signature PUBKEY (an Ed25519 public key, PEM): the pack must then carry a\n"
+    "valid signature by it, checked before anything else in it is read (needs OpenSSL 3's\n"
+    "libcrypto).\n"
     "\n"
     "info  Verify PACK and print its target, entry functions with their signatures, kernels\n"
     "      and weights; --json prints the summary `tcc show PACK --json` prints.\n"
@@ -215,7 +221,7 @@ static int info(const tccrt_pack_t *pack, const char *path, int as_json) {
 /* -- tccrt run ----------------------------------------------------------------------- */
 
 typedef struct run_args_t {
-  const char *pack, *function, *output_dir;
+  const char *pack, *function, *output_dir, *public_key;
   char **input_names, **input_files; /* n_inputs each, pointing into argv */
   size_t n_inputs;
   int bench, threads;
@@ -276,6 +282,9 @@ static int parse_run_args(int argc, char **argv, run_args_t *a) {
       if (m < 0 || positive_int("--bench", v, &a->bench)) return 2;
     } else if ((m = option(argc, argv, &i, "--threads", &v)) != 0) {
       if (m < 0 || positive_int("--threads", v, &a->threads)) return 2;
+    } else if ((m = option(argc, argv, &i, "--require-signature", &v)) != 0) {
+      if (m < 0) return 2;
+      a->public_key = v;
     } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
       return errorf("unknown option '%s' (see `tccrt run --help`)", argv[i]);
     } else if (a->pack) {
@@ -575,7 +584,9 @@ static int cmd_run(int argc, char **argv) {
   tccrt_tensor_t **inputs = NULL, **outputs = NULL;
   size_t f = 0, n_in = 0, n_out = 0;
   int rc = parse_run_args(argc, argv, &a);
-  if (!rc && tccrt_pack_open_file(a.pack, &pack)) rc = fail();
+  if (!rc && (a.public_key ? tccrt_pack_open_file_signed(a.pack, a.public_key, &pack)
+                            : tccrt_pack_open_file(a.pack, &pack)))
+    rc = fail();
   if (!rc) rc = find_function(pack, a.function, &f);
   if (!rc && (tccrt_pack_signature_count(pack, f, TCCRT_INPUT, &n_in) ||
               tccrt_pack_signature_count(pack, f, TCCRT_OUTPUT, &n_out)))
@@ -607,17 +618,21 @@ static int cmd_run(int argc, char **argv) {
 /* -- main ---------------------------------------------------------------------------- */
 
 static int cmd_info(int argc, char **argv) {
-  int as_json = 0;
+  int as_json = 0, m;
   const char *path = NULL;
+  char *public_key = NULL;
   for (int i = 2; i < argc; i++) {
     if (strcmp(argv[i], "--json") == 0) as_json = 1;
-    else if (argv[i][0] == '-') return errorf("unknown option '%s' (see `tccrt --help`)", argv[i]);
+    else if ((m = option(argc, argv, &i, "--require-signature", &public_key)) != 0) {
+      if (m < 0) return 2;
+    } else if (argv[i][0] == '-') return errorf("unknown option '%s' (see `tccrt --help`)", argv[i]);
     else if (path) return usage_error("info takes one pack");
     else path = argv[i];
   }
   if (!path) return usage_error("info needs a pack: tccrt info [--json] PACK");
   tccrt_pack_t *pack;
-  if (tccrt_pack_open_file(path, &pack)) return fail();
+  if (public_key ? tccrt_pack_open_file_signed(path, public_key, &pack) : tccrt_pack_open_file(path, &pack))
+    return fail();
   int rc = info(pack, path, as_json);
   tccrt_pack_release(pack);
   return rc;

@@ -24,7 +24,7 @@ _STAGES = {
 
 def _build(source: Path, target: str, output: Path, verbose: bool, optimize: bool = False,
            disable_passes: tuple[str, ...] = (), plan_memory: bool = True,
-           schedule: bool = True) -> None:
+           schedule: bool = True, sign: Path | None = None) -> None:
     if not source.exists():
         raise TccError(f"{source}: no such file")
     console = Console(stderr=True, highlight=False)
@@ -37,12 +37,13 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
         data = compile_to_bytes(
             source, target, on_stage=lambda s: progress.update(task, description=_STAGES[s]),
             times=times, optimize=optimize, disable_passes=disable_passes,
-            plan_memory=plan_memory, schedule=schedule,
+            plan_memory=plan_memory, schedule=schedule, sign=sign,
         )
     write_atomic(output, data)
     total = sum(times.seconds.values())
     Console(highlight=False).print(
-        f"compiled {source} -> {output} ({len(data):,} bytes, target {target}) in {total:.2f} s"
+        f"compiled {source} -> {output} ({len(data):,} bytes, target {target}"
+        f"{', signed' if sign else ''}) in {total:.2f} s"
     )
     if verbose:
         for name, s in times.seconds.items():
@@ -52,6 +53,12 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
 _target = click.option(
     "--target", default="llvm", show_default=True,
     help="'llvm' (this CPU) or 'llvm -mtriple=... -mcpu=... -mattr=...'.",
+)
+_sign = click.option(
+    "--sign", type=click.Path(dir_okay=False, path_type=Path), metavar="KEY",
+    help="Sign the pack with this Ed25519 private key (PEM; make one with "
+         "`openssl genpkey -algorithm ed25519 -out key.pem`); `tcc run --require-signature` "
+         "checks it. Needs tcc[sign].",
 )
 _no_schedule = click.option(
     "--no-schedule", is_flag=True,
@@ -72,16 +79,17 @@ _no_schedule = click.option(
 @click.option("--no-plan-memory", is_flag=True,
               help="Allocate every kernel output on its own instead of in shared arenas.")
 @_no_schedule
+@_sign
 def compile_command(model: Path, target: str, output: Path | None, verbose: bool,
                     no_optimize: bool, disable_passes: tuple[str, ...], no_plan_memory: bool,
-                    no_schedule: bool):
+                    no_schedule: bool, sign: Path | None):
     """Compile an ONNX model (or a .tcir file) into a .tvmpack.
 
     Runs the graph passes of `tcc optimize` first (unless --no-optimize), then generates
     code as `tcc emit` does."""
     _build(model, target, output or model.with_suffix(".tvmpack"), verbose,
            optimize=not no_optimize, disable_passes=disable_passes,
-           plan_memory=not no_plan_memory, schedule=not no_schedule)
+           plan_memory=not no_plan_memory, schedule=not no_schedule, sign=sign)
 
 
 @click.command("emit")
@@ -91,11 +99,12 @@ def compile_command(model: Path, target: str, output: Path | None, verbose: bool
               help="The pack to write (default: IR_FILE with the suffix .tvmpack).")
 @click.option("-v", "--verbose", is_flag=True, help="Print the time of every stage.")
 @_no_schedule
+@_sign
 def emit_command(ir_file: Path, target: str, output: Path | None, verbose: bool,
-                 no_schedule: bool):
+                 no_schedule: bool, sign: Path | None):
     """Generate code for a .tcir file and write a .tvmpack (the module as it is: run
     `tcc optimize` first for the graph passes)."""
     if ir_file.suffix != ".tcir":
         raise TccError(f"{ir_file}: `tcc emit` reads a .tcir file; use `tcc compile` for ONNX models")
     _build(ir_file, target, output or ir_file.with_suffix(".tvmpack"), verbose,
-           schedule=not no_schedule)
+           schedule=not no_schedule, sign=sign)

@@ -6,6 +6,7 @@ import sys
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from tcc import __version__
 from tcc.ir.errors import InternalError, TccError
@@ -51,7 +52,8 @@ class TccGroup(click.Group):
 
 
 def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split("\n")).strip() or type(e).__name__
+    """The message on one line, escaped: a message is text, never rich markup ("tcc[sign]")."""
+    return escape(" ".join(str(e).split("\n")).strip() or type(e).__name__)
 
 
 @click.group(cls=TccGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -86,7 +88,7 @@ def main(argv=None):
         return cli.main(args=argv, prog_name="tcc", standalone_mode=False)
     except click.exceptions.UsageError as e:
         hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
-        err_console.print(f"[bold red]error:[/] {_one_line(e.format_message())}{hint}")
+        err_console.print(f"[bold red]error:[/] {_one_line(e.format_message())}{escape(hint)}")
         sys.exit(EXIT_USER_ERROR)
     except click.exceptions.ClickException as e:
         err_console.print(f"[bold red]error:[/] {_one_line(e.format_message())}")

@@ -61,12 +61,12 @@ class _IRRunner(_InProcessRunner):
 class _PackRunner(_InProcessRunner):
     """A .tvmpack run by the Python loader (tcc.rt)."""
 
-    def __init__(self, path: Path, entry: str):
+    def __init__(self, path: Path, entry: str, public_key: Path | None = None):
         from tcc.rt import load
 
         if not path.exists():
             raise TccError(f"{path}: no such file")
-        self.module = load(path)
+        self.module = load(path, require_signature=public_key)
         self.signature = self.module.signature(entry)
         self.fn = self.module[entry]
 
@@ -105,11 +105,12 @@ class _CRunner:
     """A .tvmpack run by the C runtime: `tccrt run` in a subprocess, with the inputs and
     outputs as .npy files in a private temporary directory."""
 
-    def __init__(self, path: Path, entry: str):
+    def __init__(self, path: Path, entry: str, public_key: Path | None = None):
         self.tccrt = find_tccrt()
         self.path, self.entry = path, entry
         self.thread_args: list[str] = []
-        functions = json.loads(self._tccrt("info", "--json", str(path)))["functions"]
+        self.signature_args = ["--require-signature", str(public_key)] if public_key else []
+        functions = json.loads(self._tccrt("info", "--json", *self.signature_args, str(path)))["functions"]
         if entry not in functions:
             raise TccError(f"no entry function {entry!r}; the pack has {sorted(functions)}")
         self.signature = functions[entry]
@@ -148,7 +149,7 @@ class _CRunner:
             out = Path(tmp) / "outputs"
             self._tccrt("run", str(self.path), "--function", self.entry,
                         *self._input_args(Path(tmp), inputs), "--output-dir", str(out),
-                        *self.thread_args)
+                        *self.thread_args, *self.signature_args)
             files = safe_file_names([o["name"] for o in self.signature["outputs"]])
             return [np.load(out / f"{f}.npy") for f in files]
 
@@ -157,7 +158,7 @@ class _CRunner:
         with scratch_dir("tcc-run-") as tmp:
             stdout = self._tccrt("run", str(self.path), "--function", self.entry,
                                  *self._input_args(Path(tmp), inputs), "--bench", str(runs),
-                                 *self.thread_args)
+                                 *self.thread_args, *self.signature_args)
         m = _BENCH_LINE.search(stdout)
         if m is None:
             raise InternalError(f"{self.tccrt} printed no bench line: {stdout[-200:]!r}")
@@ -295,6 +296,10 @@ def _check_against_onnx(console: Console, onnx_path: Path, inputs: dict, named: 
 @click.option("--runtime", type=click.Choice(["python", "c"]), default="python", show_default=True,
               help="Which runtime runs a .tvmpack: tcc.rt in this process, or the C runtime's "
                    "tccrt ($TCCRT, else runtime_c/build/tccrt, else tccrt on the PATH).")
+@click.option("--require-signature", "public_key", type=click.Path(dir_okay=False, path_type=Path),
+              metavar="PUBKEY",
+              help="Run the pack only if it is signed by this Ed25519 public key (PEM; from "
+                   "`tcc compile --sign KEY`), checked before anything in it is read or loaded.")
 @click.option("--check", is_flag=True, help="Compare with onnxruntime (needs --onnx); exit 1 when outside tolerance.")
 @click.option("--onnx", "onnx_path", type=click.Path(dir_okay=False, path_type=Path),
               help="The source ONNX model, for --check.")
@@ -304,6 +309,9 @@ def command(file, input_pairs, inputs_npz, **opts):
     """Run an IR file with the reference interpreter, or a .tvmpack with the Python loader
     (or, with --runtime c, the C runtime's `tccrt run`; both give the same bits).
 
+    A .tvmpack is executable code: its kernels run as native code in this process. Run
+    only packs from a source you trust, or give --require-signature (docs/security.md).
+
     Output file names replace characters other than letters, digits, '-', '_' and '.'
     with '_'; the .npz keeps the exact output names.
     """
@@ -311,7 +319,7 @@ def command(file, input_pairs, inputs_npz, **opts):
 
 
 def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, output_npz,
-         entry, bench, threads, profile, runtime, check, onnx_path, rtol, atol):
+         entry, bench, threads, profile, runtime, public_key, check, onnx_path, rtol, atol):
     if check and onnx_path is None:
         raise TccError("--check needs the source model: add --onnx MODEL.onnx")
     if onnx_path is not None and not check:
@@ -328,8 +336,10 @@ def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, 
                        f"tcc compile {file} -o {file.stem}.tvmpack")
     if runtime == "c" and profile:
         raise TccError("--profile times kernels inside the Python runtime; drop --runtime c")
+    if public_key is not None and file.suffix != ".tvmpack":
+        raise TccError(f"{file}: --require-signature checks signed packs; this is not a .tvmpack")
     inputs = load_inputs(input_pairs, inputs_npz)
-    runner = _make_runner(file, entry, runtime)
+    runner = _make_runner(file, entry, runtime, public_key)
     if threads:
         runner.set_num_threads(threads)
     if random_inputs:
@@ -368,7 +378,7 @@ def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, 
         raise SystemExit(1)
 
 
-def _make_runner(file: Path, entry: str, runtime: str):
+def _make_runner(file: Path, entry: str, runtime: str, public_key: Path | None = None):
     if file.suffix != ".tvmpack":
         return _IRRunner(file, entry)
-    return _CRunner(file, entry) if runtime == "c" else _PackRunner(file, entry)
+    return (_CRunner if runtime == "c" else _PackRunner)(file, entry, public_key)

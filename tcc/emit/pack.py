@@ -14,7 +14,7 @@ import io
 import json
 import re
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -31,6 +31,8 @@ from tcc.rt.format import (
     PACK_FORMAT,
     PACK_VERSION,
     SHARED_SUFFIX,
+    SIGNATURE,
+    SIGNATURE_BYTES,
     TAR_BLOCK,
     WEIGHT_ALIGN,
     WEIGHTS,
@@ -51,10 +53,12 @@ def pack_bytes(
     weights: Mapping[str, np.ndarray] | None = None,
     signatures: Mapping[str, dict] | None = None,
     kernel_origins: Mapping[str, list[str]] | None = None,
+    sign: Callable[[bytes], bytes] | None = None,
 ) -> bytes:
     """The pack's bytes. `kernels` has `.object_code`, `.shared_object` (or None) and
     `.symbols` (a CpuModule), or is None for a program without kernels; `signatures` and
-    `kernel_origins` (symbol -> the bindings that call it) default to the executable's own."""
+    `kernel_origins` (symbol -> the bindings that call it) default to the executable's own.
+    `sign` (tcc.emit.signing.load_signing_key) adds the manifest's signature."""
     weights = dict(weights or {})
     signatures = dict(signatures if signatures is not None else executable.signatures)
     origins = kernel_origins if kernel_origins is not None else executable.kernel_origins
@@ -92,6 +96,10 @@ def pack_bytes(
     text = json.dumps(manifest, sort_keys=True, indent=1).encode("utf-8") + b"\n"
     digest = hashlib.sha256(text).hexdigest()
     members[MANIFEST] = text.replace(b'"' + b"0" * 64 + b'"', f'"{digest}"'.encode(), 1)
+    if sign is not None:
+        members[SIGNATURE] = sign(members[MANIFEST])
+        if len(members[SIGNATURE]) != SIGNATURE_BYTES:
+            raise PackWriteError(f"the signer gave {len(members[SIGNATURE])} bytes, not an Ed25519 signature")
     return _tar(members)
 
 

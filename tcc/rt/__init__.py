@@ -15,18 +15,21 @@ from __future__ import annotations
 import copy
 
 from tcc.rt.elf import host_architecture, triple_architecture
-from tcc.rt.errors import KernelError, PackError, RunInputError
+from tcc.rt.errors import KernelError, PackError, PublicKeyError, RunInputError
 from tcc.rt.pack import PackContents, read_pack
 from tcc.rt.threads import checked_thread_count, env_thread_count
 from tcc.rt.vm import ProfileRow, VirtualMachine
 
-__all__ = ["KernelError", "Module", "PackError", "ProfileRow", "RunInputError", "load"]
+__all__ = ["KernelError", "Module", "PackError", "ProfileRow", "PublicKeyError", "RunInputError", "load"]
 
 
-def load(path, kernel_library=None) -> Module:
-    """Open a pack. `kernel_library` (an object with `.call(symbol, arrays)`) replaces the
-    pack's own kernels; tests use it to run bytecode against numpy kernels."""
-    contents = read_pack(path)
+def load(path, kernel_library=None, require_signature=None) -> Module:
+    """Open a pack. A pack is executable code: load only packs from a source you trust, or
+    give `require_signature` (the path of an Ed25519 public key in PEM), and the pack must be
+    signed by its private key (docs/security.md). `kernel_library` (an object with
+    `.call(symbol, arrays)`) replaces the pack's own kernels; tests use it to run bytecode
+    against numpy kernels."""
+    contents = read_pack(path, public_key=require_signature)
     try:
         owns = kernel_library is None
         if owns:

@@ -13,3 +13,7 @@ class RunInputError(TccError):
 
 class KernelError(TccError):
     """A kernel refused its arguments (its message says which check failed)."""
+
+
+class PublicKeyError(TccError):
+    """The public key given to check a pack's signature cannot be used."""

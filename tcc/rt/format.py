@@ -29,6 +29,8 @@ TAR_BLOCK = 512
 MANIFEST_HASH_FIELD = "manifest_sha256"  # sha256 of the manifest with this value zeroed
 MAX_MANIFEST_BYTES = 16 << 20
 KERNEL_ORIGINS_FIELD = "kernel_origins"  # optional manifest field: symbol -> binding names
+SIGNATURE = "manifest.sig"  # optional member: the Ed25519 signature of manifest.json's bytes
+SIGNATURE_BYTES = 64
 
 # -- the bytecode -------------------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ from tcc.rt.format import (
     NO_REG,
     PACK_FORMAT,
     PACK_VERSION,
+    SIGNATURE,
+    SIGNATURE_BYTES,
     TAR_BLOCK,
     WEIGHT_ALIGN,
     ArgKind,
@@ -67,6 +69,7 @@ class PackContents:
     object_code: bytes | None
     shared_object: bytes | None
     weights: dict[str, np.ndarray] = field(default_factory=dict)
+    signature: bytes | None = None  # manifest.sig, checked when a public key was given
     _mmap: mmap.mmap | None = None
 
     @property
@@ -91,9 +94,16 @@ class PackContents:
         self.close()
 
 
-def read_pack(path) -> PackContents:
-    """Open and verify a pack; raises PackError naming `path` and the problem."""
+def read_pack(path, public_key=None) -> PackContents:
+    """Open and verify a pack; raises PackError naming `path` and the problem. With
+    `public_key` (the path of an Ed25519 public key in PEM), the pack must carry a valid
+    signature by it (tcc.rt.signature), checked before anything else is read."""
     path = os.fspath(path)
+    verify = None
+    if public_key is not None:
+        from tcc.rt.signature import load_public_key
+
+        verify = load_public_key(public_key)
     try:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
@@ -105,7 +115,7 @@ def read_pack(path) -> PackContents:
     except _Bad as e:
         raise PackError(f"{path}: {e}") from None
     try:
-        return _read(path, mm)
+        return _read(path, mm, verify)
     except _Bad as e:
         try:
             mm.close()
@@ -114,16 +124,17 @@ def read_pack(path) -> PackContents:
         raise PackError(f"{path}: {e}") from None
 
 
-def _read(path: str, mm: mmap.mmap) -> PackContents:
+def _read(path: str, mm: mmap.mmap, verify) -> PackContents:
     members = tar_members(mm)
     if MANIFEST not in members:
         raise _Bad(f"no {MANIFEST} member; not a tvmpack (rebuild it with `tcc emit`)")
     off, size = members[MANIFEST]
     if size > MAX_MANIFEST_BYTES:
         raise _Bad(f"{MANIFEST} is {size} bytes, more than the {MAX_MANIFEST_BYTES} allowed")
+    signature = check_signature(mm, members, verify)
     manifest = check_manifest(mm[off : off + size])
     listed = manifest["members"]
-    present = set(members) - {MANIFEST}
+    present = set(members) - {MANIFEST, SIGNATURE}
     if present != set(listed):
         extra, missing = sorted(present - set(listed)), sorted(set(listed) - present)
         raise _Bad(f"members do not match the manifest (unlisted: {extra}, missing: {missing})")
@@ -174,8 +185,32 @@ def _read(path: str, mm: mmap.mmap) -> PackContents:
         object_code=None if obj is None else mm[obj[0] : obj[0] + obj[1]],
         shared_object=None if so is None else mm[so[0] : so[0] + so[1]],
         weights=weights,
+        signature=signature,
         _mmap=mm,
     )
+
+
+# -- the signature ---------------------------------------------------------------------------------
+
+
+def check_signature(mm, members: dict[str, tuple[int, int]], verify) -> bytes | None:
+    """manifest.sig, which must be 64 bytes when present; with `verify`, it must be present
+    and sign the manifest's bytes."""
+    if SIGNATURE in members and members[SIGNATURE][1] != SIGNATURE_BYTES:
+        raise _Bad(f"{SIGNATURE} is {members[SIGNATURE][1]} bytes, not the {SIGNATURE_BYTES} of an "
+                   "Ed25519 signature")
+    if SIGNATURE not in members:
+        if verify is not None:
+            raise _Bad(f"the pack is not signed (no {SIGNATURE}); sign it with `tcc compile --sign KEY`, "
+                       "or run it without --require-signature")
+        return None
+    off, size = members[SIGNATURE]
+    signature = mm[off : off + size]
+    m_off, m_size = members[MANIFEST]
+    if verify is not None and not verify(mm[m_off : m_off + m_size], signature):
+        raise _Bad("the signature does not match the public key (the pack was changed after "
+                   "signing, or signed with another key)")
+    return signature
 
 
 # -- the shared object ----------------------------------------------------------------------------
