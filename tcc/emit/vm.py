@@ -31,6 +31,7 @@ from tcc.ir.printer import format_expr
 from tcc.lower.legalize import kernel_origins
 from tcc.lower.passes.plan_memory import VIEW_OPS, Arena, MemoryPlan, plan_memory
 from tcc.rt.format import (
+    DTYPES,
     INT64_MAX,
     NO_REG,
     SHAPE_BINOPS,
@@ -83,8 +84,20 @@ def compile_module(
         if name not in graph:
             raise VMCompileError(f"entry function {name!r} is not a graph function of the module")
         b.exe.signatures[name] = signature(graph[name], name)
+        _check_pack_dtypes(b.exe.signatures[name], name)
     b.exe.kernel_origins = _origins_by_symbol(mod, b.symbols)
     return b.exe
+
+
+def _check_pack_dtypes(sig: dict, name: str) -> None:
+    """Every input and output must have a dtype a pack can carry (tcc.rt.format.DTYPES)."""
+    for kind in ("inputs", "outputs"):
+        for t in sig[kind]:
+            if t["dtype"] not in DTYPES:
+                raise VMCompileError(
+                    f"{kind[:-1]} {t['name']!r} of {name!r} has dtype {t['dtype']}, which a pack "
+                    "cannot carry (packs hold numbers and booleans); run the model with the "
+                    "reference interpreter (`tcc run FILE.tcir`) instead")
 
 
 def _origins_by_symbol(mod: IRModule, symbols: Mapping[str, str]) -> dict[str, list[str]]:

@@ -29,6 +29,17 @@ TAR_BLOCK = 512
 MANIFEST_HASH_FIELD = "manifest_sha256"  # sha256 of the manifest with this value zeroed
 MAX_MANIFEST_BYTES = 16 << 20
 KERNEL_ORIGINS_FIELD = "kernel_origins"  # optional manifest field: symbol -> binding names
+# The dtypes a pack's tensors (weights, inputs, outputs) may have; tcc/rt/tensor.py maps each
+# to its numpy dtype. Strings and other object dtypes are not among them.
+PLAIN_DTYPES = frozenset(
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 "
+    "complex64 complex128".split()
+)
+LOW_PRECISION_DTYPES = frozenset(
+    "float8_e4m3fn float8_e4m3fnuz float8_e5m2 float8_e5m2fnuz float8_e8m0fnu float4_e2m1fn "
+    "int4 uint4 int2 uint2".split()
+)
+DTYPES = PLAIN_DTYPES | LOW_PRECISION_DTYPES | {"bfloat16"}
 SIGNATURE = "manifest.sig"  # optional member: the Ed25519 signature of manifest.json's bytes
 SIGNATURE_BYTES = 64
 

@@ -10,24 +10,18 @@ from __future__ import annotations
 
 import numpy as np
 
-_PLAIN = frozenset(
-    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 "
-    "complex64 complex128".split()
-)
-_LOW_PRECISION = frozenset(
-    "float8_e4m3fn float8_e4m3fnuz float8_e5m2 float8_e5m2fnuz float8_e8m0fnu float4_e2m1fn "
-    "int4 uint4 int2 uint2".split()
-)
-DTYPES = _PLAIN | _LOW_PRECISION | {"bfloat16"}
+from tcc.rt.format import DTYPES, LOW_PRECISION_DTYPES, PLAIN_DTYPES
+
+__all__ = ["DTYPES", "as_array", "dtype_name", "numpy_dtype"]
 
 
 def numpy_dtype(name: str) -> np.dtype:
     """The numpy dtype holding a tcc dtype (bfloat16 is held as float32, as in tcc.ir)."""
-    if name in _PLAIN:
+    if name in PLAIN_DTYPES:
         return np.dtype(name)
     if name == "bfloat16":
         return np.dtype("float32")
-    if name in _LOW_PRECISION:
+    if name in LOW_PRECISION_DTYPES:
         import ml_dtypes
 
         return np.dtype(getattr(ml_dtypes, name))

@@ -146,3 +146,18 @@ def test_show_pack(pack):
     assert s["kernels"] == 1 and s["constants"] == 2 and s["functions"]["main"]["inputs"][0]["name"] == "x"
     r = CliRunner().invoke(cli, ["show", str(pack), "--stats"])
     assert r.exit_code == 0 and "batch" in r.output
+
+
+@pytest.mark.parametrize("out_type", [TP.STRING, TP.INT64])
+def test_string_inputs_are_refused_at_compile_time(tmp_path, out_type):
+    """No runtime can read a pack whose signature holds a string: compiling one is the error."""
+    node = helper.make_node("Identity" if out_type == TP.STRING else "Shape", ["s"], ["t"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("s", TP.STRING, [2])],
+                          [helper.make_tensor_value_info("t", out_type, [2 if out_type == TP.STRING else 1])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "s.onnx")
+    r = CliRunner().invoke(cli, ["compile", str(tmp_path / "s.onnx"), "-o", str(tmp_path / "s.tvmpack")])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == ("error: input 's' of 'main' has dtype string, which a pack cannot carry "
+                                "(packs hold numbers and booleans); run the model with the reference "
+                                "interpreter (`tcc run FILE.tcir`) instead")
+    assert not (tmp_path / "s.tvmpack").exists()
