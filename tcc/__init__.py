@@ -6,12 +6,14 @@ __version__ = "0.1.0"
 __all__ = ["TccError", "__version__", "compile", "compile_onnx"]
 
 
-def compile(model_or_path, target: str = "llvm", output=None, optimize: bool = True):  # noqa: A001
+def compile(model_or_path, target: str = "llvm", output=None, optimize: bool = True,  # noqa: A001
+            sign=None):
     """Compile a model (ONNX ModelProto/bytes/path or .tcir path) into a .tvmpack: returns
-    the pack's bytes, or writes `output`. `optimize=False` skips the graph passes."""
+    the pack's bytes, or writes `output`. `optimize=False` skips the graph passes; `sign`
+    (an Ed25519 private key's PEM file) signs the pack (docs/security.md)."""
     from tcc.api import compile as _compile
 
-    return _compile(model_or_path, target, output, optimize=optimize)
+    return _compile(model_or_path, target, output, optimize=optimize, sign=sign)
 
 
 def compile_onnx(model, target: str = "llvm", optimize: bool = True):

@@ -1,3 +1,3 @@
-from tcc.cli.main import main
+from tcc.cli.entry import main
 
 main()

@@ -30,6 +30,7 @@ import tempfile
 from contextlib import contextmanager
 
 from tcc.errors import TccError
+from tcc.infile import file_kind
 
 _HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 _TEMP = re.compile(r"\.tcc-(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]+\.tmp$")
@@ -71,14 +72,6 @@ def remove_stale(folder: str, prefix: str = "") -> None:
                 pass
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 class Staged:
     """One output being written: write to `.file`, then `commit()` or `discard()`.
 
@@ -102,7 +95,7 @@ class Staged:
             self.file = tempfile.TemporaryFile(prefix="tcc-out-")
             return
         if st is not None and not stat.S_ISREG(st.st_mode):
-            raise error(f"{self.what}: {self.path} is {_kind(st.st_mode)}; give the path of a file")
+            raise error(f"{self.what}: {self.path} is {file_kind(st.st_mode)}; give the path of a file")
         self.final = os.path.realpath(self.path)
         folder, base = os.path.split(self.final)
         remove_stale(folder, f".{base}.")

@@ -57,7 +57,7 @@ static tccrt_pack_t *pack_new(const char *path) {
 
 static tccrt_status_t open_file(const char *path, const tccrt_public_key_t *key, tccrt_pack_t **out_pack) {
   *out_pack = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block the open */
   if (fd < 0) return tccrt_fail(TCCRT_IO_ERROR, "%s: cannot read: %s", path, strerror(errno));
   struct stat sb;
   if (fstat(fd, &sb) != 0) {

@@ -311,12 +311,16 @@ static int read_data(FILE *f, const char *path, const npy_header_t *h, long long
 }
 
 int npy_read(const char *path, tccrt_tensor_t **out_tensor, char *err, size_t err_size) {
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) /* a FIFO would block */
+    return failf(err, err_size, "%s: is %s, not a regular file; give the path of a file", path,
+                 S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) ? "a character device"
+                 : S_ISBLK(st.st_mode) ? "a block device" : S_ISSOCK(st.st_mode) ? "a socket" : "not a regular file");
   FILE *f = fopen(path, "rb");
   if (!f) {
     if (errno == ENOENT) return failf(err, err_size, "%s: no such file", path);
     return failf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
   }
-  struct stat st;
   if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
     fclose(f);
     return failf(err, err_size, "%s is a directory, not an .npy file", path);

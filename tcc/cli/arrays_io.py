@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tcc.infile import not_a_file
 from tcc.ir.errors import InputError, TccError
 from tcc.outfile import Staged, open_output
 
@@ -15,8 +16,9 @@ from tcc.outfile import Staged, open_output
 def _load_npy(path: Path, what: str) -> np.ndarray:
     if path.is_dir():
         raise InputError(f"{what}: {path} is a directory, not an .npy file")
-    if not path.is_file():
-        raise InputError(f"{what}: {path}: no such file")
+    why = not_a_file(path)
+    if why:
+        raise InputError(f"{what}: {path}: {why}")
     try:
         arr = np.load(path, allow_pickle=False)
     except Exception:
@@ -33,8 +35,9 @@ def load_inputs(pairs: tuple[str, ...], npz: Path | None) -> dict[str, np.ndarra
     """Merge `--inputs FILE.npz` and `--input NAME=PATH.npy` (the latter wins)."""
     inputs: dict[str, np.ndarray] = {}
     if npz is not None:
-        if not npz.is_file():
-            raise InputError(f"--inputs: {npz}: no such file")
+        why = not_a_file(npz)
+        if why:
+            raise InputError(f"--inputs: {npz}: {why}")
         try:
             z = np.load(npz, allow_pickle=False)
         except Exception:

@@ -10,6 +10,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from tcc.api import StageTimes, compile_to_bytes, write_atomic
 from tcc.errors import TccError
+from tcc.infile import not_a_file
 
 _STAGES = {
     "import": "importing",
@@ -25,8 +26,9 @@ _STAGES = {
 def _build(source: Path, target: str, output: Path, verbose: bool, optimize: bool = False,
            disable_passes: tuple[str, ...] = (), plan_memory: bool = True,
            schedule: bool = True, sign: Path | None = None) -> None:
-    if not source.exists():
-        raise TccError(f"{source}: no such file")
+    why = not_a_file(source)
+    if why:
+        raise TccError(f"{source}: {why}")
     console = Console(stderr=True, highlight=False)
     times = StageTimes()
     with Progress(

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tcc.infile import not_a_file
 from tcc.ir.errors import TccError
 
 
 def load_ir(path: Path):
     """An IRModule from a .tcir file, or imported on the fly from a .onnx model."""
-    if not path.exists():
-        raise TccError(f"{path}: no such file")
+    why = not_a_file(path)
+    if why:
+        raise TccError(f"{path}: {why}")
     if path.suffix == ".onnx":
         from tcc.frontend.onnx import from_onnx
 

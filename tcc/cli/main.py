@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import click
@@ -9,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tcc import __version__
+from tcc.cli.entry import interrupted
 from tcc.ir.errors import InternalError, TccError
 
 EXIT_USER_ERROR = 2
@@ -41,8 +43,16 @@ class TccGroup(click.Group):
         except (click.exceptions.Exit, click.exceptions.ClickException, SystemExit):
             raise
         except Exception as e:  # InternalError and anything unexpected: a tcc bug
+            if interrupted():  # a Ctrl-C an extension module turned into another error
+                err_console.print("interrupted")
+                sys.exit(130)
             if ctx.obj and ctx.obj.get("debug"):
                 raise
+            if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):  # never a bug
+                where = f"{e.filename}: " if e.filename else ""
+                err_console.print(f"[bold red]error:[/] {escape(where)}no space left on device; free "
+                                  "some space (temporary files go to TMPDIR, else /tmp)")
+                sys.exit(EXIT_USER_ERROR)
             kind = "" if isinstance(e, InternalError) else f"{type(e).__name__}: "
             err_console.print(
                 f"[bold red]internal error:[/] {kind}{_one_line(e)} "

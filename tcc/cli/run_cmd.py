@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -19,8 +20,10 @@ from rich.table import Table
 
 from tcc.cli.arrays_io import load_inputs, safe_file_names, write_npz, write_output_dir
 from tcc.errors import TccError
+from tcc.infile import not_a_file
 from tcc.ir.errors import InternalError
 from tcc.outfile import scratch_dir
+from tcc.rt.tensor import numpy_dtype
 
 
 class _InProcessRunner:
@@ -64,8 +67,9 @@ class _PackRunner(_InProcessRunner):
     def __init__(self, path: Path, entry: str, public_key: Path | None = None):
         from tcc.rt import load
 
-        if not path.exists():
-            raise TccError(f"{path}: no such file")
+        why = not_a_file(path)
+        if why:
+            raise TccError(f"{path}: {why}")
         self.module = load(path, require_signature=public_key)
         self.signature = self.module.signature(entry)
         self.fn = self.module[entry]
@@ -192,9 +196,18 @@ def make_random_inputs(signature: dict, given: dict, shapes: dict, seed: int = 0
             shape = shapes[name]
             if len(shape) != len(spec["shape"]):
                 raise TccError(f"--shape {name}: rank {len(shape)} but the input has rank {len(spec['shape'])}")
+            for axis, (want, got) in enumerate(zip(spec["shape"], shape)):
+                if isinstance(want, int) and want != got:
+                    raise TccError(f"--shape {name}: dim {axis} is {got}, but the input's dim {axis} is "
+                                   f"fixed at {want} (its shape is {_shape_text(spec['shape'])})")
         else:
             shape = [d if isinstance(d, int) else 1 for d in spec["shape"]]
-        dtype = np.dtype(spec["dtype"]) if spec["dtype"] != "bfloat16" else np.dtype(np.float32)
+        dtype = numpy_dtype(spec["dtype"])
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes > _memory_bytes():
+            given_by = f"--shape {name}" if name in shapes else f"input {name!r}"
+            raise TccError(f"{given_by}: shape {list(shape)} needs {nbytes:,} bytes of {spec['dtype']}, more "
+                           f"than this machine's {_memory_bytes():,} bytes of memory; give a smaller shape")
         if dtype.kind == "f":
             out[name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":
@@ -202,6 +215,17 @@ def make_random_inputs(signature: dict, given: dict, shapes: dict, seed: int = 0
         else:
             out[name] = rng.integers(0, 8, shape).astype(dtype)
     return out
+
+
+def _shape_text(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
 
 
 PROFILE_TOP = 25  # rows shown by --profile; the rest share one line

@@ -201,10 +201,12 @@ def pack_summary(contents, env: dict[str, int] | None = None) -> dict:
 
 def _show_pack(file: Path, stats: bool, as_json: bool, env: dict[str, int]) -> None:
     from tcc.errors import TccError
+    from tcc.infile import not_a_file
     from tcc.rt.pack import read_pack
 
-    if not file.exists():
-        raise TccError(f"{file}: no such file")
+    why = not_a_file(file)
+    if why:
+        raise TccError(f"{file}: {why}")
     with read_pack(file) as contents:
         if as_json:
             click.echo(json.dumps(pack_summary(contents, env), indent=2))

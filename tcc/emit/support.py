@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 
 from tcc.errors import TccError
+from tcc.outfile import scratch_dir
 
 
 class CodegenError(TccError):
@@ -38,21 +39,31 @@ def link_shared(object_code: bytes, libraries: list[str]) -> bytes | None:
     cc = c_compiler()
     if cc is None:
         return None
-    with tempfile.TemporaryDirectory(prefix="tcc-link-") as tmp:
-        obj, out = os.path.join(tmp, "kernels.o"), os.path.join(tmp, "kernels.so")
-        with open(obj, "wb") as f:
-            f.write(object_code)
-        cmd = [cc, "-shared", "-o", out, obj, "-Wl,-z,noexecstack"]
-        if "gomp" in libraries:
-            # unloading these kernels must never unload libgomp under its idle worker threads
-            cmd.append("-Wl,-z,nodelete")
-        cmd += [f"-l{lib}" for lib in libraries]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
-        if proc.returncode != 0:
-            detail = " ".join(proc.stderr.split())[:400]
-            raise CodegenError(
-                f"linking the kernels with {' '.join(cmd[:2])} failed: {detail}; "
-                "install the C toolchain's libraries (libm, libgomp) or set CC to a working compiler"
-            )
-        with open(out, "rb") as f:
-            return f.read()
+    try:
+        with scratch_dir("tcc-link-") as tmp:
+            return _link_in(tmp, cc, object_code, libraries)
+    except OSError as e:
+        raise CodegenError(f"cannot link the kernels in the temporary folder {tempfile.gettempdir()}: "
+                           f"{e.strerror or e}; free space there or set TMPDIR to another folder") from None
+
+
+def _link_in(tmp: str, cc: str, object_code: bytes, libraries: list[str]) -> bytes:
+    obj, out = os.path.join(tmp, "kernels.o"), os.path.join(tmp, "kernels.so")
+    with open(obj, "wb") as f:
+        f.write(object_code)
+    cmd = [cc, "-shared", "-o", out, obj, "-Wl,-z,noexecstack"]
+    if "gomp" in libraries:
+        # unloading these kernels must never unload libgomp under its idle worker threads
+        cmd.append("-Wl,-z,nodelete")
+    cmd += [f"-l{lib}" for lib in libraries]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+    if proc.returncode != 0:
+        detail = " ".join(proc.stderr.split())[:400]
+        if "No space left" in detail:
+            raise OSError(28, "No space left on device")
+        raise CodegenError(
+            f"linking the kernels with {' '.join(cmd[:2])} failed: {detail}; "
+            "install the C toolchain's libraries (libm, libgomp) or set CC to a working compiler"
+        )
+    with open(out, "rb") as f:
+        return f.read()

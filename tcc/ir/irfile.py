@@ -17,6 +17,7 @@ import struct
 import ml_dtypes
 import numpy as np
 
+from tcc.infile import not_a_file
 from tcc.ir.errors import IRFileError
 from tcc.outfile import open_output
 
@@ -219,9 +220,10 @@ def read_container(path, mmap: bool = True) -> tuple[str, dict[str, np.ndarray],
 
 def _load_bytes(where: str, mmap: bool, bad) -> np.ndarray:
     """The whole file as a uint8 array: memory-mapped read-only, or read into memory."""
+    why = not_a_file(where)
+    if why:
+        raise bad("is a directory, not a tcc IR file" if why.startswith("is a directory") else why)
     try:
-        if os.path.isdir(where):
-            raise bad("is a directory, not a tcc IR file")
         with open(where, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if not mmap or size < HEADER_SIZE:

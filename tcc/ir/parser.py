@@ -30,6 +30,7 @@ _ARITY = {"min": 2, "max": 2, "select": 3, "cast": 2}  # expression calls beside
 _CONTROL_FLOW = {name: (cls, positional, fields)
                  for cls, (name, positional, fields) in CONTROL_FLOW_SYNTAX.items()}
 _FOR_KINDS = {k.value: k for k in T.ForKind}
+MAX_NESTING = 256  # levels of one expression (a + b + ... counts one level per +)
 _ITER_KINDS = {k.value: k for k in T.IterKind}
 
 
@@ -109,10 +110,30 @@ class Parser:
 
     def parse(self, text: str, mode: str = "exec") -> ast.AST:
         try:
-            return ast.parse(text, self.filename, mode=mode)
+            tree = ast.parse(text, self.filename, mode=mode)
         except SyntaxError as e:
             where = f"{self.filename}:{e.lineno or 1}:{e.offset or 1}"
             raise ParseError(f"{where}: invalid Python syntax: {e.msg}") from None
+        except (RecursionError, MemoryError):
+            raise ParseError(f"{self.filename}: the text nests deeper than Python's parser allows; "
+                             f"keep expressions under {MAX_NESTING} levels deep") from None
+        self.check_nesting(tree)
+        return tree
+
+    def check_nesting(self, tree: ast.AST) -> None:
+        """Refuse an expression nested deeper than MAX_NESTING, without recursing: every pass
+        over the IR walks expressions recursively."""
+        stack = [(tree, 0)]
+        while stack:
+            node, depth = stack.pop()
+            if isinstance(node, ast.expr):
+                depth += 1
+                if depth > MAX_NESTING:
+                    raise self.error(node, f"an expression nested more than {MAX_NESTING} levels deep; "
+                                           "split it into smaller ones")
+            elif depth:
+                depth = 0
+            stack.extend((child, depth) for child in ast.iter_child_nodes(node))
 
     # -- module and common pieces ------------------------------------------------------------
 
@@ -603,6 +624,9 @@ class Parser:
                                  f"{', '.join(_FOR_KINDS)}")
         kwargs = self.kwargs(it, ("thread", "annotations", "dtype"))
         lo, extent = (self.expr(a, scope) for a in it.args)
+        if isinstance(extent, E.IntImm) and extent.value < 0:
+            raise self.error(it.args[1], f"loop {node.target.id!r} has extent {extent.value}; the second "
+                                         "argument is the number of iterations and must not be negative")
         tag = self.string(kwargs["thread"], "thread") if "thread" in kwargs else None
         notes = kwargs.get("annotations")
         notes = self.attr_pairs(notes, scope, "annotations") if notes is not None else ()

@@ -16,6 +16,7 @@ import math
 import mmap
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -105,8 +106,12 @@ def read_pack(path, public_key=None) -> PackContents:
 
         verify = load_public_key(public_key)
     try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
+        # O_NONBLOCK: a FIFO must not block the open; only a regular file is read
+        with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise _Bad("cannot read: not a regular file")
+            size = st.st_size
             if size < 3 * TAR_BLOCK:
                 raise _Bad(f"{size} bytes is too small to be a tvmpack")
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)

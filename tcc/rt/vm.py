@@ -349,7 +349,12 @@ class VirtualMachine:
         return dims
 
     def _b_alloc_tensor(self, frame: _Frame, shape, dtype: str):
-        return np.empty(shape, numpy_dtype(dtype))
+        dt = numpy_dtype(dtype)
+        try:
+            return np.empty(shape, dt)
+        except (ValueError, MemoryError):  # as the C runtime says it (runtime_c/src/tensor.c)
+            nbytes = math.prod(shape) * dt.itemsize
+            raise RunInputError(f"out of memory allocating {nbytes} bytes for a tensor") from None
 
     def _b_alloc_arena(self, frame: _Frame, sizes_prog, lifetimes):
         sizes = self._b_make_shape(frame, sizes_prog)
@@ -457,7 +462,10 @@ class Arena:
     __slots__ = ("data", "offsets", "sizes")
 
     def __init__(self, nbytes: int, offsets: tuple[int, ...], sizes: tuple[int, ...]):
-        raw = np.empty(nbytes + ARENA_ALIGN, np.uint8)
+        try:
+            raw = np.empty(nbytes + ARENA_ALIGN, np.uint8)
+        except (ValueError, MemoryError):
+            raise RunInputError(f"out of memory allocating a {nbytes}-byte arena") from None
         start = -raw.ctypes.data % ARENA_ALIGN
         self.data = raw[start : start + nbytes]
         self.offsets, self.sizes = offsets, sizes

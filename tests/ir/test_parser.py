@@ -156,3 +156,35 @@ def test_errors(text, where, message):
     assert msg.startswith(f"m.txt:{where}: "), msg
     assert message in msg, msg
     assert "\n" not in msg
+
+
+_SUM = '''\
+@prim_func
+def f(A: Buffer((4,), "float32"), B: Buffer((1,), "float32")):
+    for i in serial(0, {extent}):
+        with block("sum"):
+            vi = axis.reduce(4, i)
+            reads(A[vi])
+            writes(B[0])
+            with init():
+                B[0] = {init}
+            B[0] = B[0] + A[vi]
+'''
+
+
+@pytest.mark.parametrize("terms", [200, 300, 30000])
+def test_nesting_is_bounded_without_recursion(terms):
+    """A chain of `+` is one nesting level per term; every pass recurses over expressions,
+    so deeper ones are refused at parse time, with a message, whatever their depth."""
+    text = _SUM.format(extent=4, init=" + ".join(["0.0"] * terms))
+    if terms <= 256:
+        assert isinstance(parse_module(text)["f"], PrimFunc)
+        return
+    with pytest.raises(ParseError, match="nest"):
+        parse_module(text)
+
+
+def test_negative_loop_extent():
+    with pytest.raises(ParseError, match=r"<text>:3:24: loop 'i' has extent -3; the second argument "
+                                         "is the number of iterations and must not be negative"):
+        parse_module(_SUM.format(extent=-3, init="0.0"))

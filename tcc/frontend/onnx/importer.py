@@ -27,6 +27,7 @@ from onnx import numpy_helper
 
 from tcc.frontend.onnx import functions, symbolic
 from tcc.frontend.onnx.base import CONVERTERS, OnnxNode, normalize_domain, onnx_dtype
+from tcc.infile import not_a_file
 from tcc.ir.builder import FunctionBuilder, infer_call
 from tcc.ir.dtype import from_numpy, to_numpy
 from tcc.ir.errors import FrontendError, InternalError, TccError
@@ -335,8 +336,9 @@ def load_model(model_or_path) -> onnx.ModelProto:
             raise FrontendError(f"not a valid ONNX model: {e}") from None
         return m
     path = os.fspath(model_or_path)
-    if not os.path.isfile(path):
-        raise FrontendError(f"{path}: no such file")
+    why = not_a_file(path)
+    if why:
+        raise FrontendError(f"{path}: {why}")
     try:
         return onnx.load(path)
     except Exception as e:

@@ -1,0 +1,45 @@
+"""Ctrl-C at any moment of a command, including while the CLI is still importing, prints
+"interrupted" and exits 130: never a traceback. (One arriving during Python's own start-up
+or shutdown kills the process by the signal, which a shell reports as 130 too.)"""
+
+import signal
+import subprocess
+import sys
+import time
+
+import onnx
+import pytest
+
+import tcc
+from tests.cli.test_cli_output_paths import _model
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("interrupt")
+    onnx.save(_model(), d / "m.onnx")
+    tcc.compile(_model(), output=d / "m.tvmpack")
+    return d
+
+
+COMMANDS = {
+    "compile": ["compile", "m.onnx", "-o", "out.tvmpack"],
+    "show": ["show", "m.tvmpack"],
+    "run-c": ["run", "m.tvmpack", "--random-inputs", "--runtime", "c", "--bench", "1000000"],
+    "run": ["run", "m.tvmpack", "--random-inputs", "--bench", "10000000"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("delay", [0.2, 0.6, 1.5])
+def test_sigint_prints_one_line_and_exits_130(files, command, delay):
+    p = subprocess.Popen([sys.executable, "-m", "tcc", *COMMANDS[command]], cwd=files,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    if p.returncode in (0, -signal.SIGINT):  # it finished, or was in Python's own shutdown
+        return
+    assert p.returncode == 130, (p.returncode, err)
+    assert err.strip().splitlines()[-1] == "interrupted", err
