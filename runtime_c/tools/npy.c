@@ -105,11 +105,7 @@ static int parse_descr(cursor_t *c, npy_header_t *h) {
   const char *s;
   size_t n;
   if (parse_string(c, &s, &n)) return -1;
-  if (n >= 2 && s[0] == '>')
-    return failf(c->err, c->err_size,
-                 "stored big-endian ('%.*s'); save it with "
-                 "np.save(path, a.astype(a.dtype.newbyteorder('<')))",
-                 (int)n, s);
+  h->big_endian = n == 3 && s[0] == '>';
   if (n >= 2 && (s[1] == 'O' || s[1] == 'V'))
     return failf(c->err, c->err_size,
                  "holds Python objects or raw records ('%.*s'), not numbers; save an array of "
@@ -118,7 +114,7 @@ static int parse_descr(cursor_t *c, npy_header_t *h) {
   for (size_t i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++) {
     /* '|' (no byte order) is what numpy writes for one-byte types; '<' for the rest. */
     char order = DTYPES[i].itemsize == 1 ? '|' : '<';
-    if (n == 3 && (s[0] == order || s[0] == '<') && memcmp(s + 1, DTYPES[i].code, 2) == 0) {
+    if (n == 3 && (s[0] == order || s[0] == '<' || s[0] == '>') && memcmp(s + 1, DTYPES[i].code, 2) == 0) {
       h->dtype = DTYPES[i].dtype;
       h->itemsize = DTYPES[i].itemsize;
       return 0;
@@ -305,6 +301,15 @@ static int read_data(FILE *f, const char *path, const npy_header_t *h, long long
     if (ferror(f)) return failf(err, err_size, "%s: cannot read: %s", path, strerror(errno));
     return failf(err, err_size, "%s: %s%s needs %zu data bytes but the file %s; " SAVE_HINT, path,
                  h->dtype, shape, h->nbytes, extra ? "has more" : "ends early");
+  }
+  if (h->big_endian && h->itemsize > 1) { /* numpy reads it as numbers; so does tccrt */
+    uint8_t *p = tccrt_tensor_data(t);
+    for (size_t i = 0; i < h->nbytes; i += h->itemsize)
+      for (size_t a = 0, b = h->itemsize - 1; a < b; a++, b--) {
+        uint8_t tmp = p[i + a];
+        p[i + a] = p[i + b];
+        p[i + b] = tmp;
+      }
   }
   *out = t;
   return 0;

@@ -25,6 +25,7 @@ typedef struct npy_header_t {
   size_t rank;
   int64_t shape[NPY_MAX_RANK];
   size_t nbytes; /* itemsize times the product of shape, checked against overflow */
+  int big_endian; /* the data is stored big-endian ('>f4'): swapped on reading */
 } npy_header_t;
 
 /* Parse the header dict `text[0 .. len-1]` (what follows the length field).  Returns 0, or

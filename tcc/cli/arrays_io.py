@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import zipfile
 from pathlib import Path
@@ -28,7 +29,21 @@ def _load_npy(path: Path, what: str) -> np.ndarray:
     if isinstance(arr, np.lib.npyio.NpzFile):
         arr.close()
         raise InputError(f"{what}: {path} is an .npz archive; pass it with --inputs instead")
+    _check_data_size(path, arr, what)
     return arr
+
+
+def _check_data_size(path: Path, arr: np.ndarray, what: str) -> None:
+    """The data must fill the file exactly, as tccrt's reader requires (runtime_c/tools/npy.c):
+    numpy.load ignores bytes after the array."""
+    with open(path, "rb") as f:
+        fmt = np.lib.format  # np.load has read this header already: its version is one numpy knows
+        (fmt.read_array_header_1_0 if fmt.read_magic(f) == (1, 0) else fmt.read_array_header_2_0)(f)
+        available = os.fstat(f.fileno()).st_size - f.tell()
+    if available != arr.nbytes:
+        raise InputError(f"{what}: {path}: the data is {available} bytes but {arr.dtype.name}{arr.shape} needs "
+                         f"{arr.nbytes} ({'truncated' if available < arr.nbytes else 'trailing bytes'}); "
+                         "save it with numpy.save")
 
 
 def load_inputs(pairs: tuple[str, ...], npz: Path | None) -> dict[str, np.ndarray]:

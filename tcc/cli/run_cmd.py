@@ -144,7 +144,8 @@ class _CRunner:
                 raise TccError(f"input {name!r} of {self.entry!r}: expected dtype {dtype}, "
                                f"got {arr.dtype.name}")
             path = directory / f"input{i}.npy"
-            np.save(path, np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")))
+            # C order, little-endian, and a 0-d array stays 0-d (np.ascontiguousarray makes it 1-d)
+            np.save(path, arr.astype(arr.dtype.newbyteorder("<"), order="C", copy=False))
             args += ["--input", f"{name}={path}"]
         return args
 

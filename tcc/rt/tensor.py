@@ -37,6 +37,8 @@ def as_array(x) -> np.ndarray:
     if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
         x = np.from_dlpack(x)
     if isinstance(x, np.ndarray):  # (np.ascontiguousarray would turn a 0-d array into 1-d)
+        if not x.dtype.isnative:  # big-endian numbers: the same values, in this machine's order
+            return x.astype(x.dtype.newbyteorder("="), order="C")
         return x if x.flags.c_contiguous else x.copy(order="C")
     if isinstance(x, (np.generic, int, float, bool)):
         return np.asarray(x)
