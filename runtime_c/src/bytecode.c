@@ -58,7 +58,7 @@ static int count(words_t *r, const char *what, uint64_t words_each, size_t *out)
 
 static int string(words_t *r, const char *what, const char **out) {
   int64_t n;
-  char label[96];
+  char label[sizeof(tccrt_repr_t) + 128];
   snprintf(label, sizeof label, "%s length", what);
   if (!take(r, label, &n)) return 0;
   uint64_t nw = n >= 0 ? (uint64_t)n / 8 + ((uint64_t)n % 8 != 0) : 0;
@@ -72,12 +72,15 @@ static int string(words_t *r, const char *what, const char **out) {
   return *out != NULL;
 }
 
-static int instruction(words_t *r, size_t end, tccrt_instr_t *ins) {
-  const char *where = "an instruction";
+/* Decode one instruction of function `fname`; the messages name it as tcc/rt/format.py's do. */
+static int instruction(words_t *r, const char *fname, size_t end, tccrt_instr_t *ins) {
+  tccrt_repr_t q;
+  char where[sizeof q.text + 32], argc[sizeof where + 16];
+  snprintf(where, sizeof where, "function %s instruction", tccrt_repr(&q, fname));
+  snprintf(argc, sizeof argc, "%s argument count", where);
   if (!take(r, where, &ins->op)) return 0;
   if (ins->op == TCCRT_OP_CALL) {
-    if (!take(r, where, &ins->a) || !take(r, where, &ins->b) ||
-        !count(r, "an instruction's argument count", 2, &ins->nargs))
+    if (!take(r, where, &ins->a) || !take(r, where, &ins->b) || !count(r, argc, 2, &ins->nargs))
       return 0;
     /* A call without arguments (stack_new) allocates nothing. */
     tccrt_arg_t *args = ins->nargs ? alloc(r, ins->nargs, sizeof *args) : NULL;
@@ -90,9 +93,9 @@ static int instruction(words_t *r, size_t end, tccrt_instr_t *ins) {
   } else if (ins->op == TCCRT_OP_RET || ins->op == TCCRT_OP_GOTO) {
     if (!take(r, where, &ins->a)) return 0;
   } else {
-    return bad(r, "instruction %zu: unknown opcode %lld", r->i - 1, (long long)ins->op);
+    return bad(r, "%s %zu: unknown opcode %lld", where, r->i - 1, (long long)ins->op);
   }
-  if (r->i > end) return bad(r, "an instruction runs past the code length");
+  if (r->i > end) return bad(r, "function %s: an instruction runs past the code length", tccrt_repr(&q, fname));
   return 1;
 }
 
@@ -101,11 +104,14 @@ static int table(words_t *r, tccrt_program_t *p) {
   if (!entries) return 0;
   p->table = entries;
   for (size_t i = 0; i < p->table_size; i++) {
-    if (!take(r, "a table entry kind", &entries[i].kind)) return 0;
+    char what[64];
+    snprintf(what, sizeof what, "table entry %zu kind", i);
+    if (!take(r, what, &entries[i].kind)) return 0;
     int64_t kind = entries[i].kind;
     if (kind != TCCRT_FUNC_KIND_KERNEL && kind != TCCRT_FUNC_KIND_BUILTIN && kind != TCCRT_FUNC_KIND_VM)
       return bad(r, "table entry %zu has unknown kind %lld", i, (long long)kind);
-    if (!string(r, "a table entry name", &entries[i].name)) return 0;
+    snprintf(what, sizeof what, "table entry %zu name", i);
+    if (!string(r, what, &entries[i].name)) return 0;
   }
   return 1;
 }
@@ -116,12 +122,16 @@ static int constants(words_t *r, tccrt_program_t *p) {
   p->constants = consts;
   for (size_t i = 0; i < p->constant_count; i++) {
     tccrt_const_t *c = &consts[i];
-    if (!take(r, "a constant kind", &c->kind)) return 0;
+    char what[64];
+    snprintf(what, sizeof what, "constant %zu kind", i);
+    if (!take(r, what, &c->kind)) return 0;
     if (c->kind == TCCRT_CONST_KIND_STR) {
-      if (!string(r, "a constant", &c->str)) return 0;
+      snprintf(what, sizeof what, "constant %zu", i);
+      if (!string(r, what, &c->str)) return 0;
       c->length = strlen(c->str);
     } else if (c->kind == TCCRT_CONST_KIND_INTS) {
-      if (!count(r, "a constant length", 1, &c->length)) return 0;
+      snprintf(what, sizeof what, "constant %zu length", i);
+      if (!count(r, what, 1, &c->length)) return 0;
       int64_t *ints = alloc(r, c->length, sizeof *ints); /* aligned, unlike the file's words */
       if (!ints) return 0;
       for (size_t k = 0; k < c->length; k++)
@@ -134,26 +144,37 @@ static int constants(words_t *r, tccrt_program_t *p) {
   return 1;
 }
 
+/* Labels "NAME heap size" and so on, with the name as it is (as tcc/rt/format.py writes them). */
+static const char *label(char *buf, size_t size, const char *name, const char *what) {
+  snprintf(buf, size, "%s %s", name, what);
+  return buf;
+}
+
 static int function(words_t *r, size_t index, tccrt_vm_function_t *f) {
   size_t n_words;
-  if (!string(r, "a function name", &f->name) || !take(r, "num_params", &f->num_params) ||
-      !take(r, "num_regs", &f->num_regs) || !count(r, "a heap size", 1, &f->heap_size))
+  char what[96];
+  snprintf(what, sizeof what, "function %zu name", index);
+  if (!string(r, what, &f->name) || !take(r, "num_params", &f->num_params) ||
+      !take(r, "num_regs", &f->num_regs) ||
+      !count(r, label(what, sizeof what, f->name, "heap size"), 1, &f->heap_size))
     return 0;
   const char **heap = alloc(r, f->heap_size, sizeof *heap);
   if (!heap) return 0;
   f->heap_names = heap;
   for (size_t h = 0; h < f->heap_size; h++)
-    if (!string(r, "a heap name", &heap[h])) return 0;
-  if (!count(r, "an instruction count", 1, &f->code_length) || !count(r, "a code length", 1, &n_words))
+    if (!string(r, label(what, sizeof what, f->name, "heap name"), &heap[h])) return 0;
+  if (!count(r, label(what, sizeof what, f->name, "instruction count"), 1, &f->code_length) ||
+      !count(r, label(what, sizeof what, f->name, "code length"), 1, &n_words))
     return 0;
   tccrt_instr_t *code = alloc(r, f->code_length, sizeof *code);
   if (!code) return 0;
   f->code = code;
   size_t end = r->i + n_words;
   for (size_t k = 0; k < f->code_length; k++)
-    if (!instruction(r, end, &code[k])) return 0;
+    if (!instruction(r, f->name, end, &code[k])) return 0;
+  tccrt_repr_t q;
   if (r->i != end)
-    return bad(r, "function %zu: code length %zu does not match its instructions", index, n_words);
+    return bad(r, "function %s: code length %zu does not match its instructions", tccrt_repr(&q, f->name), n_words);
   return 1;
 }
 
@@ -178,7 +199,7 @@ static int program(words_t *r, tccrt_program_t *p) {
 }
 
 tccrt_status_t tccrt_bytecode_decode(tccrt_pack_t *pack, const tccrt_member_t *member) {
-  char why[160] = "";
+  char why[sizeof(tccrt_repr_t) + 256] = "";
   if (member->size % 8)
     return tccrt_fail(TCCRT_INVALID_PACK, "%s: %s: size %zu is not a multiple of 8 bytes", pack->path,
                       member->name, member->size);

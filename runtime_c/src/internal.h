@@ -79,4 +79,12 @@ tccrt_json_t *tccrt_json_parse(tccrt_arena_t *arena, const char *text, size_t si
 const tccrt_json_t *tccrt_json_get(const tccrt_json_t *object, const char *key);
 int tccrt_utf8_valid(const uint8_t *s, size_t n);
 
+/* A name as Python's repr shows it (quotes, control characters escaped), so a message names
+ * even a broken name as the Python reader does; cut after TCCRT_REPR_BYTES bytes (repr.c). */
+#define TCCRT_REPR_BYTES 120
+typedef struct tccrt_repr_t {
+  char text[4 * TCCRT_REPR_BYTES + 32];
+} tccrt_repr_t;
+const char *tccrt_repr(tccrt_repr_t *out, const char *s);
+
 #endif /* TCCRT_INTERNAL_H_ */

@@ -12,46 +12,6 @@
 #include "pack_internal.h"
 #include "tccrt_pack.h"
 
-/* A name as Python's repr shows it (quotes, control characters escaped), so a message names
- * even a broken name as the Python reader does; cut after REPR_BYTES bytes. */
-#define REPR_BYTES 120
-typedef struct repr_t {
-  char text[4 * REPR_BYTES + 32];
-} repr_t;
-
-static char *escape(char *o, const char *code) {
-  while (*code) *o++ = *code++;
-  return o;
-}
-
-static char *hex_escape(char *o, unsigned char c) {
-  static const char digits[] = "0123456789abcdef";
-  *o++ = '\\', *o++ = 'x', *o++ = digits[c >> 4], *o++ = digits[c & 15];
-  return o;
-}
-
-static const char *repr(repr_t *out, const char *s) {
-  char q = strchr(s, '\'') && !strchr(s, '"') ? '"' : '\'';
-  char *o = out->text;
-  size_t i = 0;
-  *o++ = q;
-  /* Cut only at the start of a character, so the message stays UTF-8. */
-  for (; s[i] && (i < REPR_BYTES || ((unsigned char)s[i] & 0xc0) == 0x80); i++) {
-    unsigned char c = (unsigned char)s[i], next = (unsigned char)s[i + 1];
-    if (c == '\\' || c == (unsigned char)q) *o++ = '\\', *o++ = (char)c;
-    else if (c == '\n') o = escape(o, "\\n");
-    else if (c == '\r') o = escape(o, "\\r");
-    else if (c == '\t') o = escape(o, "\\t");
-    else if (c < 0x20 || c == 0x7f) o = hex_escape(o, c);
-    else if (c == 0xc2 && next >= 0x80 && next < 0xa0) o = hex_escape(o, next), i++; /* C1 controls */
-    else *o++ = (char)c;
-  }
-  *o++ = q;
-  if (s[i]) o = escape(o, "...");
-  *o = 0;
-  return out->text;
-}
-
 const tccrt_builtin_spec_t tccrt_builtin_specs[TCCRT_B_COUNT] = {
     [TCCRT_B_MATCH_SHAPE] = {"match_shape", "rssn", 0},
     [TCCRT_B_MAKE_SHAPE] = {"make_shape", "n", 1},
@@ -116,7 +76,7 @@ typedef struct verifier_t {
   size_t *rank;     /* of each function in name order */
   size_t *calls;    /* per function, the ranks of the VM functions it calls: sorted, distinct */
   size_t *calls_at; /* function f's calls are calls[calls_at[f] .. calls_at[f + 1]] */
-  char where[sizeof(repr_t) + 32]; /* "bytecode function 'f'" while a function is verified */
+  char where[sizeof(tccrt_repr_t) + 32]; /* "bytecode function 'f'" while a function is verified */
   size_t pc;
 } verifier_t;
 
@@ -203,20 +163,20 @@ static size_t builtin_id(const char *name) {
 static tccrt_status_t resolve_table(verifier_t *v) {
   tccrt_entry_t *table = (tccrt_entry_t *)v->prog->table; /* the arena's own, writable memory */
   const tccrt_pack_t *pack = v->pack;
-  repr_t q;
+  tccrt_repr_t q;
   for (size_t i = 0; i < v->prog->table_size; i++) {
     tccrt_entry_t *e = &table[i];
     if (e->kind == TCCRT_FUNC_KIND_KERNEL) {
       e->index = lookup(v->kernels, pack->kernel_count, e->name);
       if (e->index == NOT_FOUND)
-        return fail(v, "bytecode calls kernel %s, which the kernel table lacks", repr(&q, e->name));
+        return fail(v, "bytecode calls kernel %s, which the kernel table lacks", tccrt_repr(&q, e->name));
     } else if (e->kind == TCCRT_FUNC_KIND_BUILTIN) {
       if ((e->index = builtin_id(e->name)) == NOT_FOUND)
-        return fail(v, "bytecode calls unknown builtin %s", repr(&q, e->name));
+        return fail(v, "bytecode calls unknown builtin %s", tccrt_repr(&q, e->name));
     } else {
       e->index = lookup(v->functions, v->prog->function_count, e->name);
       if (e->index == NOT_FOUND)
-        return fail(v, "bytecode calls function %s, which it does not define", repr(&q, e->name));
+        return fail(v, "bytecode calls function %s, which it does not define", tccrt_repr(&q, e->name));
     }
   }
   return TCCRT_OK;
@@ -224,13 +184,13 @@ static tccrt_status_t resolve_table(verifier_t *v) {
 
 static tccrt_status_t check_entries(verifier_t *v) {
   const tccrt_pack_t *pack = v->pack;
-  repr_t q;
+  tccrt_repr_t q;
   for (size_t i = 0; i < pack->function_count; i++) {
     const tccrt_function_t *entry = &pack->functions[i];
     size_t f = lookup(v->functions, v->prog->function_count, entry->name);
     if (f == NOT_FOUND || v->prog->functions[f].num_params != (int64_t)entry->counts[TCCRT_INPUT])
       return fail(v, "entry function %s is missing from the bytecode or takes other inputs",
-                  repr(&q, entry->name));
+                  tccrt_repr(&q, entry->name));
   }
   return TCCRT_OK;
 }
@@ -355,7 +315,7 @@ static tccrt_status_t builtin(verifier_t *v, const tccrt_vm_function_t *f, size_
     }
   }
   tccrt_status_t st;
-  repr_t q;
+  tccrt_repr_t q;
   if (b == TCCRT_B_MAKE_SHAPE && (st = shape_program(v, consts[0], f->heap_size, -1))) return st;
   if (b == TCCRT_B_ALLOC_ARENA && ((st = shape_program(v, consts[0], f->heap_size, -1)) ||
                                    (st = lifetimes(v, consts[1], (uint64_t)consts[0]->ints[0], f->code_length))))
@@ -369,7 +329,7 @@ static tccrt_status_t builtin(verifier_t *v, const tccrt_vm_function_t *f, size_
     return fail_at(v, "builtin scalar makes bool or integer tensors, not %s", consts[0]->str);
   if (b == TCCRT_B_LOAD_CONSTANT) {
     ins->weight = lookup(v->weights, v->pack->weight_count, consts[0]->str);
-    if (ins->weight == NOT_FOUND) return fail_at(v, "weight %s is not in the pack", repr(&q, consts[0]->str));
+    if (ins->weight == NOT_FOUND) return fail_at(v, "weight %s is not in the pack", tccrt_repr(&q, consts[0]->str));
   }
   return TCCRT_OK;
 }
@@ -429,14 +389,14 @@ static tccrt_status_t call(verifier_t *v, size_t fi, tccrt_instr_t *ins) {
     registers_only &= kind == TCCRT_ARG_KIND_REG;
   }
   const tccrt_entry_t *e = &prog->table[ins->a];
-  repr_t q;
+  tccrt_repr_t q;
   if (e->kind == TCCRT_FUNC_KIND_BUILTIN) return builtin(v, f, e->index, ins);
-  if (!registers_only) return fail_at(v, "%s takes registers only", repr(&q, e->name));
+  if (!registers_only) return fail_at(v, "%s takes registers only", tccrt_repr(&q, e->name));
   if (e->kind == TCCRT_FUNC_KIND_VM) {
     add_call(v, fi, e->index);
     int64_t params = prog->functions[e->index].num_params;
     if ((int64_t)ins->nargs != params)
-      return fail_at(v, "%s takes %lld arguments", repr(&q, e->name), (long long)params);
+      return fail_at(v, "%s takes %lld arguments", tccrt_repr(&q, e->name), (long long)params);
   }
   return TCCRT_OK;
 }
@@ -455,12 +415,107 @@ static void finish_calls(verifier_t *v, size_t fi) {
   v->calls_at[fi + 1] = v->calls_at[fi] + kept;
 }
 
+/* -- registers written before they are read -- */
+
+/* The register sets below (one bit per register, for each jump target and each `if`) may
+ * hold at most this many bits in all: about 128 MiB (tcc/rt/pack.py MAX_DATAFLOW_BITS). */
+#define MAX_DATAFLOW_BITS ((uint64_t)1 << 30)
+
+typedef struct dataflow_t {
+  size_t words;          /* per set */
+  uint64_t **pending;    /* per pc: registers written on every path so far that jumps there */
+  uint64_t **heads;      /* per pc of an `if`: the registers written when it runs */
+  uint64_t kept;         /* sets held now */
+} dataflow_t;
+
+static int bit(const uint64_t *set, int64_t r) { return (int)(set[r >> 6] >> (r & 63) & 1); }
+
+/* Intersect `bits` into table[pc] (a copy of it when new); -1 on the memory limit, -2 when
+ * out of memory. */
+static int keep(dataflow_t *d, uint64_t **table, size_t pc, const uint64_t *bits, int64_t regs) {
+  if (table[pc]) {
+    for (size_t w = 0; w < d->words; w++) table[pc][w] &= bits[w];
+    return 0;
+  }
+  if ((d->kept + 1) * (uint64_t)regs > MAX_DATAFLOW_BITS) return -1;
+  if (!(table[pc] = malloc(d->words * sizeof(uint64_t)))) return -2;
+  memcpy(table[pc], bits, d->words * sizeof(uint64_t));
+  d->kept++;
+  return 0;
+}
+
+/* Every register an instruction reads is written first on every path from the entry, as
+ * tcc/rt/pack.py's _verify_written_before_read checks it: one pass in code order, jump
+ * targets getting the intersection of the paths that reach them, and a backward goto
+ * bringing back every register its loop head had.  Runs after the indices are checked. */
+static tccrt_status_t written_before_read(verifier_t *v, const tccrt_vm_function_t *f) {
+  size_t n = f->code_length;
+  int64_t regs = f->num_regs;
+  dataflow_t d = {(size_t)(regs + 63) / 64 + 1, calloc(n, sizeof(uint64_t *)), calloc(n, sizeof(uint64_t *)), 0};
+  uint64_t *written = calloc(d.words, sizeof(uint64_t));
+  tccrt_status_t st = TCCRT_OK;
+  if (!d.pending || !d.heads || !written) st = tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory verifying bytecode");
+  for (int64_t r = 0; !st && r < f->num_params; r++) written[r >> 6] |= (uint64_t)1 << (r & 63);
+  int reachable = 1, kept = 0;
+  for (v->pc = 0; v->pc < n && !st && kept >= 0; v->pc++) {
+    size_t pc = v->pc;
+    const tccrt_instr_t *ins = &f->code[pc];
+    if (d.pending[pc]) {
+      for (size_t w = 0; w < d.words; w++) written[w] = reachable ? written[w] & d.pending[pc][w] : d.pending[pc][w];
+      free(d.pending[pc]);
+      d.pending[pc] = NULL;
+      d.kept--;
+      reachable = 1;
+    }
+    if (!reachable) continue;
+    if (ins->op == TCCRT_OP_RET || ins->op == TCCRT_OP_IF) {
+      if (!bit(written, ins->a)) {
+        st = fail_at(v, "reads register %lld before anything writes it", (long long)ins->a);
+        break;
+      }
+      if (ins->op == TCCRT_OP_RET) reachable = 0;
+      else if ((kept = keep(&d, d.heads, pc, written, regs)) == 0)
+        kept = keep(&d, d.pending, pc + (size_t)ins->b, written, regs);
+    } else if (ins->op == TCCRT_OP_GOTO) {
+      if (ins->a > 0) {
+        kept = keep(&d, d.pending, pc + (size_t)ins->a, written, regs);
+      } else {
+        const uint64_t *head = d.heads[pc - (size_t)-ins->a];
+        for (size_t w = 0; head && w < d.words && !st; w++) {
+          uint64_t lost = head[w] & ~written[w];
+          if (lost) {
+            int64_t r = (int64_t)(w * 64) + __builtin_ctzll(lost);
+            st = fail_at(v, "the loop back to %zu can arrive without register %lld written", pc - (size_t)-ins->a,
+                         (long long)r);
+          }
+        }
+      }
+      reachable = 0;
+    } else {
+      for (size_t k = 0; k < ins->nargs && !st; k++)
+        if (ins->args[k].kind == TCCRT_ARG_KIND_REG && !bit(written, ins->args[k].value))
+          st = fail_at(v, "reads register %lld before anything writes it", (long long)ins->args[k].value);
+      if (ins->b != TCCRT_NO_REG) written[ins->b >> 6] |= (uint64_t)1 << (ins->b & 63);
+    }
+  }
+  if (!st && kept == -1) st = fail(v, "%s: too many branches for its %lld registers to verify", v->where, (long long)regs);
+  if (!st && kept == -2) st = tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory verifying bytecode");
+  for (size_t pc = 0; pc < n && d.pending && d.heads; pc++) {
+    free(d.pending[pc]);
+    free(d.heads[pc]);
+  }
+  free(d.pending);
+  free(d.heads);
+  free(written);
+  return st;
+}
+
 static tccrt_status_t function(verifier_t *v, size_t fi) {
   const tccrt_vm_function_t *f = &v->prog->functions[fi];
   tccrt_instr_t *code = (tccrt_instr_t *)f->code; /* the arena's own, writable memory */
   tccrt_status_t st = TCCRT_OK;
-  repr_t q;
-  snprintf(v->where, sizeof v->where, "bytecode function %s", repr(&q, f->name));
+  tccrt_repr_t q;
+  snprintf(v->where, sizeof v->where, "bytecode function %s", tccrt_repr(&q, f->name));
   if (!(0 <= f->num_params && f->num_params <= f->num_regs && f->num_regs <= MAX_REGS))
     return fail(v, "%s: %lld params and %lld registers are out of range", v->where, (long long)f->num_params,
                 (long long)f->num_regs);
@@ -474,6 +529,7 @@ static tccrt_status_t function(verifier_t *v, size_t fi) {
     else st = call(v, fi, ins);
   }
   finish_calls(v, fi);
+  if (!st) st = written_before_read(v, f);
   return st;
 }
 
@@ -486,7 +542,7 @@ static tccrt_status_t function(verifier_t *v, size_t fi) {
 static tccrt_status_t check_acyclic(verifier_t *v) {
   size_t nf = v->prog->function_count;
   tccrt_status_t st = TCCRT_OK;
-  repr_t q;
+  tccrt_repr_t q;
   unsigned char *state = calloc(nf ? nf : 1, 1); /* by rank: 0 unseen, 1 on the path, 2 done */
   size_t *node = malloc((nf ? nf : 1) * sizeof *node), *next = malloc((nf ? nf : 1) * sizeof *next);
   if (!state || !node || !next)
@@ -502,7 +558,7 @@ static tccrt_status_t check_acyclic(verifier_t *v) {
         state[node[--depth]] = 2;
       } else if (state[v->calls[at]] == 1) {
         st = fail(v, "bytecode function %s calls itself (directly or not)",
-                  repr(&q, v->functions[v->calls[at]].name));
+                  tccrt_repr(&q, v->functions[v->calls[at]].name));
       } else if (state[v->calls[at]] == 0) {
         node[depth] = v->calls[at], next[depth] = 0, state[v->calls[at]] = 1;
         depth++;

@@ -129,6 +129,17 @@ def read_pack(path, public_key=None) -> PackContents:
         raise PackError(f"{path}: {e}") from None
 
 
+def check_pack_bytes(data: bytes, name: str = "<memory>") -> None:
+    """Verify a pack held in memory, as tccrt_pack_open_memory does; raises PackError whose
+    message starts with `name`."""
+    try:
+        contents = _read(name, bytes(data), None)
+    except _Bad as e:
+        raise PackError(f"{name}: {e}") from None
+    contents._mmap = None  # bytes, not a mapping: nothing to unmap
+    contents.close()
+
+
 def _read(path: str, mm: mmap.mmap, verify) -> PackContents:
     members = tar_members(mm)
     if MANIFEST not in members:
@@ -482,7 +493,66 @@ def _verify_function(exe: Executable, f, weights: set[str]) -> set[str]:
                     callee = exe.function(name)
                     if len(ins.args) != callee.num_params:
                         raise _Bad(f"{where} at {pc}: {name!r} takes {callee.num_params} arguments")
+    _verify_written_before_read(f, where)
     return callees
+
+
+# The register sets _verify_written_before_read keeps (one bit per register, for each jump
+# target and each `if`) may hold at most this many bits in all: about 128 MiB.
+MAX_DATAFLOW_BITS = 1 << 30
+
+
+def _verify_written_before_read(f, where: str) -> None:
+    """Every register an instruction reads is written first on every path from the entry
+    (parameters are written on entry). One pass in code order: the set of registers written
+    on every path so far; a forward jump target gets the intersection over the paths that
+    reach it. A backward goto returns to a loop head and must bring back every register the
+    head had, so the loop adds nothing the head did not; unreachable code is not checked.
+    Runs after the indices are checked; the C verifier (runtime_c/src/verify.c) is the same."""
+    regs = f.num_regs
+    pending: dict[int, int] = {}  # jump target -> registers written on every path so far
+    heads: dict[int, int] = {}  # pc of an `if` -> the registers written when it runs
+    written, reachable = (1 << f.num_params) - 1, True
+
+    def keep(table: dict[int, int], pc: int, bits: int) -> None:
+        if pc not in table and (len(pending) + len(heads) + 1) * regs > MAX_DATAFLOW_BITS:
+            raise _Bad(f"{where}: too many branches for its {regs} registers to verify")
+        table[pc] = table[pc] & bits if pc in table else bits
+
+    def read(pc: int, r: int) -> None:
+        if not written >> r & 1:
+            raise _Bad(f"{where} at {pc}: reads register {r} before anything writes it")
+
+    for pc, ins in enumerate(f.code):
+        if pc in pending:
+            joined = pending.pop(pc)
+            written = written & joined if reachable else joined
+            reachable = True
+        if not reachable:
+            continue
+        if ins.op == Op.RET:
+            read(pc, ins.a)
+            reachable = False
+        elif ins.op == Op.IF:
+            read(pc, ins.a)
+            keep(heads, pc, written)
+            keep(pending, pc + ins.b, written)
+        elif ins.op == Op.GOTO:
+            if ins.a > 0:
+                keep(pending, pc + ins.a, written)
+            else:
+                lost = heads.get(pc + ins.a, 0) & ~written
+                if lost:
+                    r = (lost & -lost).bit_length() - 1
+                    raise _Bad(f"{where} at {pc}: the loop back to {pc + ins.a} can arrive without "
+                               f"register {r} written")
+            reachable = False
+        else:
+            for kind, value in ins.args:
+                if kind == ArgKind.REG:
+                    read(pc, value)
+            if ins.b != NO_REG:
+                written |= 1 << ins.b
 
 
 def _verify_back_edge(f, pc: int, head: int, where: str) -> None:

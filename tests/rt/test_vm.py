@@ -128,10 +128,9 @@ def test_verifier_checks_entry_signatures(tmp_path):
         load(tmp_path, exe_of(identity_main([Instr(Op.RET, 0)]), signatures=sig))
 
 
-def test_reading_an_unwritten_register_is_an_error(tmp_path):
-    with load(tmp_path, exe_of(identity_main([Instr(Op.RET, 1)]))) as pc:
-        with pytest.raises(PackError, match="reads register %1 before writing it"):
-            VirtualMachine(pc, FakeLibrary()).run("main", [np.zeros(2, np.float32)])
+def test_reading_an_unwritten_register_is_refused_at_load(tmp_path):
+    with pytest.raises(PackError, match="'main' at 0: reads register 1 before anything writes it"):
+        load(tmp_path, exe_of(identity_main([Instr(Op.RET, 1)])))
 
 
 def test_decode_rejects_bad_framing():

@@ -368,7 +368,7 @@ def test_strings_holding_nul_are_refused(build, loop_pack, tmp_path):
     path = tmp_path / "nul.tvmpack"
     path.write_bytes(forge(loop_pack, lambda e: e.constants.__setitem__(0, "input 'i'\0 of it")))
     line = assert_refused(info(build, path), "NUL in a constant")
-    assert line == f"error: {path}: bytecode.bin: a constant contains a NUL byte, which tcc names and " \
+    assert line == f"error: {path}: bytecode.bin: constant 0 contains a NUL byte, which tcc names and " \
                    "strings never hold"
     with pytest.raises(PackError, match="contains a NUL byte"):
         read_pack(path)
