@@ -331,6 +331,7 @@ def load_module(path, mmap: bool = True):
     from tcc.ir.dtype import to_numpy
     from tcc.ir.errors import ParseError
     from tcc.ir.parser import parse_module
+    from tcc.ir.verify import verify_module
 
     where = os.fsdecode(path)
     text, arrays, _ = read_container(path, mmap=mmap)
@@ -338,6 +339,7 @@ def load_module(path, mmap: bool = True):
         mod = parse_module(text, filename=f"{where}:<module text>")
     except ParseError as e:
         raise IRFileError(f"{where}: module text does not parse: {e}") from None
+    verify_module(mod, where)
     for name, ttype in mod.const_types.items():
         arr = arrays.get(name)
         if arr is None:

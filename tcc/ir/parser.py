@@ -624,9 +624,6 @@ class Parser:
                                  f"{', '.join(_FOR_KINDS)}")
         kwargs = self.kwargs(it, ("thread", "annotations", "dtype"))
         lo, extent = (self.expr(a, scope) for a in it.args)
-        if isinstance(extent, E.IntImm) and extent.value < 0:
-            raise self.error(it.args[1], f"loop {node.target.id!r} has extent {extent.value}; the second "
-                                         "argument is the number of iterations and must not be negative")
         tag = self.string(kwargs["thread"], "thread") if "thread" in kwargs else None
         notes = kwargs.get("annotations")
         notes = self.attr_pairs(notes, scope, "annotations") if notes is not None else ()

@@ -182,9 +182,3 @@ def test_nesting_is_bounded_without_recursion(terms):
         return
     with pytest.raises(ParseError, match="nest"):
         parse_module(text)
-
-
-def test_negative_loop_extent():
-    with pytest.raises(ParseError, match=r"<text>:3:24: loop 'i' has extent -3; the second argument "
-                                         "is the number of iterations and must not be negative"):
-        parse_module(_SUM.format(extent=-3, init="0.0"))
