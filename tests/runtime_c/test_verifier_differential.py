@@ -12,10 +12,16 @@ from tests.runtime_c.test_reader import HAVE_TOOLS
 pytestmark = pytest.mark.skipif(not HAVE_TOOLS, reason="needs cc and make")
 
 
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("differential")
+    return build_runtime(d / "build"), seed_packs(d)
+
+
 @pytest.mark.parametrize("seed", [11, 12])
-def test_both_verifiers_give_one_verdict_and_one_message(tmp_path, seed):
-    build = build_runtime(tmp_path / "build")
-    counts, disagreements = run(seed_packs(tmp_path), build / "libtccrt.so", 2500, seed)
+def test_both_verifiers_give_one_verdict_and_one_message(setup, seed):
+    build, seeds = setup
+    counts, disagreements = run(seeds, build / "libtccrt.so", 2500, seed)
     assert disagreements == []
     # the mutants reach every stage: accepted, the decoder, the verifier and its dataflow check
     assert all(counts[k] >= 50 for k in ("accepted", "decoder", "verifier", "written-before-read")), counts
