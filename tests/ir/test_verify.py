@@ -50,6 +50,8 @@ def f(A: Buffer((n, 4), "float32"), B: Buffer((n, 4), "float32")):
     ("n", "A[vi, min(max(vj * 7 - 3, 0), 3)]", True),  # a clamped index, as gathers write it
     ("n", "A[vi, (vj * 5 + 2) % 4]", True),
     ("n", "A[min(vi, n - 1), vj]", True),
+    ("n", "select(vj + 2 < 3, A[vi, vj + 2 - 1], 0.0)", True),  # concat's nested selects
+    ("n", "select(vj + 2 < 6, A[vi, vj + 2 - 1], 0.0)", False),  # lets vj + 1 reach 4
     ("n", "A[vi, cast(\"int64\", A[vi, vj])]", False),  # an index read from data, unclamped
 ])
 def test_accesses_are_proven_in_bounds_or_refused(extent, value, proven):
