@@ -28,10 +28,16 @@ class CompileError(TccError):
 @dataclass
 class StageTimes:
     seconds: dict[str, float] = field(default_factory=dict)
+    # buffer accesses of a loaded .tcir that could not be proven in bounds and were guarded
+    guarded: list[str] = field(default_factory=list)
 
 
-def load_module(source):
-    """An IRModule from an ONNX model (ModelProto, bytes or .onnx path) or a .tcir path."""
+def load_module(source, guarded: list[str] | None = None):
+    """An IRModule from an ONNX model (ModelProto, bytes or .onnx path) or a .tcir path.
+
+    A .tcir file comes from outside this process, so its kernels' buffer accesses that cannot
+    be proven in bounds are guarded (tcc.ir.verify.guard_module; listed in `guarded`): no
+    index a file states reaches memory outside its buffer. (TCC_VERIFY=1 refuses them.)"""
     from tcc.frontend.onnx import from_onnx
     from tcc.ir.module import IRModule
 
@@ -39,8 +45,13 @@ def load_module(source):
         return source
     if isinstance(source, (str, os.PathLike)) and Path(source).suffix == ".tcir":
         from tcc.ir.irfile import load_module as load_tcir
+        from tcc.ir.verify import guard_module
 
-        return load_tcir(source)
+        mod = load_tcir(source)
+        found = guard_module(mod)
+        if guarded is not None:
+            guarded += found
+        return mod
     return from_onnx(source)
 
 
@@ -111,7 +122,7 @@ def compile_to_bytes(
         times.seconds[name] = time.perf_counter() - t0
         return out
 
-    state["mod"] = stage("import", lambda: load_module(source))
+    state["mod"] = stage("import", lambda: load_module(source, times.guarded))
     if optimize:
         from tcc.lower.passes import run_pipeline
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from tcc.api import StageTimes, compile_to_bytes, write_atomic
@@ -42,6 +43,10 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
             plan_memory=plan_memory, schedule=schedule, sign=sign,
         )
     write_atomic(output, data)
+    if times.guarded:
+        console.print(f"warning: {len(times.guarded)} buffer access(es) of {source} could not be proven "
+                      f"in bounds and run guarded (first: {escape(times.guarded[0])}); TCC_VERIFY=1 "
+                      "refuses them instead", highlight=False, soft_wrap=True)
     total = sum(times.seconds.values())
     Console(highlight=False).print(
         f"compiled {source} -> {output} ({len(data):,} bytes, target {target}"

@@ -1,19 +1,21 @@
 """Well-formedness of a module read from outside (a .tcir file): what the parser accepts as
-text but no stage may be handed. Runs on every module `load_module` reads; it changes
-nothing and raises a VerifyError naming the function and the statement.
+text but no stage may be handed. `verify_module` runs on every module `load_module` reads;
+it changes nothing and raises a VerifyError naming the function and the statement.
 
 Always checked: every loop's extent, when it is a constant, is not negative. With
 TCC_VERIFY=1 (or `accesses=True`), also every buffer load and store: each index must be
 proven within its dimension by interval arithmetic over the loops, block bindings and
-conditions around it (`unproven_accesses`), assuming size variables are at least 1. Not yet
-on by default: of the 2,568 kernels the ONNX node tests legalize to, it proves 2,563 as
-legalized (the rest: broadcasts between dimensions that different size variables name,
-ReverseSequence's data-dependent index) and 2,479 after the default schedule rules;
-docs/security.md says what that means for .tcir files from elsewhere.
+conditions around it (`unproven_accesses`), assuming size variables are at least 1. Without
+it, `guard_accesses` (which tcc.api runs on every .tcir it loads) makes each access it
+cannot prove run only when its index is in bounds. Of the 2,568 kernels the ONNX node tests
+legalize to, 2,563 are proven as legalized (the rest: broadcasts between dimensions that
+different size variables name, ReverseSequence's data-dependent index) and 2,479 after the
+default schedule rules.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from tcc.ir import expr as E
@@ -347,3 +349,120 @@ def unproven_accesses(func: T.PrimFunc, name: str) -> list[str]:
 
     visit(func.body, f"prim_func {name!r}")
     return out
+
+
+# -- guarding what cannot be proven ------------------------------------------------------------------
+
+
+def guard_accesses(func: T.PrimFunc, name: str) -> tuple[T.PrimFunc, list[str]]:
+    """`func` with every access `unproven_accesses` cannot prove made safe: a load becomes
+    `select(index in bounds, load, 0)` (only the chosen side is evaluated), a store runs
+    under `if index in bounds`. Proven accesses, and so every function with none unproven,
+    are left as they are (the same objects). Returns the function and what was guarded."""
+    p = _Prover()
+    guarded: list[str] = []
+
+    def proven(buf, indices) -> bool:
+        if len(indices) != len(buf.shape):
+            return False
+        return all(any(p.at_least(lo, E.const(0)) and p.at_most(hi, E.const(dim) - 1)
+                       for lo, hi in (p.range(p.in_loops(i, False)), p.range(p.in_loops(i))))
+                   for i, dim in zip(indices, buf.shape))
+
+    def in_bounds(buf, indices):
+        cond = None
+        for i, dim in zip(indices, buf.shape):
+            c = E.Logic("and", E.Cmp("ge", i, E.const(0, i.dtype)), E.Cmp("lt", i, E.const(dim, i.dtype)))
+            cond = c if cond is None else E.Logic("and", cond, c)
+        return cond if cond is not None else E.const(True)
+
+    def expr(e, where):
+        if isinstance(e, E.BufferLoad):
+            indices = tuple(expr(i, where) for i in e.indices)
+            load = e if all(a is b for a, b in zip(indices, e.indices)) else E.BufferLoad(e.buffer, indices)
+            if len(indices) != len(e.buffer.shape):
+                raise VerifyError(f"{where}: load {e.buffer.name} with {len(indices)} indices, but it has "
+                                  f"{len(e.buffer.shape)} dimensions")
+            if proven(e.buffer, indices):
+                return load
+            guarded.append(f"{where}: load {e.buffer.name}[{', '.join(format_expr(i) for i in indices)}]")
+            zero = E.const(0.0 if E.is_float(e.dtype) else 0, e.dtype)
+            return E.Select(in_bounds(e.buffer, indices), load, zero, e.dtype)
+        if isinstance(e, E.Select):
+            cond = expr(e.cond, where)
+            t = p.assuming(e.cond, True, lambda: expr(e.true_value, where))
+            f = p.assuming(e.cond, False, lambda: expr(e.false_value, where))
+            if cond is e.cond and t is e.true_value and f is e.false_value:
+                return e
+            return E.Select(cond, t, f, e.dtype)
+        if isinstance(e, (E.BinOp, E.Cmp, E.Logic)):
+            a, b = expr(e.a, where), expr(e.b, where)
+            return e if a is e.a and b is e.b else dataclasses.replace(e, a=a, b=b)
+        if isinstance(e, E.Not):
+            a = expr(e.a, where)
+            return e if a is e.a else E.Not(a)
+        if isinstance(e, E.Cast):
+            v = expr(e.value, where)
+            return e if v is e.value else E.Cast(v, e.dtype)
+        if isinstance(e, E.Call):
+            args = tuple(expr(a, where) for a in e.args)
+            return e if all(a is b for a, b in zip(args, e.args)) else E.Call(e.name, args, e.dtype)
+        return e
+
+    def stmt(s, where):
+        if isinstance(s, T.SeqStmt):
+            new = tuple(stmt(x, where) for x in s.stmts)
+            return s if all(a is b for a, b in zip(new, s.stmts)) else T.SeqStmt(new)
+        if isinstance(s, T.For):
+            p.loops[id(s.var)] = (s.min, E.simplify(s.min + s.extent - 1))
+            body = stmt(s.body, where)
+            return s if body is s.body else dataclasses.replace(s, body=body)
+        if isinstance(s, T.IfThenElse):
+            cond = expr(s.cond, where)
+            then = p.assuming(s.cond, True, lambda: stmt(s.then_case, where))
+            other = None if s.else_case is None else p.assuming(s.cond, False, lambda: stmt(s.else_case, where))
+            if cond is s.cond and then is s.then_case and other is s.else_case:
+                return s
+            return T.IfThenElse(cond, then, other)
+        if isinstance(s, T.Block):
+            inner = f"{where}, block {s.name!r}"
+            for iv in s.iter_vars:
+                p.bindings[id(iv.var)] = iv.binding
+                p.by_var[iv.var] = iv.binding
+            init = None if s.init is None else stmt(s.init, inner)
+            body = stmt(s.body, inner)
+            return s if body is s.body and init is s.init else dataclasses.replace(s, body=body, init=init)
+        if isinstance(s, T.Allocate):
+            body = stmt(s.body, where)
+            return s if body is s.body else dataclasses.replace(s, body=body)
+        if isinstance(s, T.BufferStore):
+            value = expr(s.value, where)
+            indices = tuple(expr(i, where) for i in s.indices)
+            if len(indices) != len(s.buffer.shape):
+                raise VerifyError(f"{where}: store to {s.buffer.name} with {len(indices)} indices, but it has "
+                                  f"{len(s.buffer.shape)} dimensions")
+            new = s if value is s.value and all(a is b for a, b in zip(indices, s.indices)) else \
+                T.BufferStore(s.buffer, value, indices)
+            if proven(s.buffer, indices):
+                return new
+            guarded.append(f"{where}: store to {s.buffer.name}[{', '.join(format_expr(i) for i in indices)}]")
+            return T.IfThenElse(in_bounds(s.buffer, indices), new)
+        if isinstance(s, T.Evaluate):
+            value = expr(s.value, where)
+            return s if value is s.value else T.Evaluate(value)
+        return s
+
+    body = stmt(func.body, f"prim_func {name!r}")
+    return (func if body is func.body else dataclasses.replace(func, body=body)), guarded
+
+
+def guard_module(mod) -> list[str]:
+    """Guard every PrimFunc of `mod` in place (guard_accesses); returns what was guarded."""
+    guarded: list[str] = []
+    for name, func in list(mod.functions.items()):
+        if isinstance(func, T.PrimFunc):
+            new, g = guard_accesses(func, name)
+            if new is not func:
+                mod.functions[name] = new
+            guarded += g
+    return guarded
