@@ -74,6 +74,9 @@ def ops_without_loop_program(mod) -> dict[str, int]:
 def lower(mod):
     """Legalize; refuse ops that have neither a loop program nor a VM builtin."""
     lowered, left = _legalized(mod)
+    from tcc.ir.verify import verify_if_asked
+
+    verify_if_asked(lowered, "legalization")
     if left:
         listed = ", ".join(f"{op} (x{n})" for op, n in left.items())
         raise CompileError(

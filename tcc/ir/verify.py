@@ -9,8 +9,9 @@ conditions around it (`unproven_accesses`), assuming size variables are at least
 it, `guard_accesses` (which tcc.api runs on every .tcir it loads) makes each access it
 cannot prove run only when its index is in bounds. Of the 2,568 kernels the ONNX node tests
 legalize to, 2,563 are proven as legalized (the rest: broadcasts between dimensions that
-different size variables name, ReverseSequence's data-dependent index) and 2,479 after the
-default schedule rules.
+different size variables name, ReverseSequence's data-dependent index) and 2,532 after the
+default schedule rules. Under TCC_VERIFY=1, `verify_if_asked` also checks the module after
+every graph pass, after legalization and after scheduling.
 """
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ from tcc.ir.printer import format_expr
 
 class VerifyError(TccError):
     """A loaded module breaks a rule every stage relies on."""
+
+
+def verify_if_asked(mod, stage: str) -> None:
+    """Under TCC_VERIFY=1, verify `mod` with its accesses, naming the stage that produced it
+    (the pass pipeline, legalization and scheduling call this after each step)."""
+    if os.environ.get("TCC_VERIFY") == "1":
+        verify_module(mod, f"after {stage}", accesses=True)
 
 
 def verify_module(mod, where: str = "the module", accesses: bool | None = None) -> None:
@@ -191,6 +199,28 @@ class _Prover:
             shift = E.const(-k, e.dtype)
             self._fact(e.a, None if lo is None else lo + shift, None if hi is None else hi + shift)
 
+    def within(self, index, dim) -> bool:
+        """Whether 0 <= index <= dim - 1 always: by the interval of the index as written or
+        simplified, or by a condition around it that states the bound (`if i * 8 + j < n`)."""
+        written, simple = self.in_loops(index, False), self.in_loops(index)
+        ranges = (self.range(written), self.range(simple))
+        top = E.const(dim) - 1
+        return ((any(self.at_least(lo, E.const(0)) for lo, _ in ranges) or self.implied(simple))
+                and (any(self.at_most(hi, top) for _, hi in ranges) or self.implied(top - simple)))
+
+    def implied(self, e) -> bool:
+        """Whether a condition around says `e` >= 0: some `g >= 0` it states leaves `e - g`
+        non-negative over the loops (`n - 1 - (i * 8 + j)` from `n - i * 8 - 8 >= 0`, j < 8)."""
+        for key, lo, hi in self.facts:
+            for g in ((key - lo) if lo is not None else None, (hi - key) if hi is not None else None):
+                if g is None:
+                    continue
+                d = E.simplify(e - g)
+                low = d if isinstance(d, E.IntImm) else self.range(d)[0]
+                if low is not None and self.nonneg(low):
+                    return True
+        return False
+
     def at_least(self, e, limit) -> bool:
         """Whether `e` >= `limit` always: a max needs one side to be, a min both."""
         if e is None:
@@ -290,9 +320,7 @@ def unproven_accesses(func: T.PrimFunc, name: str) -> list[str]:
                        f"{len(buf.shape)} dimensions")
             return
         for d, (idx, dim) in enumerate(zip(indices, buf.shape)):
-            # as written (a condition may bound a part of it) and simplified (terms cancel)
-            if not any(p.at_least(lo, E.const(0)) and p.at_most(hi, E.const(dim) - 1)
-                       for lo, hi in (p.range(p.in_loops(idx, False)), p.range(p.in_loops(idx)))):
+            if not p.within(idx, dim):
                 out.append(f"{where}: {kind} {buf.name}[{', '.join(format_expr(i) for i in indices)}]: "
                            f"index {d} ({format_expr(idx)}) is not provably within 0..{format_expr(E.const(dim))} - 1")
                 return
@@ -363,11 +391,7 @@ def guard_accesses(func: T.PrimFunc, name: str) -> tuple[T.PrimFunc, list[str]]:
     guarded: list[str] = []
 
     def proven(buf, indices) -> bool:
-        if len(indices) != len(buf.shape):
-            return False
-        return all(any(p.at_least(lo, E.const(0)) and p.at_most(hi, E.const(dim) - 1)
-                       for lo, hi in (p.range(p.in_loops(i, False)), p.range(p.in_loops(i))))
-                   for i, dim in zip(indices, buf.shape))
+        return len(indices) == len(buf.shape) and all(p.within(i, dim) for i, dim in zip(indices, buf.shape))
 
     def in_bounds(buf, indices):
         cond = None

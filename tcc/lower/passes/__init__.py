@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 
 from tcc.errors import TccError
 from tcc.ir.module import IRModule
+from tcc.ir.verify import verify_if_asked
 
 Pass = Callable[..., IRModule]
 
@@ -100,6 +101,7 @@ def run_pipeline(
         if name in skip:
             continue
         mod = PASSES[name](mod, target) if name in TARGETED else PASSES[name](mod)
+        verify_if_asked(mod, f"pass {name}")
         if print_after in ("all", name):
             on_print(f"# IR after {name}\n{mod}")
     return mod

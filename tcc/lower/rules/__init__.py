@@ -21,6 +21,7 @@ from collections import Counter
 
 from tcc.ir import tir as T
 from tcc.ir.module import IRModule
+from tcc.ir.verify import verify_if_asked
 from tcc.lower.rules.contraction import ContractionRule
 from tcc.lower.rules.elementwise import ElementwiseRule
 from tcc.lower.rules.machine import Machine
@@ -98,7 +99,9 @@ def schedule_module(mod: IRModule, target) -> IRModule:
         name: schedule_prim_func(f, machine) if isinstance(f, T.PrimFunc) else f
         for name, f in mod.functions.items()
     }
-    return dataclasses.replace(mod, functions=functions)
+    scheduled = dataclasses.replace(mod, functions=functions)
+    verify_if_asked(scheduled, "the default schedule rules")
+    return scheduled
 
 
 def rule_coverage(mod: IRModule, target) -> Counter:
