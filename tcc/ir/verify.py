@@ -310,88 +310,32 @@ def _lowest(e) -> int | None:
 
 def unproven_accesses(func: T.PrimFunc, name: str) -> list[str]:
     """Every buffer access of `func` whose index cannot be proven within the buffer's shape,
-    named with its block; empty when all are proven."""
-    p = _Prover()
-    out: list[str] = []
-
-    def check_access(buf, indices, where: str, kind: str) -> None:
-        if len(indices) != len(buf.shape):
-            out.append(f"{where}: {kind} {buf.name} with {len(indices)} indices, but it has "
-                       f"{len(buf.shape)} dimensions")
-            return
-        for d, (idx, dim) in enumerate(zip(indices, buf.shape)):
-            if not p.within(idx, dim):
-                out.append(f"{where}: {kind} {buf.name}[{', '.join(format_expr(i) for i in indices)}]: "
-                           f"index {d} ({format_expr(idx)}) is not provably within 0..{format_expr(E.const(dim))} - 1")
-                return
-
-    def visit_expr(e, where: str) -> None:
-        stack = [e]
-        while stack:
-            x = stack.pop()
-            if isinstance(x, E.BufferLoad):
-                check_access(x.buffer, x.indices, where, "load")
-                stack.extend(x.indices)
-            elif isinstance(x, E.Select):
-                visit_expr(x.cond, where)
-                p.assuming(x.cond, True, lambda x=x: visit_expr(x.true_value, where))
-                p.assuming(x.cond, False, lambda x=x: visit_expr(x.false_value, where))
-            elif isinstance(x, (E.BinOp, E.Cmp, E.Logic)):
-                stack.extend((x.a, x.b))
-            elif isinstance(x, (E.Not,)):
-                stack.append(x.a)
-            elif isinstance(x, E.Cast):
-                stack.append(x.value)
-            elif isinstance(x, E.Call):
-                stack.extend(x.args)
-
-    def visit(s, where: str) -> None:
-        if isinstance(s, T.SeqStmt):
-            for x in s.stmts:
-                visit(x, where)
-        elif isinstance(s, T.For):
-            p.loops[id(s.var)] = (s.min, E.simplify(s.min + s.extent - 1))
-            visit(s.body, where)
-        elif isinstance(s, T.IfThenElse):
-            visit_expr(s.cond, where)
-            p.assuming(s.cond, True, lambda: visit(s.then_case, where))
-            if s.else_case is not None:
-                p.assuming(s.cond, False, lambda: visit(s.else_case, where))
-        elif isinstance(s, T.Block):
-            inner = f"{where}, block {s.name!r}"
-            for iv in s.iter_vars:
-                p.bindings[id(iv.var)] = iv.binding
-                p.by_var[iv.var] = iv.binding
-            if s.init is not None:
-                visit(s.init, inner)
-            visit(s.body, inner)
-        elif isinstance(s, T.Allocate):
-            visit(s.body, where)
-        elif isinstance(s, T.BufferStore):
-            visit_expr(s.value, where)
-            for i in s.indices:
-                visit_expr(i, where)
-            check_access(s.buffer, s.indices, where, "store to")
-        elif isinstance(s, T.Evaluate):
-            visit_expr(s.value, where)
-
-    visit(func.body, f"prim_func {name!r}")
-    return out
+    named with its block and the index that fails; empty when all are proven."""
+    return guard_accesses(func, name)[1]
 
 
 # -- guarding what cannot be proven ------------------------------------------------------------------
 
 
 def guard_accesses(func: T.PrimFunc, name: str) -> tuple[T.PrimFunc, list[str]]:
-    """`func` with every access `unproven_accesses` cannot prove made safe: a load becomes
+    """`func` with every access that cannot be proven in bounds made safe: a load becomes
     `select(index in bounds, load, 0)` (only the chosen side is evaluated), a store runs
     under `if index in bounds`. Proven accesses, and so every function with none unproven,
-    are left as they are (the same objects). Returns the function and what was guarded."""
+    are left as they are (the same objects). Returns the function and, for each guarded
+    access, why it was not proven."""
     p = _Prover()
     guarded: list[str] = []
 
-    def proven(buf, indices) -> bool:
-        return len(indices) == len(buf.shape) and all(p.within(i, dim) for i, dim in zip(indices, buf.shape))
+    def unproven(buf, indices, where: str, kind: str) -> str | None:
+        """Why the access is not proven (its first index that may leave the buffer), or None."""
+        if len(indices) != len(buf.shape):
+            raise VerifyError(f"{where}: {kind} {buf.name} with {len(indices)} indices, but it has "
+                              f"{len(buf.shape)} dimensions")
+        for d, (idx, dim) in enumerate(zip(indices, buf.shape)):
+            if not p.within(idx, dim):
+                return (f"{where}: {kind} {buf.name}[{', '.join(format_expr(i) for i in indices)}]: index {d} "
+                        f"({format_expr(idx)}) is not provably within 0..{format_expr(E.const(dim))} - 1")
+        return None
 
     def in_bounds(buf, indices):
         cond = None
@@ -404,12 +348,10 @@ def guard_accesses(func: T.PrimFunc, name: str) -> tuple[T.PrimFunc, list[str]]:
         if isinstance(e, E.BufferLoad):
             indices = tuple(expr(i, where) for i in e.indices)
             load = e if all(a is b for a, b in zip(indices, e.indices)) else E.BufferLoad(e.buffer, indices)
-            if len(indices) != len(e.buffer.shape):
-                raise VerifyError(f"{where}: load {e.buffer.name} with {len(indices)} indices, but it has "
-                                  f"{len(e.buffer.shape)} dimensions")
-            if proven(e.buffer, indices):
+            why = unproven(e.buffer, indices, where, "load")
+            if why is None:
                 return load
-            guarded.append(f"{where}: load {e.buffer.name}[{', '.join(format_expr(i) for i in indices)}]")
+            guarded.append(why)
             zero = E.const(0.0 if E.is_float(e.dtype) else 0, e.dtype)
             return E.Select(in_bounds(e.buffer, indices), load, zero, e.dtype)
         if isinstance(e, E.Select):
@@ -462,14 +404,12 @@ def guard_accesses(func: T.PrimFunc, name: str) -> tuple[T.PrimFunc, list[str]]:
         if isinstance(s, T.BufferStore):
             value = expr(s.value, where)
             indices = tuple(expr(i, where) for i in s.indices)
-            if len(indices) != len(s.buffer.shape):
-                raise VerifyError(f"{where}: store to {s.buffer.name} with {len(indices)} indices, but it has "
-                                  f"{len(s.buffer.shape)} dimensions")
             new = s if value is s.value and all(a is b for a, b in zip(indices, s.indices)) else \
                 T.BufferStore(s.buffer, value, indices)
-            if proven(s.buffer, indices):
+            why = unproven(s.buffer, indices, where, "store to")
+            if why is None:
                 return new
-            guarded.append(f"{where}: store to {s.buffer.name}[{', '.join(format_expr(i) for i in indices)}]")
+            guarded.append(why)
             return T.IfThenElse(in_bounds(s.buffer, indices), new)
         if isinstance(s, T.Evaluate):
             value = expr(s.value, where)
