@@ -239,28 +239,26 @@ class _Prover:
         return False
 
     def at_least(self, e, limit) -> bool:
-        """Whether `e` >= `limit` always: a max needs one side to be, a min both."""
-        if e is None:
-            return False
-        if isinstance(e, E.BinOp) and e.op in ("min", "max"):
-            sides = (self.at_least(e.a, limit), self.at_least(e.b, limit))
-            return any(sides) if e.op == "max" else all(sides)
-        if isinstance(e, E.BinOp) and e.op in ("add", "sub") and isinstance(e.b, E.IntImm) \
-                and self.at_least(e.a, limit - e.b if e.op == "add" else limit + e.b):
-            return True
-        return self.nonneg(e - limit)
+        """Whether `e` >= `limit` always."""
+        return self._bounded(e, limit, upper=False)
 
     def at_most(self, e, limit) -> bool:
-        """Whether `e` <= `limit` always: a min needs one side to be, a max both."""
+        """Whether `e` <= `limit` always."""
+        return self._bounded(e, limit, upper=True)
+
+    def _bounded(self, e, limit, upper: bool) -> bool:
+        """`e` <= `limit` (upper) or >= it: through a min or max (one side suffices for the
+        min of an upper bound and the max of a lower one, else both must hold) and a
+        constant shift, else by `nonneg` of the difference."""
         if e is None:
             return False
         if isinstance(e, E.BinOp) and e.op in ("min", "max"):
-            sides = (self.at_most(e.a, limit), self.at_most(e.b, limit))
-            return any(sides) if e.op == "min" else all(sides)
+            sides = (self._bounded(e.a, limit, upper), self._bounded(e.b, limit, upper))
+            return any(sides) if (e.op == "min") == upper else all(sides)
         if isinstance(e, E.BinOp) and e.op in ("add", "sub") and isinstance(e.b, E.IntImm) \
-                and self.at_most(e.a, limit - e.b if e.op == "add" else limit + e.b):
+                and self._bounded(e.a, limit - e.b if e.op == "add" else limit + e.b, upper):
             return True
-        return self.nonneg(limit - e)
+        return self.nonneg(limit - e if upper else e - limit)
 
     def nonneg(self, e) -> bool:
         """Whether `e` >= 0 for every value of the loop variables and size variables >= 0."""
@@ -273,7 +271,8 @@ class _Prover:
         if lo is None:
             return False
         lo = E.simplify(lo)
-        return isinstance(lo, E.IntImm) and lo.value >= 0 or _nonneg_in_sizes(lo)
+        looped = set(self.loops) | set(self.bindings)
+        return isinstance(lo, E.IntImm) and lo.value >= 0 or _nonneg_in_sizes(lo, looped)
 
 
 def _has_load(e) -> bool:
@@ -318,32 +317,33 @@ def _constant(r: Range) -> int | None:
     return lo.value if isinstance(lo, E.IntImm) and lo == hi else None
 
 
-def _nonneg_in_sizes(e) -> bool:
+def _nonneg_in_sizes(e, looped: set[int]) -> bool:
     """Whether `e`, over size variables only, is >= 0 when every size variable is >= 1 (an
-    access the proof admits under that assumption needs a non-empty dimension to run)."""
-    lo = _lowest(e)
+    access the proof admits under that assumption needs a non-empty dimension to run). A loop
+    or block variable left in `e` (from a condition's bound) is not a size: nothing is known."""
+    lo = _lowest(e, looped)
     return lo is not None and lo >= 0
 
 
-def _lowest(e) -> int | None:
+def _lowest(e, looped: set[int]) -> int | None:
     """The least value of `e` with every size variable >= 1, when interval arithmetic tells."""
     if isinstance(e, E.IntImm):
         return e.value
     if isinstance(e, E.Var):
-        return 1
+        return None if id(e) in looped else 1
     if not isinstance(e, E.BinOp):
         return None
-    a = _lowest(e.a)
+    a = _lowest(e.a, looped)
     if e.op == "add":
-        b = _lowest(e.b)
+        b = _lowest(e.b, looped)
         return None if a is None or b is None else a + b
     if e.op == "sub":
         return None if a is None or not isinstance(e.b, E.IntImm) else a - e.b.value
     if e.op == "mul":
-        b = _lowest(e.b)
+        b = _lowest(e.b, looped)
         return a * b if a is not None and b is not None and a >= 0 and b >= 0 else None
     if e.op in ("min", "max"):
-        b = _lowest(e.b)
+        b = _lowest(e.b, looped)
         return None if a is None or b is None else (min if e.op == "min" else max)(a, b)
     if e.op == "floordiv" and isinstance(e.b, E.IntImm) and e.b.value > 0:
         return None if a is None else a // e.b.value

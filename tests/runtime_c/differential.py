@@ -16,12 +16,10 @@ import argparse
 import copy
 import ctypes
 import hashlib
-import io
 import json
 import random
 import struct
 import sys
-import tarfile
 import tempfile
 import time
 from collections import Counter
@@ -30,6 +28,7 @@ from pathlib import Path
 from tcc.rt.errors import PackError
 from tcc.rt.format import BUILTINS, INT64_MAX, NO_REG, ArgKind, FormatError, Instr, Op, decode
 from tcc.rt.pack import check_pack_bytes
+from tests.runtime_c.test_reader import members_of, seal, tar
 
 # Refusals where the C reader is documented stricter than Python's (docs/c-runtime.md):
 # NUL bytes in names and strings, lone surrogates.
@@ -69,8 +68,7 @@ class Sealer:
     and every hash made right, as tcc's writer lays a pack out."""
 
     def __init__(self, data: bytes):
-        with tarfile.open(fileobj=io.BytesIO(data)) as tf:
-            self.members = {m.name: tf.extractfile(m).read() for m in tf.getmembers()}
+        self.members = members_of(data)
         self.manifest = json.loads(self.members.pop("manifest.json"))
         self.bytecode = self.members["bytecode.bin"]
 
@@ -79,17 +77,8 @@ class Sealer:
         manifest = copy.deepcopy(self.manifest)
         manifest["members"]["bytecode.bin"] = {"size": len(bytecode),
                                                "sha256": hashlib.sha256(bytecode).hexdigest()}
-        manifest["manifest_sha256"] = "0" * 64
-        raw = json.dumps(manifest, sort_keys=True, indent=1).encode() + b"\n"
-        members["manifest.json"] = raw.replace(b"0" * 64, hashlib.sha256(raw).hexdigest().encode(), 1)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
-            for name in sorted(members):
-                info = tarfile.TarInfo(name)
-                info.size, info.mtime, info.mode = len(members[name]), 0, 0o644
-                tf.addfile(info, io.BytesIO(members[name]))
-                end = tf.offset
-        return buf.getvalue()[: end + 1024]
+        members["manifest.json"] = seal(manifest)
+        return tar(members)
 
 
 # -- mutations ------------------------------------------------------------------------------------
