@@ -74,9 +74,10 @@ def ops_without_loop_program(mod) -> dict[str, int]:
 def lower(mod):
     """Legalize; refuse ops that have neither a loop program nor a VM builtin."""
     lowered, left = _legalized(mod)
-    from tcc.ir.verify import verify_if_asked
+    from tcc.ir.verify import guard_module, verify_if_asked
 
-    verify_if_asked(lowered, "legalization")
+    # every kernel is made safe whatever wrote it: size preconditions, else guarded accesses
+    verify_if_asked(lowered, "legalization", guard_module(lowered))
     if left:
         listed = ", ".join(f"{op} (x{n})" for op, n in left.items())
         raise CompileError(

@@ -2,9 +2,10 @@
 
 Each PrimFunc becomes `int32_t NAME(DLTensor **args, int32_t num_args)`. The entry checks
 everything the caller could get wrong — argument count, device, rank, dtype, static
-dimensions, consistent size variables, compact strides — writes a one-line message to a
-per-thread buffer (`tcc_last_error()`) and returns -1 on the first mismatch; otherwise it
-calls the kernel's compute function with plain data pointers and the size variables.
+dimensions, consistent size variables, compact strides, the kernel's size preconditions
+(tcc.ir.verify) — writes a one-line message to a per-thread buffer (`tcc_last_error()`)
+and returns -1 on the first mismatch; otherwise it calls the kernel's compute function with
+plain data pointers and the size variables.
 
 A scalar parameter of a PrimFunc (a size variable no buffer shape determines) is passed as
 a 0-d tensor of its dtype in its place in `args`. Buffers must not overlap: the compute
@@ -20,6 +21,7 @@ from tcc.emit.support import CodegenError
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.dtype import is_float
+from tcc.ir.verify import PRECONDITIONS_ATTR
 
 ERROR_BUFFER_BYTES = 512
 KDL_CPU = 1
@@ -236,7 +238,21 @@ class _Checker(ExprEmitter):
         for i, p in enumerate(params):
             for k, d in enumerate(p.shape if isinstance(p, T.Buffer) else ()):
                 self.check_dim(i, p, k, d, dims[i][k], origin)
+        for cond in dict(self.func.attrs).get(PRECONDITIONS_ATTR, ()):
+            self.check_precondition(cond)
         b.ret(b.call(compute, datas + [self.env[v] for v in bound]))
+
+    def check_precondition(self, cond: E.PrimExpr) -> None:
+        """A condition on the sizes that the kernel's accesses need (tcc.ir.verify): arguments
+        whose shapes break it would make the kernel read or write outside a buffer."""
+        names = sorted({v.name: v for v in E.free_vars(cond)}.items())
+        values = ", ".join(f"{fmt_text(n)} = %lld" for n, _ in names)
+        self.fail_if(
+            self.b.not_(self.expr_as(cond, "bool")),
+            f"the shapes of its arguments do not fit together: it needs {fmt_text(str(cond))}, "
+            f"and {values}",
+            *[self.convert(self.env[v], v.dtype, "int64") for _, v in names],
+        )
 
     def check_dim(self, i: int, p: T.Buffer, k: int, d, got: ir.Value, origin: dict) -> None:
         what = f"argument {i} {fmt_text(repr(p.name))} dimension {k} is %lld; expected"

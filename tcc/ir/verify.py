@@ -5,13 +5,20 @@ it changes nothing and raises a VerifyError naming the function and the statemen
 Always checked: every loop's extent, when it is a constant, is not negative. With
 TCC_VERIFY=1 (or `accesses=True`), also every buffer load and store: each index must be
 proven within its dimension by interval arithmetic over the loops, block bindings and
-conditions around it (`unproven_accesses`), assuming size variables are at least 1. Without
-it, `guard_accesses` (which tcc.api runs on every .tcir it loads) makes each access it
-cannot prove run only when its index is in bounds. Of the 2,568 kernels the ONNX node tests
-legalize to, 2,563 are proven as legalized (the rest: broadcasts between dimensions that
-different size variables name, ReverseSequence's data-dependent index) and 2,534 after the
-default schedule rules. Under TCC_VERIFY=1, `verify_if_asked` also checks the module after
-every graph pass, after legalization and after scheduling.
+conditions around it (`unproven_accesses`). Size variables are taken to be >= 0, and >= 1
+inside a loop whose extent needs them to be for its body to run. An access that is in
+bounds only under a condition on the sizes alone (a concat of inputs whose shapes name one
+dimension with two variables needs `a <= b`; a gather's clamped index needs `n >= 1`) is
+proven once the PrimFunc's PRECONDITIONS_ATTR states it: the kernel's entry checks those
+once per call and refuses arguments that break one (tcc/emit/llvm_abi.py).
+
+`guard_accesses`, which tcc.api runs on every kernel it legalizes and on every .tcir it
+loads, adds such preconditions and makes each other access it cannot prove run only when
+its index is in bounds. Of the 2,568 kernels the ONNX node tests legalize to, all 2,568 are
+proven as legalized (9 of them under size preconditions) and all after the default schedule
+rules (`python tests/conformance/bounds_proof.py`). Under TCC_VERIFY=1, which the test suite
+sets, `verify_if_asked` also checks the module after every graph pass, after legalization
+(refusing what had to be guarded) and after scheduling.
 """
 
 from __future__ import annotations
@@ -24,28 +31,41 @@ from tcc.ir import tir as T
 from tcc.ir.errors import TccError
 from tcc.ir.printer import format_expr
 
+# PrimFunc attribute: conditions on size variables alone that the kernel's accesses need
+# (`a <= b`); the kernel's entry refuses a call whose arguments break one (tcc.emit.llvm_abi).
+PRECONDITIONS_ATTR = "preconditions"
+
 
 class VerifyError(TccError):
     """A loaded module breaks a rule every stage relies on."""
 
 
-def verify_if_asked(mod, stage: str) -> None:
+def verify_if_asked(mod, stage: str, guarded: list[str] = (), stated: bool = True) -> None:
     """Under TCC_VERIFY=1, verify `mod` with its accesses, naming the stage that produced it
-    (the pass pipeline, legalization and scheduling call this after each step)."""
+    (the pass pipeline, legalization and scheduling call this after each step); `guarded`
+    (what guard_module just guarded) is refused as an unproven access would be. With
+    `stated`, a size condition an access needs must be among its kernel's preconditions
+    (graph passes run before legalization adds them, and pass False)."""
     if os.environ.get("TCC_VERIFY") == "1":
-        verify_module(mod, f"after {stage}", accesses=True)
+        if guarded:
+            more = f" (and {len(guarded) - 1} more)" if len(guarded) > 1 else ""
+            raise VerifyError(f"after {stage}: {guarded[0]}{more}; tcc refuses an access it cannot "
+                              "prove in bounds")
+        verify_module(mod, f"after {stage}", accesses=True, stated=stated)
 
 
-def verify_module(mod, where: str = "the module", accesses: bool | None = None) -> None:
+def verify_module(mod, where: str = "the module", accesses: bool | None = None, stated: bool = False) -> None:
     """Raise VerifyError for the first rule `mod` breaks. With `accesses` (default: when the
-    environment sets TCC_VERIFY=1), every buffer access must also be proven in bounds."""
+    environment sets TCC_VERIFY=1), every buffer access must also be proven in bounds, where
+    needed under conditions on the sizes alone; with `stated`, those conditions must be among
+    the kernel's preconditions (guard_accesses adds them to a module it reads)."""
     if accesses is None:
         accesses = os.environ.get("TCC_VERIFY") == "1"
     for name, func in mod.functions.items():
         if isinstance(func, T.PrimFunc):
             _verify_stmt(func.body, f"{where}: prim_func {name!r}")
             if accesses:
-                unproven = unproven_accesses(func, name)
+                unproven = unproven_accesses(func, name, stated)
                 if unproven:
                     more = f" (and {len(unproven) - 1} more)" if len(unproven) > 1 else ""
                     raise VerifyError(f"{where}: {unproven[0]}{more}; tcc refuses an access it cannot "
@@ -90,6 +110,8 @@ class _Prover:
         self.bindings: dict[int, E.PrimExpr] = {}  # id(block iter var) -> its binding
         self.by_var: dict[E.Var, E.PrimExpr] = {}  # the same, for substitution
         self.facts: list[tuple[E.PrimExpr, E.PrimExpr | None, E.PrimExpr | None]] = []
+        self.positive: list[int] = []  # size variables (by id) >= 1 where the loops around run
+        self.running: list = []  # the extents (>= 1) of those loops that depend on sizes
 
     def range(self, e, depth: int = 0) -> Range:
         if depth > 64:
@@ -121,7 +143,7 @@ class _Prover:
             return _join("min", t[0], f[0]), _join("max", t[1], f[1])
         if not isinstance(e, E.BinOp):
             return None, None
-        if not _has_load(e) and not any(id(v) in self.loops or id(v) in self.bindings for v in E.free_vars(e)):
+        if not _has_load(e) and not self._looped(e):
             return e, e  # sizes only (`batch * seq - 1`): fixed for the call
         a, b = self.range(e.a, depth + 1), self.range(e.b, depth + 1)
         if e.op == "add":
@@ -133,7 +155,7 @@ class _Prover:
         if e.op == "max":
             return _either("max", a[0], b[0]), _both("max", a[1], b[1])
         c = _constant(b)
-        if e.op in ("floordiv", "floormod") and c is None and isinstance(e.b, E.Var) and id(e.b) not in self.loops:
+        if e.op in ("floordiv", "floormod") and c is None and self._size(e.b):
             return self._by_size(e.op, a, e.b)
         if e.op == "mul" and c is None:
             a, c = b, _constant(a)
@@ -150,18 +172,37 @@ class _Prover:
             return E.const(0), E.const(c - 1)
         return None, None
 
-    def _by_size(self, op: str, a: Range, v: E.Var) -> Range:
-        """`a // v` and `a % v` for a size variable v (>= 1) and `a` >= 0: a fused loop over
-        `batch * seq` split back into its two indices."""
+    def _size(self, e) -> bool:
+        """Whether `e` is fixed for the call and at least 1 where it is used (`seq` inside a
+        loop over it, `(seq + 15) // 16 * 4`, a factor of the extent of a loop around)."""
+        if _has_load(e) or self._looped(e):
+            return False
+        e = E.simplify(e)
+        positive = set(self.positive)
+        lo = _lowest(e, set(), positive)
+        if lo is not None and lo >= 1:
+            return True
+        if lo is None or lo < 0:
+            return False
+        for extent in self.running:  # a factor of a running loop's extent, the rest >= 0
+            q = _divide(extent, e)
+            q_lowest = None if q is None else _lowest(q, set(), positive)
+            if q_lowest is not None and q_lowest >= 0:
+                return True
+        return False
+
+    def _by_size(self, op: str, a: Range, d) -> Range:
+        """`a // d` and `a % d` for a size expression d (>= 1) and `a` >= 0: a fused loop over
+        `batch * heads * seq` split back into its indices."""
         lo, hi = a
         if lo is None or not self.nonneg(lo):
             return None, None
         if op == "floormod":
-            return E.const(0), v - 1
-        top = None if hi is None else E.simplify(hi + 1)
-        if isinstance(top, E.BinOp) and top.op == "mul" and v in (top.a, top.b):
-            return E.const(0), (top.b if top.a == v else top.a) - 1  # (q * v - 1) // v == q - 1
-        return E.const(0), None
+            return E.const(0), d - 1
+        if hi is None:
+            return E.const(0), None
+        quotient = _divide(E.simplify(hi + 1), E.simplify(d))
+        return E.const(0), None if quotient is None else quotient - 1  # (q * d - 1) // d == q - 1
 
     def assuming(self, cond, holds: bool, fn):
         """`fn()` with what `cond` (or its negation) says about its operands as facts."""
@@ -209,33 +250,117 @@ class _Prover:
             return
         lo = None if lo is None else self.in_loops(lo)
         hi = None if hi is None else self.in_loops(hi)
+        if not self._looped(e) and any(b is not None and self._looped(b) for b in (lo, hi)):
+            return  # `d0 <= i`: the mirror fact `i >= d0` says it, and loop bounds stay fixed
         self.facts.append((e, lo, hi))
-        # `x + k` bounded: then so is x (the index `x + k - 1` simplifies to `x + (k - 1)`)
-        if isinstance(e, E.BinOp) and e.op in ("add", "sub") and isinstance(e.b, E.IntImm):
-            k = e.b.value if e.op == "add" else -e.b.value
-            shift = E.const(-k, e.dtype)
-            self._fact(e.a, None if lo is None else lo + shift, None if hi is None else hi + shift)
+        self._solve(e, lo, hi)
 
-    def within(self, index, dim) -> bool:
+    def _solve(self, e, lo, hi) -> None:
+        """From a bound on a linear expression, the bounds it puts on its parts: `x + k`,
+        `s - x` (s fixed for the call) and `x * c` bounded bound x in turn (`93 - i * 16 >= 0`
+        gives `i <= 5`; `n - j * 8 - 8 >= 0` gives `j <= (n - 8) // 8`)."""
+        if not isinstance(e, E.BinOp) or (lo is None and hi is None):
+            return
+
+        def fixed(x):
+            return not self._looped(x) and not _has_load(x)
+
+        def minus(b, k):  # b - k
+            return None if b is None else E.simplify(b - k)
+
+        def plus(b, k):  # b + k
+            return None if b is None else E.simplify(b + k)
+
+        def from_(k, b):  # k - b
+            return None if b is None else E.simplify(k - b)
+
+        if e.op == "add" and fixed(e.b):
+            self._fact(e.a, minus(lo, e.b), minus(hi, e.b))
+        elif e.op == "add" and fixed(e.a):
+            self._fact(e.b, minus(lo, e.a), minus(hi, e.a))
+        elif e.op == "sub" and fixed(e.b):
+            self._fact(e.a, plus(lo, e.b), plus(hi, e.b))
+        elif e.op == "sub" and fixed(e.a):  # s - x in [lo, hi]: x in [s - hi, s - lo]
+            self._fact(e.b, from_(e.a, hi), from_(e.a, lo))
+        elif e.op == "mul" and isinstance(e.b, E.IntImm) and e.b.value > 0:
+            c = E.const(e.b.value, e.dtype)
+            self._fact(e.a, None if lo is None else E.simplify(E.binop("floordiv", lo + (c - 1), c)),
+                       None if hi is None else E.simplify(E.binop("floordiv", hi, c)))
+
+    def _looped(self, e) -> bool:
+        return any(id(v) in self.loops or id(v) in self.bindings for v in E.free_vars(e))
+
+    def within(self, index, dim) -> tuple | None:
         """Whether 0 <= index <= dim - 1 always: by the interval of the index as written or
-        simplified, or by a condition around it that states the bound (`if i * 8 + j < n`)."""
-        written, simple = self.in_loops(index, False), self.in_loops(index)
+        simplified, or by a condition around it that states the bound (`if i * 8 + j < n`);
+        a select is taken branch by branch. Returns () when proven, None when not, or the
+        conditions on size variables alone under which it holds (`a <= b`, for a concat
+        whose inputs' shapes name the same dimension with different variables)."""
+        written = self.in_loops(index, False)
+        whole = self._within(written, dim)
+        if whole == () or not isinstance(written, E.Select):
+            return whole
+        t = self.assuming(written.cond, True, lambda: self.within(written.true_value, dim))
+        f = self.assuming(written.cond, False, lambda: self.within(written.false_value, dim))
+        return whole if t is None or f is None else t + tuple(c for c in f if c not in t)
+
+    def _within(self, written, dim) -> tuple | None:
+        simple = self.in_loops(written)
         ranges = (self.range(written), self.range(simple))
         top = E.const(dim) - 1
-        return ((any(self.at_least(lo, E.const(0)) for lo, _ in ranges) or self.implied(simple))
-                and (any(self.at_most(hi, top) for _, hi in ranges) or self.implied(top - simple)))
+        needs: list = []
+        if not (any(self.at_least(lo, E.const(0)) for lo, _ in ranges) or self.implied(simple)):
+            needs.append(self._needed([lo for lo, _ in ranges], self._nonneg_condition))
+        if not (any(self.at_most(hi, top) for _, hi in ranges) or self.implied(top - simple)):
+            needs.append(self._needed([hi for _, hi in ranges],
+                                      lambda hi: E.Cmp("le", E.simplify(hi + 1), E.simplify(E.const(dim)))))
+        return None if None in needs else tuple(needs)
+
+    def _nonneg_condition(self, lo):
+        """`lo >= 0`, readably: the side of a min that is not already proven (a clamp's
+        `min(0, n - 1)` needs `n >= 1`), a constant moved to the right."""
+        while isinstance(lo, E.BinOp) and lo.op == "min":
+            if self.nonneg(lo.a):
+                lo = lo.b
+            elif self.nonneg(lo.b):
+                lo = lo.a
+            else:
+                break
+        if isinstance(lo, E.BinOp) and lo.op == "sub" and isinstance(lo.b, E.IntImm):
+            return E.Cmp("ge", lo.a, lo.b)
+        return E.Cmp("ge", lo, E.const(0, lo.dtype))
+
+    def _needed(self, bounds, condition):
+        """The condition on a bound free of loop variables that the access needs, or None when
+        no bound is (or the condition is false whatever the sizes)."""
+        for bound in bounds:
+            if bound is None:
+                continue
+            bound = E.simplify(bound)
+            if self._looped(bound) or _has_load(bound):
+                continue
+            cond = condition(bound)
+            slack = E.simplify(cond.b - cond.a if cond.op == "le" else cond.a - cond.b)
+            return None if isinstance(slack, E.IntImm) else cond  # a constant: false, as not proven
+        return None
 
     def implied(self, e) -> bool:
         """Whether a condition around says `e` >= 0: some `g >= 0` it states leaves `e - g`
         non-negative over the loops (`n - 1 - (i * 8 + j)` from `n - i * 8 - 8 >= 0`, j < 8)."""
+        terms = _var_terms(E.simplify(e))
         for key, lo, hi in self.facts:
             for g in ((key - lo) if lo is not None else None, (hi - key) if hi is not None else None):
                 if g is None:
                     continue
-                d = E.simplify(e - g)
-                low = d if isinstance(d, E.IntImm) else self.range(d)[0]
-                if low is not None and self.nonneg(low):
-                    return True
+                # e - m * g for the m that cancels a loop variable's term (2 * (16 * i + j) in
+                # 32 * i + 2 * j + r), else m = 1
+                scales = {1} | {c // cg for v, cg in _var_terms(E.simplify(g)).items()
+                                for c in [terms.get(v)] if c and cg and c % cg == 0 and c // cg > 0}
+                for m in sorted(scales):
+                    d = E.simplify(e - g * m if m != 1 else e - g)
+                    low = d if isinstance(d, E.IntImm) else self.range(d)[0]
+                    if low is not None and self.nonneg(low):
+                        return True
         return False
 
     def at_least(self, e, limit) -> bool:
@@ -272,7 +397,49 @@ class _Prover:
             return False
         lo = E.simplify(lo)
         looped = set(self.loops) | set(self.bindings)
-        return isinstance(lo, E.IntImm) and lo.value >= 0 or _nonneg_in_sizes(lo, looped)
+        return isinstance(lo, E.IntImm) and lo.value >= 0 or _nonneg_in_sizes(lo, looped, set(self.positive))
+
+
+def _var_terms(e) -> dict:
+    """The constant coefficient of each variable that appears in `e` as `v` or `v * c` in a
+    sum or difference (other terms are left out)."""
+    terms: dict = {}
+    stack = [(e, 1)]
+    while stack:
+        x, sign = stack.pop()
+        if isinstance(x, E.Var):
+            terms[x] = terms.get(x, 0) + sign
+        elif isinstance(x, E.BinOp) and x.op in ("add", "sub"):
+            stack += [(x.a, sign), (x.b, sign if x.op == "add" else -sign)]
+        elif isinstance(x, E.BinOp) and x.op == "mul" and isinstance(x.a, E.Var) and isinstance(x.b, E.IntImm):
+            terms[x.a] = terms.get(x.a, 0) + sign * x.b.value
+    return terms
+
+
+def _factors(e) -> tuple[int, list]:
+    """`e` as a constant times a list of other factors, by flattening its products."""
+    if isinstance(e, E.IntImm):
+        return e.value, []
+    if isinstance(e, E.BinOp) and e.op == "mul":
+        (ca, fa), (cb, fb) = _factors(e.a), _factors(e.b)
+        return ca * cb, fa + fb
+    return 1, [e]
+
+
+def _divide(top, d):
+    """`top / d` when `d`'s factors are among `top`'s (and its constant divides top's), else None."""
+    (ct, ft), (cd, fd) = _factors(top), _factors(d)
+    if cd <= 0 or ct % cd:
+        return None
+    rest = list(ft)
+    for f in fd:
+        if f not in rest:
+            return None
+        rest.remove(f)
+    q = E.const(ct // cd)
+    for f in rest:
+        q = f if isinstance(q, E.IntImm) and q.value == 1 else q * f
+    return q
 
 
 def _has_load(e) -> bool:
@@ -317,43 +484,68 @@ def _constant(r: Range) -> int | None:
     return lo.value if isinstance(lo, E.IntImm) and lo == hi else None
 
 
-def _nonneg_in_sizes(e, looped: set[int]) -> bool:
-    """Whether `e`, over size variables only, is >= 0 when every size variable is >= 1 (an
-    access the proof admits under that assumption needs a non-empty dimension to run). A loop
-    or block variable left in `e` (from a condition's bound) is not a size: nothing is known."""
-    lo = _lowest(e, looped)
+def _nonneg_in_sizes(e, looped: set[int], positive: set[int]) -> bool:
+    """Whether `e`, over size variables only, is >= 0 for all sizes >= 0, those in `positive`
+    >= 1. A loop or block variable left in `e` (from a condition's bound) is not a size:
+    nothing is known."""
+    lo = _lowest(e, looped, positive)
     return lo is not None and lo >= 0
 
 
-def _lowest(e, looped: set[int]) -> int | None:
-    """The least value of `e` with every size variable >= 1, when interval arithmetic tells."""
+def _lowest(e, looped: set[int], positive: set[int]) -> int | None:
+    """The least value of `e` with size variables >= 0 (>= 1 in `positive`), when interval
+    arithmetic tells."""
     if isinstance(e, E.IntImm):
         return e.value
     if isinstance(e, E.Var):
-        return None if id(e) in looped else 1
+        return None if id(e) in looped else 1 if id(e) in positive else 0
     if not isinstance(e, E.BinOp):
         return None
-    a = _lowest(e.a, looped)
+    a = _lowest(e.a, looped, positive)
     if e.op == "add":
-        b = _lowest(e.b, looped)
+        b = _lowest(e.b, looped, positive)
         return None if a is None or b is None else a + b
     if e.op == "sub":
         return None if a is None or not isinstance(e.b, E.IntImm) else a - e.b.value
     if e.op == "mul":
-        b = _lowest(e.b, looped)
+        b = _lowest(e.b, looped, positive)
         return a * b if a is not None and b is not None and a >= 0 and b >= 0 else None
     if e.op in ("min", "max"):
-        b = _lowest(e.b, looped)
+        b = _lowest(e.b, looped, positive)
         return None if a is None or b is None else (min if e.op == "min" else max)(a, b)
     if e.op == "floordiv" and isinstance(e.b, E.IntImm) and e.b.value > 0:
         return None if a is None else a // e.b.value
     return None
 
 
-def unproven_accesses(func: T.PrimFunc, name: str) -> list[str]:
-    """Every buffer access of `func` whose index cannot be proven within the buffer's shape,
-    named with its block and the index that fails; empty when all are proven."""
-    return guard_accesses(func, name)[1]
+def _positive_when(e, least: int = 1) -> set[int]:
+    """The size variables (by id) that `e >= least` makes at least 1: a loop of extent
+    `(n + 15) // 16 * b` runs its body only when n and b are."""
+    if isinstance(e, E.Var):
+        return {id(e)} if least >= 1 else set()
+    if not isinstance(e, E.BinOp):
+        return set()
+    if e.op in ("add", "sub") and isinstance(e.b, E.IntImm):
+        return _positive_when(e.a, least - e.b.value if e.op == "add" else least + e.b.value)
+    if e.op == "floordiv" and isinstance(e.b, E.IntImm) and e.b.value > 0 and least >= 1:
+        return _positive_when(e.a, least * e.b.value)
+    if e.op == "mul" and least >= 1 and all(_nonneg_in_sizes(x, set(), set()) for x in (e.a, e.b)):
+        return _positive_when(e.a) | _positive_when(e.b)  # factors >= 0: each must be >= 1
+    if e.op == "min":
+        return _positive_when(e.a, least) | _positive_when(e.b, least)
+    if e.op == "max" and isinstance(e.b, E.IntImm) and e.b.value < least:  # max(x, 0) >= 1: x >= 1
+        return _positive_when(e.a, least)
+    return set()
+
+
+def unproven_accesses(func: T.PrimFunc, name: str, stated: bool = True) -> list[str]:
+    """Every buffer access of `func` whose index cannot be proven within the buffer's shape
+    (with `stated`, also one proven only under conditions on the sizes that its
+    PRECONDITIONS_ATTR does not state), named with its block and the index that fails;
+    empty when all are proven."""
+    unmet: list[str] = []
+    guarded = _guard(func, name, unmet)[1]
+    return guarded + unmet if stated else guarded
 
 
 # -- guarding what cannot be proven ------------------------------------------------------------------
@@ -362,21 +554,47 @@ def unproven_accesses(func: T.PrimFunc, name: str) -> list[str]:
 def guard_accesses(func: T.PrimFunc, name: str) -> tuple[T.PrimFunc, list[str]]:
     """`func` with every access that cannot be proven in bounds made safe: a load becomes
     `select(index in bounds, load, 0)` (only the chosen side is evaluated), a store runs
-    under `if index in bounds`. Proven accesses, and so every function with none unproven,
-    are left as they are (the same objects). Returns the function and, for each guarded
-    access, why it was not proven."""
+    under `if index in bounds`. An access in bounds whenever some condition on the size
+    variables alone holds (`a <= b`) is left as it is, and the condition is added to the
+    function's PRECONDITIONS_ATTR, which the kernel's entry checks once per call. Proven
+    accesses, and so every function with none unproven, are left as they are (the same
+    objects). Returns the function and, for each guarded access, why it was not proven."""
+    return _guard(func, name, [])
+
+
+def _guard(func: T.PrimFunc, name: str, unmet: list[str]) -> tuple[T.PrimFunc, list[str]]:
+    """guard_accesses; also lists in `unmet` each access proven only under size conditions
+    that `func`'s preconditions do not state yet."""
     p = _Prover()
     guarded: list[str] = []
+    sizes = {id(v) for v in func.params if isinstance(v, E.Var)}
+    sizes |= {id(v) for b in func.buffers for d in b.shape if isinstance(d, E.PrimExpr) for v in E.free_vars(d)}
+    have = tuple(dict(func.attrs).get(PRECONDITIONS_ATTR, ()))
+    needed: list = list(have)
+    for cond in have:  # the entry checks them: what they say holds everywhere inside
+        p._learn(cond, True)
+        if cond.op == "ge" and isinstance(cond.a, E.Var) and isinstance(cond.b, E.IntImm) and cond.b.value >= 1:
+            p.positive.append(id(cond.a))
 
     def unproven(buf, indices, where: str, kind: str) -> str | None:
-        """Why the access is not proven (its first index that may leave the buffer), or None."""
+        """Why the access is not proven (its first index that may leave the buffer), or None
+        (then with what it needs of the sizes added to `needed`)."""
         if len(indices) != len(buf.shape):
             raise VerifyError(f"{where}: {kind} {buf.name} with {len(indices)} indices, but it has "
                               f"{len(buf.shape)} dimensions")
+        needs: list = []
         for d, (idx, dim) in enumerate(zip(indices, buf.shape)):
-            if not p.within(idx, dim):
+            conds = p.within(idx, dim)
+            if conds is None or not all(id(v) in sizes for c in conds for v in E.free_vars(c)):
                 return (f"{where}: {kind} {buf.name}[{', '.join(format_expr(i) for i in indices)}]: index {d} "
                         f"({format_expr(idx)}) is not provably within 0..{format_expr(E.const(dim))} - 1")
+            needs += conds
+        missing = [c for c in needs if c not in have]
+        if missing:
+            unmet.append(f"{where}: {kind} {buf.name}[{', '.join(format_expr(i) for i in indices)}] is in "
+                         f"bounds only if {format_expr(missing[0])}, which the kernel's preconditions "
+                         "do not state")
+        needed.extend(c for c in missing if c not in needed)
         return None
 
     def in_bounds(buf, indices):
@@ -423,7 +641,12 @@ def guard_accesses(func: T.PrimFunc, name: str) -> tuple[T.PrimFunc, list[str]]:
             return s if all(a is b for a, b in zip(new, s.stmts)) else T.SeqStmt(new)
         if isinstance(s, T.For):
             p.loops[id(s.var)] = (s.min, E.simplify(s.min + s.extent - 1))
+            n, extent = (len(p.positive), len(p.running)), E.simplify(E.const(s.extent))
+            p.positive += _positive_when(extent)
+            if not isinstance(extent, E.IntImm):
+                p.running.append(extent)
             body = stmt(s.body, where)
+            del p.positive[n[0]:], p.running[n[1]:]
             return s if body is s.body else dataclasses.replace(s, body=body)
         if isinstance(s, T.IfThenElse):
             cond = expr(s.cond, where)
@@ -459,7 +682,12 @@ def guard_accesses(func: T.PrimFunc, name: str) -> tuple[T.PrimFunc, list[str]]:
         return s
 
     body = stmt(func.body, f"prim_func {name!r}")
-    return (func if body is func.body else dataclasses.replace(func, body=body)), guarded
+    if body is not func.body:
+        func = dataclasses.replace(func, body=body)
+    if len(needed) > len(have):
+        attrs = tuple((k, v) for k, v in func.attrs if k != PRECONDITIONS_ATTR)
+        func = dataclasses.replace(func, attrs=attrs + ((PRECONDITIONS_ATTR, tuple(needed)),))
+    return func, guarded
 
 
 def guard_module(mod) -> list[str]:

@@ -5,7 +5,14 @@ import pytest
 
 from tcc.ir.irfile import load_module, write_container
 from tcc.ir.parser import parse_module
-from tcc.ir.verify import VerifyError, unproven_accesses, verify_module
+from tcc.ir.printer import print_prim_func
+from tcc.ir.verify import (
+    PRECONDITIONS_ATTR,
+    VerifyError,
+    guard_accesses,
+    unproven_accesses,
+    verify_module,
+)
 from tests.ir.test_parser import _SUM
 
 
@@ -66,7 +73,135 @@ def test_accesses_are_proven_in_bounds_or_refused(extent, value, proven):
 def test_tcc_verify_makes_emit_refuse_an_out_of_bounds_tcir(tmp_path, monkeypatch):
     path = tmp_path / "m.tcir"
     write_container(path, _COPY.format(extent="n", value="A[vi, vj + 100000000]"), {}, "elsewhere")
+    monkeypatch.delenv("TCC_VERIFY", raising=False)  # the suite itself runs with it set
     assert load_module(path)["f"] is not None  # by default only the structural checks run
     monkeypatch.setenv("TCC_VERIFY", "1")
     with pytest.raises(VerifyError, match=r"index 1 \(vj \+ 100000000\) is not provably within 0\.\.4 - 1"):
         load_module(path)
+
+
+_FUSED = '''\
+@prim_func
+def f(A: Buffer((b, h, s), "float32"), B: Buffer((b, h, s), "float32")):
+    for t in serial(0, {extent}):
+        with block("copy"):
+            v0 = axis.spatial(b, t // (h * s))
+            v1 = axis.spatial(h, t // s % h)
+            v2 = axis.spatial(s, t % s)
+            reads(A[v0, v1, v2])
+            writes(B[v0, v1, v2])
+            B[v0, v1, v2] = A[v0, v1, v2]
+'''
+
+
+@pytest.mark.parametrize("extent, proven", [
+    ("b * h * s", True),  # a loop fused over three sizes, split back by // and %
+    ("s * h * b", True),
+    ("(b * h * s) * 2", False),  # twice as many iterations: v0 reaches 2 * b - 1
+    ("b * h * s + 1", False),
+])
+def test_a_fused_loop_split_by_products_of_sizes(extent, proven):
+    func = parse_module(_FUSED.format(extent=extent))["f"]
+    assert (unproven_accesses(func, "f") == []) == proven
+
+
+_TILED = '''\
+@prim_func
+def f(A: Buffer((224,), "float32"), B: Buffer((109, 7), "float32")):
+    for io in serial(0, 7):
+        if 93 - io * 16 >= 0:
+            for ii in serial(0, 16):
+                for r in serial(0, 7):
+                    with block("then"):
+                        vi = axis.spatial(109, io * 16 + ii)
+                        vr = axis.spatial(7, r)
+                        reads(A[vi * 2 + vr])
+                        writes(B[vi, vr])
+                        B[vi, vr] = A[vi * 2 + vr]
+        else:
+            for ii in serial(0, 16):
+                for r in serial(0, 7):
+                    if io * 16 + ii < {limit}:
+                        with block("tail"):
+                            vi = axis.spatial(109, io * 16 + ii)
+                            vr = axis.spatial(7, r)
+                            reads(A[vi * 2 + vr])
+                            writes(B[vi, vr])
+                            B[vi, vr] = A[vi * 2 + vr]
+'''
+
+
+@pytest.mark.parametrize("limit, proven", [(109, True), (110, False)])
+def test_a_split_loop_with_its_tail_condition(limit, proven):
+    # a stride-2 convolution's row, split by 16: `93 - io * 16 >= 0` bounds io by 5 in the
+    # full tiles; in the tail the condition on io * 16 + ii bounds twice it plus r
+    func = parse_module(_TILED.format(limit=limit))["f"]
+    unproven = unproven_accesses(func, "f")
+    assert (unproven == []) == proven, unproven
+    if not proven:
+        assert all("block 'tail'" in u for u in unproven)
+
+
+_CONCAT = '''\
+@prim_func
+def f(A: Buffer((a, 3), "float32"), B: Buffer((b, 4), "float32"), C: Buffer((a, 7), "float32")):
+    for i in serial(0, a):
+        for j in serial(0, 7):
+            with block("concat"):
+                vi = axis.spatial(a, i)
+                vj = axis.spatial(7, j)
+                reads(A[vi, 0:3], B[vi, 0:4])
+                writes(C[vi, vj])
+                C[vi, vj] = select(vj < 3, A[vi, vj], B[vi, vj - 3])
+'''
+
+
+def test_an_access_in_bounds_under_a_size_condition_gets_a_precondition():
+    # concat of inputs whose shapes name the row count differently: B's rows are read up to a - 1
+    func = parse_module(_CONCAT)["f"]
+    (unmet,) = unproven_accesses(func, "f")
+    assert "load B[vi, vj - 3] is in bounds only if a <= b" in unmet
+    guarded, why = guard_accesses(func, "f")
+    assert why == [] and guarded.body is func.body  # nothing guarded inside
+    (cond,) = dict(guarded.attrs)[PRECONDITIONS_ATTR]
+    assert str(cond) == "a <= b"
+    assert unproven_accesses(guarded, "f") == []
+    again = parse_module(print_prim_func("f", guarded))["f"]  # the attribute prints and parses back
+    assert [str(c) for c in dict(again.attrs)[PRECONDITIONS_ATTR]] == ["a <= b"]
+    assert unproven_accesses(again, "f") == []
+
+
+@pytest.mark.parametrize("value, proven", [
+    ("A[vi, select(vj < L, L - vj - 1, vj)]", True),  # ReverseSequence: each branch on its own
+    ("A[vi, select(vj < L, L - vj, vj)]", False),
+    ("select(vi < n - 1, A[vi + 1, vj], A[vi - n + 1, vj])", True),  # a size on both sides
+])
+def test_index_selects_are_proven_branch_by_branch(value, proven):
+    text = _COPY.format(extent="n", value=value).replace(
+        "L", 'min(max(cast("int32", A[vi, 0]), 0), 4)')
+    assert (unproven_accesses(parse_module(text)["f"], "f") == []) == proven
+
+
+_LAST = '''\
+@prim_func
+def f(A: Buffer((n,), "float32"), B: Buffer((1,), "float32")):
+    for i in serial(0, {extent}):
+        with block("last"):
+            reads(A[n - 1])
+            writes(B[0])
+            B[0] = A[n - 1]
+'''
+
+
+@pytest.mark.parametrize("extent, proven", [
+    ("n * 2", True),  # the loop runs only when n >= 1
+    ("(n + 15) // 16", True),
+    ("4", False),  # n may be 0: A[-1]
+    ("(n - 5) * (n - 3)", False),  # 15 iterations at n = 0
+])
+def test_a_size_is_at_least_1_only_where_a_loop_needs_it(extent, proven):
+    func = parse_module(_LAST.format(extent=extent))["f"]
+    unproven = unproven_accesses(func, "f")
+    assert (unproven == []) == proven, unproven
+    if not proven:
+        assert [str(c) for c in dict(guard_accesses(func, "f")[0].attrs)[PRECONDITIONS_ATTR]] == ["n >= 1"]

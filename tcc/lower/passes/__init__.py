@@ -101,7 +101,7 @@ def run_pipeline(
         if name in skip:
             continue
         mod = PASSES[name](mod, target) if name in TARGETED else PASSES[name](mod)
-        verify_if_asked(mod, f"pass {name}")
+        verify_if_asked(mod, f"pass {name}", stated=False)
         if print_after in ("all", name):
             on_print(f"# IR after {name}\n{mod}")
     return mod
