@@ -48,9 +48,7 @@ def verify_if_asked(mod, stage: str, guarded: list[str] = (), stated: bool = Tru
     (graph passes run before legalization adds them, and pass False)."""
     if os.environ.get("TCC_VERIFY") == "1":
         if guarded:
-            more = f" (and {len(guarded) - 1} more)" if len(guarded) > 1 else ""
-            raise VerifyError(f"after {stage}: {guarded[0]}{more}; tcc refuses an access it cannot "
-                              "prove in bounds")
+            raise _refusal(f"after {stage}", guarded)
         verify_module(mod, f"after {stage}", accesses=True, stated=stated)
 
 
@@ -67,9 +65,12 @@ def verify_module(mod, where: str = "the module", accesses: bool | None = None, 
             if accesses:
                 unproven = unproven_accesses(func, name, stated)
                 if unproven:
-                    more = f" (and {len(unproven) - 1} more)" if len(unproven) > 1 else ""
-                    raise VerifyError(f"{where}: {unproven[0]}{more}; tcc refuses an access it cannot "
-                                      "prove in bounds")
+                    raise _refusal(where, unproven)
+
+
+def _refusal(where: str, unproven: list[str]) -> VerifyError:
+    more = f" (and {len(unproven) - 1} more)" if len(unproven) > 1 else ""
+    return VerifyError(f"{where}: {unproven[0]}{more}; tcc refuses an access it cannot prove in bounds")
 
 
 def _verify_stmt(stmt, where: str) -> None:
