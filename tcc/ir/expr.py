@@ -230,7 +230,19 @@ def max_expr(a, b) -> Dim:
 
 def select(cond, t, f) -> PrimExpr:
     t = const(t, f.dtype if isinstance(f, PrimExpr) else None)
-    return Select(cond, t, const(f, t.dtype), t.dtype)
+    f = const(f, t.dtype)
+    if isinstance(cond, IntImm):  # a condition known when built (an inlined constant index)
+        return t if cond.value else f
+    return Select(cond, t, f, t.dtype)
+
+
+def compare(op: str, a, b) -> PrimExpr:
+    """`a op b` for op in CMP_OPS; two integer immediates fold to a bool immediate."""
+    a = const(a, b.dtype if isinstance(b, PrimExpr) else None)
+    b = const(b, a.dtype)
+    if isinstance(a, IntImm) and isinstance(b, IntImm) and a.dtype != "bool":
+        return IntImm(int(_EVAL_CMP[op](a.value, b.value)), "bool")
+    return Cmp(op, a, b)
 
 
 def as_dim(e) -> Dim:
@@ -472,8 +484,10 @@ def substitute(e, mapping: dict) -> object:
         return tuple(substitute(x, mapping) for x in e)
     if isinstance(e, BinOp):
         return binop(e.op, substitute(e.a, mapping), substitute(e.b, mapping))
-    if isinstance(e, (Cmp, Logic)):
-        return type(e)(e.op, const(substitute(e.a, mapping)), const(substitute(e.b, mapping)))
+    if isinstance(e, Cmp):
+        return compare(e.op, substitute(e.a, mapping), substitute(e.b, mapping))
+    if isinstance(e, Logic):
+        return Logic(e.op, const(substitute(e.a, mapping)), const(substitute(e.b, mapping)))
     if isinstance(e, Not):
         return Not(const(substitute(e.a, mapping)))
     if isinstance(e, Select):

@@ -237,8 +237,7 @@ def if_then_else(cond, true_value, false_value) -> E.PrimExpr:
 
 def _bool_pair(name: str):
     def build(a, b) -> E.PrimExpr:
-        a = E.const(a, b.dtype if isinstance(b, E.PrimExpr) else None)
-        return E.Cmp(name, a, E.const(b, a.dtype))
+        return E.compare(name, a, b)
 
     build.__doc__ = f"The comparison `a {name} b` (a bool expression)."
     return build
@@ -429,11 +428,19 @@ def _loads_with_condition(e: E.PrimExpr, conditional: bool = False):
 
 
 def _substitute(e: E.PrimExpr, mapping: dict) -> E.PrimExpr:
-    """`e` with variables replaced by identity, rebuilt node by node (nothing simplified)."""
+    """`e` with variables replaced by identity, rebuilt node by node; nothing is simplified
+    but a comparison of two integer immediates and a select on one (an inlined stage read
+    at a constant index, such as a concat's, keeps only the branch that index takes)."""
     if isinstance(e, E.Var):
         return mapping.get(e, e)
     if isinstance(e, E.BufferLoad):
         return E.BufferLoad(e.buffer, tuple(_substitute(i, mapping) for i in e.indices))
+    if isinstance(e, E.Cmp):
+        return E.compare(e.op, _substitute(e.a, mapping), _substitute(e.b, mapping))
+    if isinstance(e, E.Select):
+        cond = _substitute(e.cond, mapping)
+        if isinstance(cond, E.IntImm):
+            return _substitute(e.true_value if cond.value else e.false_value, mapping)
     changes = {}
     for f in dataclasses.fields(e):
         v = getattr(e, f.name)
@@ -604,7 +611,12 @@ def _stage(t: Tensor, block_name: str) -> T.Stmt:
 
 def create_prim_func(tensors: Sequence[Tensor]) -> T.PrimFunc:
     """The PrimFunc computing the listed tensors: parameters in the given order (inputs,
-    then outputs), one block per compute stage, intermediate stages allocated in "root"."""
+    then outputs), one block per compute stage, intermediate stages allocated in "root".
+
+    A size variable the program uses that is no whole dimension of a listed tensor (`seq`
+    where the only shapes say `seq - 1` or `batch * seq`, or a value read from a tensor)
+    becomes a scalar parameter after the buffers, in order of first use: the kernel cannot
+    learn it from its buffers, so the caller passes it (`CallTIR.shape_args`)."""
     tensors = list(tensors)
     for t in tensors:
         if not isinstance(t, Tensor):
@@ -620,7 +632,11 @@ def create_prim_func(tensors: Sequence[Tensor]) -> T.PrimFunc:
                 f"te.create_prim_func: placeholder {t.name!r} (read by "
                 f"{user!r}) is not in the tensor list; list every input"
             )
-    bound = {id(v) for t in tensors for v in E.free_vars(list(t.shape))}
+    whole = {id(d) for t in tensors for d in t.shape if isinstance(d, E.Var)}
+    scalars: dict[int, E.Var] = {}
+    for v in E.free_vars([d for t in tensors for d in t.shape]):
+        if id(v) not in whole:
+            scalars.setdefault(id(v), v)
     for t in order:
         if t.is_placeholder:
             continue
@@ -631,23 +647,29 @@ def create_prim_func(tensors: Sequence[Tensor]) -> T.PrimFunc:
             {id(r) for r in body.axis} if isinstance(body, Reduce) else set()
         )
         for v in E.free_vars([e for e in exprs if e is not None]):
-            if id(v) in local or id(v) in bound:
+            if id(v) in local or id(v) in whole:
                 continue
             if v in _REDUCE_EXTENT:
                 raise ShapeError(
                     f"te.compute {t.name!r} uses reduce axis {v.name!r} outside "
                     "a reduction over it; list it in the reduction's axis=[...]"
                 )
-            raise ShapeError(
-                f"te.create_prim_func: stage {t.name!r} uses variable {v.name!r}, "
-                "which no parameter's shape defines; give it a buffer shape that "
-                "names it or a reduce axis"
-            )
+            if v.dtype not in ("int32", "int64"):
+                raise ShapeError(
+                    f"te.create_prim_func: stage {t.name!r} uses {v.dtype} variable "
+                    f"{v.name!r}, which is no size variable; a kernel takes integer sizes only"
+                )
+            scalars.setdefault(id(v), v)
     used = {"root"}
     stages = [_stage(t, _unique(t.name, used)) for t in order if not t.is_placeholder]
     allocs = tuple(t.buffer for t in order if id(t) not in listed)
     root = T.Block("root", (), (), (), T.seq(*stages), alloc_buffers=allocs)
-    return T.PrimFunc(tuple(t.buffer for t in tensors), root)
+    return T.PrimFunc((*(t.buffer for t in tensors), *scalars.values()), root)
+
+
+def scalar_params(func: T.PrimFunc) -> tuple[E.Var, ...]:
+    """The size variables a caller passes to `func` (its `CallTIR.shape_args`), in order."""
+    return tuple(p for p in func.params if isinstance(p, E.Var))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -563,6 +563,15 @@ def guard_accesses(func: T.PrimFunc, name: str) -> tuple[T.PrimFunc, list[str]]:
     return _guard(func, name, [])
 
 
+def _implied_by(p, cond, have) -> bool:
+    """Whether a stated precondition `a <= b` implies `cond` = `x <= b` because x <= a (a
+    tiled loop's last index needs `min(..., n - 64) + 64 <= m` where `n <= m` is stated)."""
+    if not (isinstance(cond, E.Cmp) and cond.op == "le"):
+        return False
+    return any(isinstance(h, E.Cmp) and h.op == "le" and E.prove_equal(h.b, cond.b)
+               and p.at_most(cond.a, h.a) for h in have)
+
+
 def _guard(func: T.PrimFunc, name: str, unmet: list[str]) -> tuple[T.PrimFunc, list[str]]:
     """guard_accesses; also lists in `unmet` each access proven only under size conditions
     that `func`'s preconditions do not state yet."""
@@ -590,7 +599,7 @@ def _guard(func: T.PrimFunc, name: str, unmet: list[str]) -> tuple[T.PrimFunc, l
                 return (f"{where}: {kind} {buf.name}[{', '.join(format_expr(i) for i in indices)}]: index {d} "
                         f"({format_expr(idx)}) is not provably within 0..{format_expr(E.const(dim))} - 1")
             needs += conds
-        missing = [c for c in needs if c not in have]
+        missing = [c for c in needs if c not in have and not _implied_by(p, c, have)]
         if missing:
             unmet.append(f"{where}: {kind} {buf.name}[{', '.join(format_expr(i) for i in indices)}] is in "
                          f"bounds only if {format_expr(missing[0])}, which the kernel's preconditions "

@@ -121,10 +121,13 @@ class _Legalizer:
         self.out = IRModule(dict(mod.functions), dict(mod.const_types), dict(mod.const_values))
         self.kernels = KernelTable(self.out.functions)
 
-    def kernel_for(self, call: Call, result: Type) -> str | None:
+    def kernel_for(self, call: Call) -> tuple[str, tuple] | None:
+        """The kernel of one op call and the size variables it takes, or None."""
         types = [None if a is None else type_of(a) for a in call.args]
         func = op_prim_func(call.op, types, dict(call.attrs))
-        return None if func is None else self.kernels.add(func, call.op)
+        if func is None:
+            return None
+        return self.kernels.add(func, call.op), te.scalar_params(func)
 
     def function(self, f: Function) -> Function:
         bindings = []
@@ -135,10 +138,11 @@ class _Legalizer:
                 and value.op not in self.keep
                 and isinstance(b.var.type, (TensorType, TupleType))
             ):
-                kernel = self.kernel_for(value, b.var.type)
-                if kernel is not None:
+                built = self.kernel_for(value)
+                if built is not None:
+                    kernel, sizes = built
                     args = tuple(a for a in value.args if a is not None)
-                    value = CallTIR(kernel, args, b.var.type)
+                    value = CallTIR(kernel, args, b.var.type, sizes)
             bindings.append(Binding(b.var, value))
         return dataclasses.replace(f, bindings=tuple(bindings))
 
@@ -146,7 +150,11 @@ class _Legalizer:
 def legalize(mod: IRModule, keep: frozenset[str] = frozenset()) -> IRModule:
     """A new module in which op calls with loop programs are call_tir's of shared PrimFuncs.
 
-    Calls of the ops in `keep` stay op calls (e.g. reshapes the runtime does as views)."""
+    Calls of the ops in `keep` stay op calls (e.g. reshapes the runtime does as views).
+    Dynamic-shape ops the graph passes left (with the passes skipped) are lowered first."""
+    from tcc.lower.passes.lower_dynamic_shapes import lower_dynamic_shapes
+
+    mod = lower_dynamic_shapes(mod)
     lg = _Legalizer(mod, keep)
     for name, f in mod.graph_functions.items():
         lg.out.functions[name] = lg.function(f)

@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import as_strided
 from tcc.ir import te
 from tcc.ir.dtype import is_float, is_int, to_numpy
 from tcc.ir.errors import NoLoopProgram, ShapeError
-from tcc.ir.expr import BinOp, Dim, Var, as_dim, fresh_var, max_expr, min_expr
+from tcc.ir.expr import BinOp, Dim, Var, as_dim, fresh_var, max_expr, min_expr, prove_equal
 from tcc.ir.graph import TensorType
 from tcc.ir.ops.registry import OpDef, Pattern, normalize_axis, register, tensor
 
@@ -157,9 +157,11 @@ def ceil_div(a: Dim, b: int) -> Dim:
     return a if b == 1 else as_dim((a + (b - 1)) // b)
 
 
-def register_op(name, infer, ref, attrs=None, num_args=(1, 1), pattern=Pattern.INJECTIVE, doc=""):
-    """Register an `OpDef` given positionally; the pattern defaults to INJECTIVE."""
-    return register(OpDef(name, infer, ref, attrs or {}, pattern, num_args, doc=doc))
+def register_op(name, infer, ref, attrs=None, num_args=(1, 1), pattern=Pattern.INJECTIVE, doc="",
+                **dynamic):
+    """Register an `OpDef` given positionally; the pattern defaults to INJECTIVE. `dynamic`
+    gives a dyn_* op's shape_operands and to_static."""
+    return register(OpDef(name, infer, ref, attrs or {}, pattern, num_args, doc=doc, **dynamic))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,3 +375,25 @@ def float_operands(op: str, *tensors) -> str:
     if dt == "bfloat16":
         raise no_loop(op, "bfloat16")
     return dt
+
+
+def broadcast_axis_index(d: Dim, i):
+    """Index `i` into an axis of symbolic extent `d` that is either 1 or the full extent at run
+    time: a select, not `i % d`, so the bounds proof sees both cases (tcc.ir.verify)."""
+    return te.if_then_else(te.equal(d, 1), 0, i)
+
+
+def broadcast_index(in_shape, out_shape, idx) -> tuple:
+    """The input index that output index `idx` reads when `in_shape` broadcasts to
+    `out_shape` (numpy rules, dimensions aligned at the end)."""
+    lead = len(out_shape) - len(in_shape)
+    out = []
+    for k, d in enumerate(in_shape):
+        i, want = idx[lead + k], out_shape[lead + k]
+        if isinstance(d, int) and d == 1:
+            out.append(0)
+        elif prove_equal(d, want):
+            out.append(i)
+        else:  # a symbolic extent that is either 1 or the target's at run time
+            out.append(broadcast_axis_index(d, i))
+    return tuple(out)

@@ -20,6 +20,7 @@ from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import (
     accumulate_dtype,
     attention_heads,
+    broadcast_axis_index,
     check_gqa_heads,
     float_operands,
     kv_group,
@@ -217,7 +218,7 @@ def _with_past(cur, past: te.Tensor | None):
 
 def _broadcast_load(mask: te.Tensor, idx) -> tuple:
     """The index of `mask` (right-aligned against (batch, heads, q, kv)) at `idx`: 0 where a
-    leading dimension is 1, `i % d` where a symbolic one may be 1 or the full size. The key
+    leading dimension is 1, a select where a symbolic one may be 1 or the full size. The key
     axis is never broadcast: a shorter mask is padded (the caller tests the bound)."""
     full = idx[4 - mask.ndim :]
     out = []
@@ -227,7 +228,7 @@ def _broadcast_load(mask: te.Tensor, idx) -> tuple:
         elif isinstance(d, int) and d == 1:
             out.append(0)
         else:
-            out.append(i % d if not isinstance(d, int) else i)
+            out.append(broadcast_axis_index(d, i) if not isinstance(d, int) else i)
     return tuple(out)
 
 

@@ -4,11 +4,11 @@ trilu (the triangle of its input, the rest zeroed).
 Sizes and values are attributes; `dyn_arange` and `dyn_full` take them as run-time operands
 instead, and their result dimensions are fresh size variables bound when the program runs.
 
-Loop programs: a kernel binds size variables only from whole dimensions of its buffers, so
-shape_to_tensor, arange, full and eye have one only when every size variable their values
-and shape use is a whole dimension of the result (`arange(0, n)`, `full((n, 4))`); else
-NoLoopProgram, as for dtypes outside bool, the integer types and float16/32/64.
-dyn_arange and dyn_full have none: their result shape is only known from operand values.
+Loop programs: a size variable the values or the shape use that is no whole dimension of
+the result (`shape_to_tensor([batch, seq])`) is a scalar argument of the kernel
+(`te.create_prim_func`). Dtypes outside bool, the integer types and float16/32/64 have none
+(NoLoopProgram). dyn_arange and dyn_full have none: the lower-dynamic-shapes pass rewrites
+them into arange and full over size variables read from their operands.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import numpy as np
 from tcc.ir import te
 from tcc.ir.dtype import to_numpy
 from tcc.ir.errors import NoLoopProgram, ShapeError
-from tcc.ir.expr import Dim, PrimExpr, Var, as_dim, free_vars, fresh_var
-from tcc.ir.graph import TensorType
+from tcc.ir.expr import Dim, PrimExpr, as_dim, fresh_var
+from tcc.ir.graph import ShapeType, TensorType
 from tcc.ir.ops._util import (
     ceil_div,
     fresh_vars,
@@ -30,10 +30,19 @@ from tcc.ir.ops._util import (
     operand,
     register_op,
     scalar_value,
+    static_length,
     vector_length,
 )
 from tcc.ir.ops.elementwise import LOOP_DTYPES
-from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, register, same_dtype, tensor
+from tcc.ir.ops.registry import (
+    REQUIRED,
+    OpDef,
+    Pattern,
+    StaticForm,
+    register,
+    same_dtype,
+    tensor,
+)
 
 # ---------------------------------------------------------------------------------------------
 # loop program helpers
@@ -48,17 +57,6 @@ def _loopable(op: str, *dtypes: str) -> None:
     for d in dtypes:
         if d not in LOOP_DTYPES:
             raise NoLoopProgram(f"op {op}: dtype {d} has no loop program")
-
-
-def _bound_by(op: str, exprs, shapes) -> None:
-    """Refuse size variables that no buffer dimension of `shapes` binds on kernel entry."""
-    whole = {id(d) for shape in shapes for d in shape if isinstance(d, Var)}
-    for v in free_vars([e for e in exprs if isinstance(e, PrimExpr)]):
-        if id(v) not in whole:
-            raise NoLoopProgram(
-                f"op {op}: size variable {v.name} is no whole dimension of the result, "
-                "so it has no loop program"
-            )
 
 
 def _value(value, dtype: str):
@@ -79,8 +77,8 @@ def _convert(v, dtype: str):
 def _shape_to_tensor_te(dims, scalar, dtype):
     _loopable("shape_to_tensor", dtype)
     shape = () if scalar else (len(dims),)
-    _bound_by("shape_to_tensor", dims, [shape])
-    values = [_value(d, dtype) for d in dims] or [te.const(0, dtype)]
+    values = [_convert(d, dtype) if isinstance(d, PrimExpr) else _value(d, dtype) for d in dims]
+    values = values or [te.const(0, dtype)]
 
     def body(*i):
         out = values[-1]
@@ -105,6 +103,25 @@ register(
         num_args=(0, 0),
         compute=_shape_to_tensor_te,
         doc="A 1-D (or scalar) integer tensor holding the (symbolic) dimensions `dims`.",
+    )
+)
+
+
+def _tensor_to_shape_infer(args, attrs):
+    t = tensor(args[0], "tensor_to_shape")
+    n = static_length(t, "tensor_to_shape", "its operand")
+    return ShapeType(n, fresh_vars(n, "sv"))
+
+
+register(
+    OpDef(
+        "tensor_to_shape",
+        _tensor_to_shape_infer,
+        lambda x: tuple(int(v) for v in np.asarray(x).reshape(-1)),
+        pattern=Pattern.OPAQUE,
+        doc="The values of a 1-D (or scalar) integer tensor as a shape value, so that a "
+        "binding of type Shape((v0, v1, ...)) binds size variables to them (the VM's "
+        "tensor_to_shape builtin). The values may be negative: they are what the tensor holds.",
     )
 )
 
@@ -139,7 +156,6 @@ def _arange_ref(start, stop, step, dtype):
 def _arange_te(start, stop, step, dtype):
     _loopable("arange", dtype)
     n = _arange_length(start, stop, step)
-    _bound_by("arange", [start, n], [(n,)])
     if not any(isinstance(v, float) for v in (start, stop, step)):
         return te.compute((n,), lambda i: _convert(i * step + start, dtype), "arange")
     # numpy fills a float range as start + i * ((start + step) - start), in float64
@@ -186,7 +202,6 @@ def _full_ref(shape, value, dtype):
 def _full_te(shape, value, dtype):
     _loopable("full", dtype)
     shape = tuple(shape)
-    _bound_by("full", shape, [shape])
     v = _value(value, dtype)
     return te.compute(shape, lambda *i: v, "full")
 
@@ -208,6 +223,11 @@ register_op(
     lambda shape, value, dtype: _full_ref(ints(shape), value, dtype),
     {"value": 0, "dtype": "float32"},
     doc="full with the shape as a run-time tensor.",
+    shape_operands=(0,),
+    to_static=lambda types, sizes, out, attrs: StaticForm(
+        "full", (), {"shape": list(out), "value": attrs["value"], "dtype": attrs["dtype"]},
+        tuple(sizes[0]),
+    ),
 )
 
 
@@ -239,7 +259,6 @@ register(
 def _eye_te(rows, cols, k, dtype):
     _loopable("eye", dtype)
     shape = (rows, cols)
-    _bound_by("eye", [*shape, k], [shape])
     one, zero = te.const(1, dtype), te.const(0, dtype)
     return te.compute(shape, lambda i, j: te.if_then_else(te.equal(j - i, k), one, zero), "eye")
 

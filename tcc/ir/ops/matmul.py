@@ -7,7 +7,7 @@ epilogue may fuse. det is OPAQUE.
 Loop programs: one reduction stage over the contracted dimension, accumulating half floats
 in float32 (as numpy's matmul does) and integers in their own dtype (wrapping, as numpy's),
 then an epilogue stage where the reference rounds, scales or requantizes. Broadcast batch
-dimensions read index 0 where they are 1, and `i % d` where a symbolic dimension may be 1
+dimensions read index 0 where they are 1, and a select where a symbolic dimension may be 1
 or the full size at run time. det has no loop program; neither do bool operands, nor half
 float einsum (numpy rounds its float16 einsum accumulator to float16 after every step, an
 order a te reduction cannot state).
@@ -22,9 +22,9 @@ import numpy as np
 from tcc.ir import te
 from tcc.ir.dtype import is_float
 from tcc.ir.errors import NoLoopProgram, ShapeError
-from tcc.ir.expr import Dim, PrimExpr, prove_equal
+from tcc.ir.expr import Dim, PrimExpr
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import accumulate_dtype, data_op, match_dim, te_type
+from tcc.ir.ops._util import accumulate_dtype, broadcast_index, data_op, match_dim, te_type
 from tcc.ir.ops.quantize import QUANT_RANGE
 from tcc.ir.ops.registry import (
     REQUIRED,
@@ -72,21 +72,6 @@ def _no_bool(op: str, *tensors) -> None:
             raise NoLoopProgram(f"op {op}: bool operands have no loop program")
 
 
-def _broadcast_index(dims, out_dims, idx) -> list:
-    """Indices into an operand's leading dims, right-aligned with the output's: 0 where the
-    operand's dim is 1, `i % d` where a symbolic dim may be 1 or the full size."""
-    off = len(out_dims) - len(dims)
-    res = []
-    for d, o, i in zip(dims, out_dims[off:], idx[off:]):
-        if isinstance(d, int) and d == 1:
-            res.append(0)
-        elif prove_equal(d, o):
-            res.append(i)
-        else:
-            res.append(i % d)
-    return res
-
-
 def _contract(a, b, shape, acc: str, name: str, load_a=None, load_b=None) -> te.Tensor:
     """sum_k load_a(a[..., i, k]) * load_b(b[..., k, j]) in `acc`, numpy matmul indexing.
 
@@ -100,8 +85,8 @@ def _contract(a, b, shape, acc: str, name: str, load_a=None, load_b=None) -> te.
 
     def body(*idx):
         batch, i, j = idx[:nb], idx[nb] if a.ndim > 1 else None, idx[-1] if b.ndim > 1 else None
-        ai = (r,) if a.ndim == 1 else (*_broadcast_index(a.shape[:-2], shape[:nb], batch), i, r)
-        bi = (r,) if b.ndim == 1 else (*_broadcast_index(b.shape[:-2], shape[:nb], batch), r, j)
+        ai = (r,) if a.ndim == 1 else (*broadcast_index(a.shape[:-2], shape[:nb], batch), i, r)
+        bi = (r,) if b.ndim == 1 else (*broadcast_index(b.shape[:-2], shape[:nb], batch), r, j)
         return te.sum(data_op("mul", load_a(a[ai], i), load_b(b[bi], j)), axis=[r])
 
     return te.compute(shape, body, name)
@@ -193,7 +178,7 @@ def _gemm_compute(a, b, c, alpha, beta, trans_a, trans_b):
     def epilogue(i, j):
         v = _scaled(te.cast(ab[i, j], a.dtype), alpha)
         if c is not None and beta != 0:
-            cv = _scaled(c[tuple(_broadcast_index(c.shape, (m, n), (i, j)))], beta)
+            cv = _scaled(c[tuple(broadcast_index(c.shape, (m, n), (i, j)))], beta)
             if cv.dtype != v.dtype:  # one side went to float64, so both do
                 v, cv = te.cast(v, "float64"), te.cast(cv, "float64")
             v = v + cv
@@ -299,7 +284,7 @@ def _einsum_compute(*ts, equation):
         env = {**dict(zip(out, idx)), **axes}
         product = None
         for term, t in zip(terms, ts):
-            ind = _broadcast_index(t.shape, [extent[c] for c in term], [env[c] for c in term])
+            ind = broadcast_index(t.shape, [extent[c] for c in term], [env[c] for c in term])
             v = t[tuple(ind)]
             product = v if product is None else data_op("mul", product, v)
         return te.sum(product, axis=list(axes.values())) if axes else product

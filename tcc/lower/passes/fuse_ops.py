@@ -132,7 +132,7 @@ def _group_prim_func(members: list[G.Binding]) -> tuple[PrimFunc, list[G.Expr]] 
     (result,) = te.inline_injective([tensors[_operand_key(members[-1].var)]])
     try:
         func = te.create_prim_func([*holders, result])
-    except ShapeError:  # a size variable only an intermediate's shape names
+    except ShapeError:  # the group has no single loop program
         return None
     return func, operands
 
@@ -160,7 +160,7 @@ class _Fuser:
         origins.update(dict.fromkeys(b.var.name for b in members))
         attrs = ((ORIGINS_ATTR, tuple(origins)),)
         self.out.functions[name] = dataclasses.replace(shared, attrs=attrs)
-        return G.CallTIR(name, tuple(operands), members[-1].var.type)
+        return G.CallTIR(name, tuple(operands), members[-1].var.type, te.scalar_params(func))
 
     def function(self, fn: G.Function) -> G.Function:
         replaced: dict[int, G.Expr | None] = {}  # binding index -> its new value (None: gone)
