@@ -56,13 +56,12 @@ def load_module(source, guarded: list[str] | None = None):
 
 
 def _legalized(mod):
-    from tcc.emit.vm import VIEW_OPS
+    from tcc.emit.vm import VIEW_OPS, VM_OPS
     from tcc.lower.legalize import legalize, unlegalized_ops
 
     # Views (reshape, squeeze, ...) stay graph calls: the VM runs them without copying.
     lowered = legalize(mod, keep=VIEW_OPS)
-    left = {op: n for op, n in sorted(unlegalized_ops(lowered).items())
-            if op not in VIEW_OPS | {"identity"}}
+    left = {op: n for op, n in sorted(unlegalized_ops(lowered).items()) if op not in VM_OPS}
     return lowered, left
 
 

@@ -34,6 +34,9 @@ typedef enum tccrt_builtin_e {
   TCCRT_B_STACK_FINISH,
   TCCRT_B_ALLOC_ARENA,
   TCCRT_B_ARENA_VIEW,
+  TCCRT_B_TENSOR_TO_SHAPE,
+  TCCRT_B_MATCH_DIMS,
+  TCCRT_B_ASSERT_SHAPE,
   TCCRT_B_COUNT
 } tccrt_builtin_t;
 

@@ -32,6 +32,9 @@ const tccrt_builtin_spec_t tccrt_builtin_specs[TCCRT_B_COUNT] = {
     [TCCRT_B_STACK_FINISH] = {"stack_finish", "riirs", 1},
     [TCCRT_B_ALLOC_ARENA] = {"alloc_arena", "nn", 1},
     [TCCRT_B_ARENA_VIEW] = {"arena_view", "rirs", 1},
+    [TCCRT_B_TENSOR_TO_SHAPE] = {"tensor_to_shape", "rs", 1},
+    [TCCRT_B_MATCH_DIMS] = {"match_dims", "rsn", 0},
+    [TCCRT_B_ASSERT_SHAPE] = {"assert_shape", "ns", 0},
 };
 
 #define MAX_REGS (1 << 20)
@@ -220,8 +223,10 @@ static tccrt_status_t shape_program(const verifier_t *v, const tccrt_const_t *c,
       if (op == TCCRT_SHAPE_OP_PUSH_INT || op == TCCRT_SHAPE_OP_PUSH_VAR) {
         if (!operand_ok(w, len, j, heap_size)) return fail_at(v, "shape program pushes a bad operand");
         depth++, j += 2;
-      } else if (op >= TCCRT_SHAPE_OP_ADD && op <= TCCRT_SHAPE_OP_MAX && depth >= 2) {
+      } else if (op >= TCCRT_SHAPE_OP_ADD && op <= TCCRT_SHAPE_OP_LE && depth >= 2) {
         depth--, j++;
+      } else if (op == TCCRT_SHAPE_OP_SELECT && depth >= 3) {
+        depth -= 2, j++;
       } else {
         return fail_at(v, "shape program has a bad token %lld", (long long)op);
       }
@@ -323,6 +328,8 @@ static tccrt_status_t builtin(verifier_t *v, const tccrt_vm_function_t *f, size_
   if (b == TCCRT_B_ARENA_VIEW && ins->args[1].value < 0)
     return fail_at(v, "arena tensor index %lld is negative", (long long)ins->args[1].value);
   if (b == TCCRT_B_MATCH_SHAPE && (st = pattern(v, consts[2], f->heap_size))) return st;
+  if (b == TCCRT_B_MATCH_DIMS && (st = pattern(v, consts[1], f->heap_size))) return st;
+  if (b == TCCRT_B_ASSERT_SHAPE && (st = shape_program(v, consts[0], f->heap_size, -1))) return st;
   int d = dtype_arg(b);
   if (d >= 0 && !tccrt_dtype_known(consts[d]->str)) return fail_at(v, "unknown dtype");
   if (b == TCCRT_B_SCALAR && !scalar_dtype(consts[0]->str))

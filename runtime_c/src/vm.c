@@ -209,6 +209,12 @@ static tccrt_status_t eval_dim(const frame_t *fr, const int64_t *words, size_t n
       i += 2;
       continue;
     }
+    if (op == TCCRT_SHAPE_OP_SELECT) { /* cond, a, b -> a if cond else b */
+      depth -= 2;
+      stack[depth - 1] = stack[depth - 1] ? stack[depth] : stack[depth + 1];
+      i += 1;
+      continue;
+    }
     int64_t b = stack[--depth], a = stack[depth - 1], r = 0;
     switch (op) {
       case TCCRT_SHAPE_OP_ADD: if (__builtin_add_overflow(a, b, &r)) st = shape_overflow(); break;
@@ -222,6 +228,10 @@ static tccrt_status_t eval_dim(const frame_t *fr, const int64_t *words, size_t n
         else r = op == TCCRT_SHAPE_OP_FLOORDIV ? floor_div(a, b) : floor_mod(a, b);
         break;
       case TCCRT_SHAPE_OP_MIN: r = a < b ? a : b; break;
+      case TCCRT_SHAPE_OP_EQ: r = a == b; break;
+      case TCCRT_SHAPE_OP_NE: r = a != b; break;
+      case TCCRT_SHAPE_OP_LT: r = a < b; break;
+      case TCCRT_SHAPE_OP_LE: r = a <= b; break;
       default: r = a > b ? a : b; break; /* MAX */
     }
     stack[depth - 1] = r;
@@ -418,6 +428,113 @@ static tccrt_status_t b_match_shape(frame_t *fr, tccrt_value_t **out) {
         return tccrt_fail(TCCRT_INVALID_INPUT, "%s: dimension %zu must be %lld (from the other dimensions), got %lld",
                           what, i, (long long)want, (long long)got);
     }
+  }
+  return TCCRT_OK;
+}
+
+/* Shapes read from tensors (docs/vm.md, "Shapes from tensors"). */
+
+static tccrt_status_t b_tensor_to_shape(frame_t *fr, tccrt_value_t **out) {
+  tccrt_value_t *x;
+  tccrt_status_t st = reg(fr, instr(fr)->args[0].value, &x);
+  if (st) return st;
+  const char *what = arg_str(fr, 1);
+  if (x->kind != TCCRT_V_TENSOR || (x->dtype->code != 0 && x->dtype->code != 1) || x->n > 1) {
+    if (x->kind != TCCRT_V_TENSOR)
+      return tccrt_fail(TCCRT_INVALID_INPUT, "%s: expected a 0-d or 1-d integer tensor of sizes, got a %s", what,
+                        tccrt_value_kind_name(x));
+    return tccrt_fail(TCCRT_INVALID_INPUT,
+                      "%s: expected a 0-d or 1-d integer tensor of sizes, got a %s tensor of rank %zu", what,
+                      x->dtype->name, x->n);
+  }
+  tccrt_value_t *shape = tccrt_value_new(TCCRT_V_SHAPE, x->size);
+  if (!shape) return TCCRT_OUT_OF_MEMORY;
+  for (size_t k = 0; k < x->size; k++) {
+    if (x->dtype->code == 1 && x->dtype->bits == 64) { /* uint64: above int64 is refused */
+      uint64_t u;
+      memcpy(&u, (const char *)x->dl.data + 8 * k, sizeof u);
+      if (u > (uint64_t)INT64_MAX) {
+        tccrt_value_release(shape);
+        return tccrt_fail(TCCRT_INVALID_INPUT, "%s: a size does not fit in int64", what);
+      }
+    }
+    shape->dims[k] = element(x, k).i;
+  }
+  *out = shape;
+  return TCCRT_OK;
+}
+
+static tccrt_status_t b_match_dims(frame_t *fr, tccrt_value_t **out) {
+  (void)out;
+  tccrt_value_t *x;
+  tccrt_status_t st = arg_value(fr, 0, TCCRT_V_SHAPE, &x);
+  if (st) return st;
+  const char *what = arg_str(fr, 1);
+  const int64_t *pattern = arg_const(fr, 2)->ints;
+  char dims[160];
+  size_t ndim = (size_t)pattern[0];
+  if (x->n != ndim)
+    return tccrt_fail(TCCRT_INVALID_INPUT, "%s: expected %zu sizes, got %zu %s", what, ndim, x->n,
+                      tccrt_format_dims(dims, sizeof dims, x->dims, x->n));
+  for (size_t i = 0; i < ndim; i++) {
+    int64_t mode = pattern[1 + 2 * i], value = pattern[2 + 2 * i], got = x->dims[i];
+    if (mode == TCCRT_DIM_MODE_STATIC && got != value)
+      return tccrt_fail(TCCRT_INVALID_INPUT, "%s: size %zu must be %lld, got %lld", what, i, (long long)value,
+                        (long long)got);
+    if (mode == TCCRT_DIM_MODE_BIND) {
+      fr->heap[value] = got;
+      fr->bound[value] = 1;
+    } else if (mode == TCCRT_DIM_MODE_CHECK) {
+      if (!fr->bound[value])
+        return BAD_PACK(fr, "checks size variable '%s' before binding it", fr->function->heap_names[value]);
+      if (fr->heap[value] != got)
+        return tccrt_fail(TCCRT_INVALID_INPUT, "%s: size %zu must be %s = %lld, got %lld", what, i,
+                          fr->function->heap_names[value], (long long)fr->heap[value], (long long)got);
+    } else if (mode == TCCRT_DIM_MODE_EXPR) {
+      const int64_t *w = fr->program->constants[value].ints; /* [1, count, words...] */
+      int64_t want;
+      if ((st = eval_dim(fr, w + 2, (size_t)w[1], &want))) return st;
+      if (want != got)
+        return tccrt_fail(TCCRT_INVALID_INPUT, "%s: size %zu must be %lld, got %lld", what, i, (long long)want,
+                          (long long)got);
+    }
+  }
+  return TCCRT_OK;
+}
+
+/* A failed condition's message, then the size variables its words read, first use first
+ * (tcc.rt.vm.check_failure words it the same way). */
+static tccrt_status_t check_failure(const frame_t *fr, const char *message, const int64_t *w, size_t n) {
+  char values[512];
+  size_t used = 0, shown = 0;
+  values[0] = 0;
+  for (size_t j = 0; j < n; j += (w[j] == TCCRT_SHAPE_OP_PUSH_INT || w[j] == TCCRT_SHAPE_OP_PUSH_VAR) ? 2 : 1) {
+    if (w[j] != TCCRT_SHAPE_OP_PUSH_VAR) continue;
+    int seen = 0;
+    for (size_t k = 0; k < j; k += (w[k] == TCCRT_SHAPE_OP_PUSH_INT || w[k] == TCCRT_SHAPE_OP_PUSH_VAR) ? 2 : 1)
+      seen |= w[k] == TCCRT_SHAPE_OP_PUSH_VAR && w[k + 1] == w[j + 1];
+    if (seen) continue;
+    int wrote = snprintf(values + used, sizeof values - used, "%s%s = %lld", shown ? ", " : "",
+                         fr->function->heap_names[w[j + 1]], (long long)fr->heap[w[j + 1]]);
+    if (wrote < 0 || (size_t)wrote >= sizeof values - used) break;
+    used += (size_t)wrote, shown++;
+  }
+  if (!shown) return tccrt_fail(TCCRT_INVALID_INPUT, "%s", message);
+  return tccrt_fail(TCCRT_INVALID_INPUT, "%s (%s)", message, values);
+}
+
+static tccrt_status_t b_assert_shape(frame_t *fr, tccrt_value_t **out) {
+  (void)out;
+  const int64_t *p = arg_const(fr, 0)->ints;
+  const char *message = arg_str(fr, 1);
+  size_t i = 1;
+  for (int64_t d = 0; d < p[0]; d++) {
+    size_t n = (size_t)p[i];
+    int64_t holds;
+    tccrt_status_t st = eval_dim(fr, p + i + 1, n, &holds);
+    if (st) return st;
+    if (!holds) return check_failure(fr, message, p + i + 1, n);
+    i += 1 + n;
   }
   return TCCRT_OK;
 }
@@ -688,6 +805,9 @@ static const builtin_fn BUILTINS[TCCRT_B_COUNT] = {
     [TCCRT_B_STACK_NEW] = b_stack_new,         [TCCRT_B_STACK_PUSH] = b_stack_push,
     [TCCRT_B_STACK_FINISH] = b_stack_finish,   [TCCRT_B_ALLOC_ARENA] = b_alloc_arena,
     [TCCRT_B_ARENA_VIEW] = b_arena_view,
+    [TCCRT_B_TENSOR_TO_SHAPE] = b_tensor_to_shape,
+    [TCCRT_B_MATCH_DIMS] = b_match_dims,
+    [TCCRT_B_ASSERT_SHAPE] = b_assert_shape,
 };
 
 /* -- kernels and VM calls ------------------------------------------------------------ */

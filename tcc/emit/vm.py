@@ -35,6 +35,7 @@ from tcc.rt.format import (
     INT64_MAX,
     NO_REG,
     SHAPE_BINOPS,
+    SHAPE_CMPS,
     ArgKind,
     DimMode,
     Executable,
@@ -48,7 +49,13 @@ from tcc.rt.format import (
 # VIEW_OPS (from the memory planner, which must know them too): graph ops the VM runs
 # itself; each keeps the data in row-major order, so its result is a view with the shape of
 # the binding's type.
-__all__ = ["VIEW_OPS", "VMCompileError", "compile_module", "signature"]
+__all__ = ["VIEW_OPS", "VM_OPS", "VMCompileError", "compile_module", "signature"]
+
+# Graph ops the VM runs itself: the views, a copy, and reading sizes from a tensor.
+VM_OPS = VIEW_OPS | {"identity", "tensor_to_shape"}
+
+
+_SWAPPED = {"gt": "lt", "ge": "le"}  # a > b is b < a
 
 
 class VMCompileError(TccError):
@@ -71,8 +78,7 @@ def compile_module(
                if isinstance(b.value, G.CONTROL_FLOW) for c in b.value.callees}
     entries = entries if entries is not None else [n for n in graph if n not in callees]
     unlegalized = sorted({b.value.op for f in graph.values() for b in f.bindings
-                          if isinstance(b.value, G.Call) and b.value.op not in VIEW_OPS
-                          and b.value.op != "identity"})
+                          if isinstance(b.value, G.Call) and b.value.op not in VM_OPS})
     if unlegalized:
         raise VMCompileError(f"ops without a loop program left in the graph: "
                              f"{', '.join(unlegalized)}; legalize the module before emitting")
@@ -222,7 +228,7 @@ class _FunctionCompiler:
         if isinstance(v, G.TupleGetItem):
             return self.builtin("tuple_get_item", self.reg(self.value(v.value)), (ArgKind.IMM, v.index))
         if isinstance(v, G.ShapeExpr):
-            return self.builtin("make_shape", self.cst(self.shape_program(v.dims, "a shape value")))
+            return self.shape_expr(v, binding.var)
         if isinstance(v, G.If):
             return self.call_if(v, binding.var)
         if isinstance(v, G.Loop):
@@ -233,6 +239,11 @@ class _FunctionCompiler:
             x = self.reg(self.value(v.args[0]))
             if v.op == "identity":
                 return self.builtin("copy", x)
+            if v.op == "tensor_to_shape":
+                what = f"the sizes {binding.var.name!r} in {self.name!r}"
+                shape = self.builtin("tensor_to_shape", x, self.cst(what))
+                self.match_dims(shape, binding.var.type, what)
+                return shape
             assert isinstance(t, G.TensorType)
             shape = self.builtin("make_shape", self.cst(self.shape_program(t.shape, f"the result of {v.op}")))
             return self.builtin("reshape", x, self.reg(shape))
@@ -318,6 +329,35 @@ class _FunctionCompiler:
         self.match(dst, var.type, f"the result of if_ {var.name!r} in {self.name!r}", deferred)
         self.finish_match(deferred)
         return dst
+
+    def shape_expr(self, v: G.ShapeExpr, var: G.Var) -> int:
+        """Check the conditions, compute the shape, and bind or check the sizes its
+        declared type names."""
+        for cond, message in v.checks:
+            prog = self.shape_program((cond,), f"a check of {var.name!r}")
+            self.builtin("assert_shape", self.cst(prog), self.cst(message), result=False)
+        shape = self.builtin("make_shape", self.cst(self.shape_program(v.dims, "a shape value")))
+        self.match_dims(shape, var.type, f"the shape {var.name!r} in {self.name!r}")
+        return shape
+
+    def match_dims(self, reg: int, t: G.Type, what: str) -> None:
+        """match_shape's binding and checks on the entries of a shape value, for a binding
+        whose type is Shape((dims...))."""
+        if not isinstance(t, G.ShapeType) or t.dims is None:
+            return
+        pattern = [t.ndim]
+        for d in t.dims:
+            if isinstance(d, int):
+                pattern += [DimMode.STATIC, d]
+            elif isinstance(d, E.Var):
+                mode = DimMode.CHECK if d in self.slots else DimMode.BIND
+                pattern += [mode, self.slot(d)]
+            elif all(x in self.slots for x in E.free_vars(d)):
+                pattern += [DimMode.EXPR, self.b.const(self.shape_program((d,), what))]
+            else:
+                pattern += [DimMode.ANY, 0]
+        self.builtin("match_dims", self.reg(reg), self.cst(what),
+                     self.cst(tuple(int(x) for x in pattern)), result=False)
 
     # -- loops -----------------------------------------------------------------------------
 
@@ -531,6 +571,22 @@ class _FunctionCompiler:
             self.postfix(d.a, words, what)
             self.postfix(d.b, words, what)
             words.append(SHAPE_BINOPS[d.op])
+        elif isinstance(d, E.Cmp):
+            a, b, op = (d.b, d.a, _SWAPPED[d.op]) if d.op in _SWAPPED else (d.a, d.b, d.op)
+            self.postfix(a, words, what)
+            self.postfix(b, words, what)
+            words.append(SHAPE_CMPS[op])
+        elif isinstance(d, E.Logic):  # on 0/1 values: and is min, or is max
+            self.postfix(d.a, words, what)
+            self.postfix(d.b, words, what)
+            words.append(ShapeOp.MIN if d.op == "and" else ShapeOp.MAX)
+        elif isinstance(d, E.Not):
+            self.postfix(d.a, words, what)
+            words += [ShapeOp.PUSH_INT, 0, ShapeOp.EQ]
+        elif isinstance(d, E.Select):
+            for part in (d.cond, d.true_value, d.false_value):
+                self.postfix(part, words, what)
+            words.append(ShapeOp.SELECT)
         else:
             raise VMCompileError(f"function {self.name!r}: {what} has dimension {format_expr(d)}, "
                                  "which the VM's shape arithmetic cannot compute")

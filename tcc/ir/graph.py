@@ -62,9 +62,21 @@ class TupleType:
 
 @dataclass(frozen=True)
 class ShapeType:
-    """The type of a shape value (a tuple of dimensions known to the graph, not a tensor)."""
+    """The type of a shape value (a tuple of dimensions known to the graph, not a tensor).
+
+    With `dims`, a binding of this type matches its value against them, as Relax's
+    match_cast: a size variable seen for the first time is bound to the value's entry (a
+    size read from a tensor by `tensor_to_shape`, a size computed by a `ShapeExpr`), any
+    other dimension must equal it."""
 
     ndim: int
+    dims: tuple[Dim, ...] | None = None
+
+    def __post_init__(self):
+        if self.dims is not None:
+            object.__setattr__(self, "dims", tuple(as_dim(d) for d in self.dims))
+            if len(self.dims) != self.ndim:
+                raise ShapeError(f"Shape type of rank {self.ndim} with {len(self.dims)} dims")
 
 
 Type = TensorType | TupleType | ShapeType
@@ -126,7 +138,12 @@ class TupleGetItem(Expr):
 
 @dataclass(frozen=True, eq=False)
 class ShapeExpr(Expr):
+    """A shape computed from size variables. Each of `checks` is a (condition, message) pair
+    that must hold first (a size read from a tensor that does not fit the op reading it);
+    a failed one stops the run with its message."""
+
     dims: tuple[Dim, ...]
+    checks: tuple[tuple[PrimExpr, str], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

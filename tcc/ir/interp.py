@@ -15,7 +15,7 @@ import numpy as np
 
 from tcc.ir.dtype import round_to_bfloat16, to_numpy
 from tcc.ir.errors import InputError, InternalError, TccError
-from tcc.ir.expr import PrimExpr, Var, evaluate
+from tcc.ir.expr import PrimExpr, Var, evaluate, free_vars
 from tcc.ir.graph import (
     Call,
     CallTIR,
@@ -26,6 +26,7 @@ from tcc.ir.graph import (
     Loop,
     Scan,
     ShapeExpr,
+    ShapeType,
     TensorType,
     Tuple,
     TupleGetItem,
@@ -80,6 +81,13 @@ def bind_inputs(func: Function, inputs: Sequence[Any] | Mapping[str, Any]) -> tu
         ))
         out.append(arr)
     return out, env
+
+
+def check_failure(message: str, cond: PrimExpr, env: dict) -> str:
+    """The error of a failed shape check: its message, then the sizes the condition reads in
+    order of first use (the VM builtin assert_shape words it the same way)."""
+    values = ", ".join(f"{v.name} = {env[v]}" for v in free_vars(cond) if v in env)
+    return f"{message} ({values})" if values else message
 
 
 def _fmt_shape(shape) -> str:
@@ -152,6 +160,9 @@ class Interpreter:
             attrs = {k: _eval_attr(v, env) for k, v in e.attrs.items()}
             return op.ref(*args, **attrs)
         if isinstance(e, ShapeExpr):
+            for cond, message in e.checks:
+                if not evaluate(cond, env):
+                    raise InputError(check_failure(message, cond, env))
             return tuple(int(evaluate(d, env)) for d in e.dims)
         if isinstance(e, CallTIR):
             raise TccError("the reference interpreter runs graph ops only; call_tir needs a compiled module")
@@ -216,6 +227,11 @@ class Interpreter:
             _match_shape(t.shape, arr.shape, env, lambda i, exp, got: InternalError(
                 f"{name}: dimension {i} is {got}, inferred {exp} (op inference and reference disagree)"
             ))
+        if isinstance(t, ShapeType) and t.dims is not None:
+            if len(value) != t.ndim:
+                raise InputError(f"{name}: expected {t.ndim} sizes, got {len(value)}")
+            _match_shape(t.dims, value, env, lambda i, exp, got: InputError(
+                f"{name}: size {i} is {got}, but {exp} is required"))
 
 
 def _flag(value) -> bool:

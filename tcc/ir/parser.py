@@ -374,8 +374,12 @@ class Parser:
         ndim = _int(node.args[0]) if kind == "Shape" and len(node.args) == 1 else None
         if ndim is not None and only is None:
             return G.ShapeType(ndim)
+        if kind == "Shape" and len(node.args) == 1 and isinstance(node.args[0], ast.Tuple) \
+                and only is None:
+            dims = self.dims(node.args[0], scope, define)
+            return G.ShapeType(len(dims), dims)
         expected = {"Tensor": 'Tensor((dims...), "dtype")'}.get(
-            only, 'Tensor((dims...), "dtype"), Tuple(types...) or Shape(ndim)')
+            only, 'Tensor((dims...), "dtype"), Tuple(types...), Shape(ndim) or Shape((dims...))')
         raise self.error(node, f"bad type annotation `{ast.unparse(node)}`; expected {expected}")
 
     def dims(self, node: ast.AST, scope: Scope, define: bool) -> tuple:
@@ -408,6 +412,7 @@ class Parser:
             return len(a.fields) == len(b.fields) and all(
                 self._types_agree(x, y, fresh) for x, y in zip(a.fields, b.fields))
         return isinstance(a, G.ShapeType) and isinstance(b, G.ShapeType) and a.ndim == b.ndim
+        # a declared Shape((dims...)) matches its value when the program runs, as match_cast
 
     def _dims_agree(self, declared, inferred, fresh: dict) -> bool:
         if isinstance(inferred, E.Var) and id(inferred) not in self.size_vars:
@@ -474,12 +479,29 @@ class Parser:
         if name in _CONTROL_FLOW:
             return self.control_flow_node(node, scope), None, f"{name} infers"
         if name == "shape":
-            value: Any = G.ShapeExpr(self.dims(ast.Tuple(node.args), scope, False))
+            value: Any = self.shape_expr(node, scope)
         else:
             value = self.operand(node, scope)
         if value is None:
             raise self.error(node, "cannot bind None")
         return value, G.type_of(value), "the value has"
+
+    def shape_expr(self, node: ast.Call, scope: Scope) -> G.ShapeExpr:
+        """`shape(d0, d1, checks=[(condition, "message"), ...])`."""
+        checks = []
+        for kw in node.keywords:
+            if kw.arg != "checks" or not isinstance(kw.value, ast.List):
+                raise self.error(kw.value, 'shape(...) takes only checks=[(condition, "message"), ...]')
+            for item in kw.value.elts:
+                if not (isinstance(item, ast.Tuple) and len(item.elts) == 2
+                        and isinstance(item.elts[1], ast.Constant)
+                        and isinstance(item.elts[1].value, str)):
+                    raise self.error(item, 'a check is a (condition, "message") pair')
+                cond = self.expr(item.elts[0], scope)
+                if cond.dtype != "bool":
+                    raise self.error(item, f"a check's condition must be bool, got {cond.dtype}")
+                checks.append((cond, item.elts[1].value))
+        return G.ShapeExpr(self.dims(ast.Tuple(node.args), scope, False), tuple(checks))
 
     def op_call(self, node: ast.Call, scope: Scope):
         op = node.func.attr

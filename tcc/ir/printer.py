@@ -177,7 +177,7 @@ def format_type(t, name_of: NameOf = _raw_name) -> str:
     if isinstance(t, G.TupleType):
         return f"Tuple({', '.join(format_type(f, name_of) for f in t.fields)})"
     if isinstance(t, G.ShapeType):
-        return f"Shape({t.ndim})"
+        return f"Shape({t.ndim})" if t.dims is None else f"Shape({_dims(t.dims, name_of)})"
     raise TypeError(f"cannot print type {t!r}")
 
 
@@ -298,7 +298,11 @@ def _graph_expr(e, namer: Namer) -> str:
     if isinstance(e, G.TupleGetItem):
         return f"{_graph_expr(e.value, namer)}[{e.index}]"
     if isinstance(e, G.ShapeExpr):
-        return f"shape({', '.join(format_attr(d, namer) for d in e.dims)})"
+        parts = [format_attr(d, namer) for d in e.dims]
+        if e.checks:
+            checks = [f"({format_expr(c, namer)}, {quote(m)})" for c, m in e.checks]
+            parts.append(f"checks=[{', '.join(checks)}]")
+        return f"shape({', '.join(parts)})"
     if isinstance(e, G.Call):
         args = [_graph_expr(a, namer) for a in e.args]
         plain = [f"{k}={format_attr(v, namer)}" for k, v in e.attrs.items() if _plain_kw(k)]

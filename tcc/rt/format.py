@@ -93,6 +93,13 @@ class ShapeOp(enum.IntEnum):
     FLOORMOD = 6
     MIN = 7
     MAX = 8
+    # comparisons push 1 or 0; SELECT pops cond, a, b (cond pushed first) and pushes a if
+    # cond is nonzero, else b. Conjunctions are MIN and disjunctions MAX of 0/1 values.
+    EQ = 9
+    NE = 10
+    LT = 11
+    LE = 12
+    SELECT = 13
 
 
 SHAPE_BINOPS = {
@@ -104,6 +111,7 @@ SHAPE_BINOPS = {
     "min": ShapeOp.MIN,
     "max": ShapeOp.MAX,
 }
+SHAPE_CMPS = {"eq": ShapeOp.EQ, "ne": ShapeOp.NE, "lt": ShapeOp.LT, "le": ShapeOp.LE}
 
 
 class DimMode(enum.IntEnum):
@@ -142,6 +150,10 @@ BUILTINS: dict[str, tuple[str, bool]] = {
     # one arena, each at the offset tcc.rt.arena.plan_arena gives it.
     "alloc_arena": ("nn", True),  # byte sizes (a shape program), lifetimes -> a new arena
     "arena_view": ("rirs", True),  # arena, tensor index, shape, dtype -> a tensor inside it
+    # Shapes read from tensors (docs/vm.md, "Shapes from tensors").
+    "tensor_to_shape": ("rs", True),  # integer tensor (0-d or 1-d), what -> its values as a shape
+    "match_dims": ("rsn", False),  # shape, what, pattern: match_shape's modes on its entries
+    "assert_shape": ("ns", False),  # conditions (a shape program), message
 }
 ARENA_ALIGN = 64  # bytes: an arena's start and every offset planned inside it
 # Threads for parallel kernels (tcc/rt/threads.py, runtime_c/src/module.c): at most

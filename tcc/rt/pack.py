@@ -592,6 +592,10 @@ def _verify_builtin(exe, f, name, ins, weights, where) -> None:
         raise _Bad(f"{where}: arena tensor index {args[1][1]} is negative")
     elif name == "match_shape":
         _verify_pattern(exe, consts[2], len(f.heap_names), where)
+    elif name == "match_dims":
+        _verify_pattern(exe, consts[1], len(f.heap_names), where)
+    elif name == "assert_shape":
+        _verify_shape_program(consts[0], len(f.heap_names), where)
     if name in _DTYPE_ARG and consts[_DTYPE_ARG[name]] not in DTYPES:
         raise _Bad(f"{where}: unknown dtype")
     if name == "scalar" and consts[0] not in _SCALAR_DTYPES:
@@ -620,8 +624,10 @@ def _verify_shape_program(prog, heap_size: int, where: str, ndim: int | None = N
                 if j + 1 >= len(words) or (op == ShapeOp.PUSH_VAR and not 0 <= words[j + 1] < heap_size):
                     raise _Bad(f"{where}: shape program pushes a bad operand")
                 depth, j = depth + 1, j + 2
-            elif ShapeOp.ADD <= op <= ShapeOp.MAX and depth >= 2:
+            elif ShapeOp.ADD <= op <= ShapeOp.LE and depth >= 2:
                 depth, j = depth - 1, j + 1
+            elif op == ShapeOp.SELECT and depth >= 3:
+                depth, j = depth - 2, j + 1
             else:
                 raise _Bad(f"{where}: shape program has a bad token {op}")
         if depth != 1:

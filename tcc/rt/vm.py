@@ -25,7 +25,17 @@ import numpy as np
 from tcc.errors import TccError
 from tcc.rt.arena import ArenaPlan, plan_arena
 from tcc.rt.errors import PackError, RunInputError
-from tcc.rt.format import ARENA_ALIGN, NO_REG, ArgKind, DimMode, Executable, FuncKind, Op, ShapeOp
+from tcc.rt.format import (
+    ARENA_ALIGN,
+    INT64_MAX,
+    NO_REG,
+    ArgKind,
+    DimMode,
+    Executable,
+    FuncKind,
+    Op,
+    ShapeOp,
+)
 from tcc.rt.tensor import as_array, numpy_dtype
 
 _UNSET = object()
@@ -40,6 +50,22 @@ def eval_shape(prog: Sequence[int], heap: list, names: Sequence[str]) -> tuple[i
         dims.append(_eval_dim(prog[i : i + n], heap, names))
         i += n
     return tuple(dims)
+
+
+def check_failure(message: str, words: Sequence[int], frame) -> str:
+    """The error of a failed assert_shape condition: its message, then the size variables
+    the condition reads in order of first use (tcc.ir.interp words it the same way)."""
+    slots: list[int] = []
+    i = 0
+    while i < len(words):
+        if words[i] in (ShapeOp.PUSH_INT, ShapeOp.PUSH_VAR):
+            if words[i] == ShapeOp.PUSH_VAR and words[i + 1] not in slots:
+                slots.append(words[i + 1])
+            i += 2
+        else:
+            i += 1
+    values = ", ".join(f"{frame.names[s]} = {frame.heap[s]}" for s in slots)
+    return f"{message} ({values})" if values else message
 
 
 def _eval_dim(words: Sequence[int], heap: list, names: Sequence[str]) -> int:
@@ -58,6 +84,11 @@ def _eval_dim(words: Sequence[int], heap: list, names: Sequence[str]) -> int:
             stack.append(v)
             i += 2
             continue
+        if op == ShapeOp.SELECT:
+            f, t, c = stack.pop(), stack.pop(), stack.pop()
+            stack.append(t if c else f)
+            i += 1
+            continue
         b, a = stack.pop(), stack.pop()
         if op in (ShapeOp.FLOORDIV, ShapeOp.FLOORMOD) and b == 0:
             raise RunInputError("a shape computation divides by zero; check the input shapes")
@@ -74,6 +105,10 @@ _SHAPE_FNS = {
     ShapeOp.FLOORMOD: lambda a, b: a % b,
     ShapeOp.MIN: min,
     ShapeOp.MAX: max,
+    ShapeOp.EQ: lambda a, b: int(a == b),
+    ShapeOp.NE: lambda a, b: int(a != b),
+    ShapeOp.LT: lambda a, b: int(a < b),
+    ShapeOp.LE: lambda a, b: int(a <= b),
 }
 
 
@@ -86,6 +121,9 @@ BUILTIN_CATEGORIES = {
     "copy": "copies",
     "match_shape": "shapes",
     "make_shape": "shapes",
+    "tensor_to_shape": "shapes",
+    "match_dims": "shapes",
+    "assert_shape": "shapes",
     "load_constant": "constants",
     "make_tuple": "tuples",
     "tuple_get_item": "tuples",
@@ -339,6 +377,42 @@ class VirtualMachine:
                 if want != got:
                     raise RunInputError(f"{what}: dimension {i} must be {want} "
                                         f"(from the other dimensions), got {got}")
+
+    def _b_tensor_to_shape(self, frame: _Frame, x, what: str):
+        if not isinstance(x, np.ndarray) or x.dtype.kind not in "iu" or x.ndim > 1:
+            got = f"{x.dtype.name} tensor of rank {x.ndim}" if isinstance(x, np.ndarray) else type(x).__name__
+            raise RunInputError(f"{what}: expected a 0-d or 1-d integer tensor of sizes, got a {got}")
+        values = [int(v) for v in x.reshape(-1)]
+        if any(v > INT64_MAX for v in values):
+            raise RunInputError(f"{what}: a size does not fit in int64")
+        return tuple(values)
+
+    def _b_match_dims(self, frame: _Frame, shape, what: str, pattern):
+        ndim = pattern[0]
+        if len(shape) != ndim:
+            raise RunInputError(f"{what}: expected {ndim} sizes, got {len(shape)} {list(shape)}")
+        heap, names = frame.heap, frame.names
+        for i in range(ndim):
+            mode, value, got = pattern[1 + 2 * i], pattern[2 + 2 * i], shape[i]
+            if mode == DimMode.STATIC and got != value:
+                raise RunInputError(f"{what}: size {i} must be {value}, got {got}")
+            if mode == DimMode.BIND:
+                heap[value] = got
+            elif mode == DimMode.CHECK and heap[value] != got:
+                raise RunInputError(f"{what}: size {i} must be {names[value]} = {heap[value]}, got {got}")
+            elif mode == DimMode.EXPR:
+                want = eval_shape(self.exe.constants[value], heap, names)[0]
+                if want != got:
+                    raise RunInputError(f"{what}: size {i} must be {want}, got {got}")
+
+    def _b_assert_shape(self, frame: _Frame, prog, message: str):
+        conds = eval_shape(prog, frame.heap, frame.names)
+        i = 1
+        for holds in conds:
+            n = prog[i]
+            if not holds:
+                raise RunInputError(check_failure(message, prog[i + 1 : i + 1 + n], frame))
+            i += 1 + n
 
     def _b_make_shape(self, frame: _Frame, prog):
         dims = eval_shape(prog, frame.heap, frame.names)

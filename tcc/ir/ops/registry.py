@@ -55,6 +55,26 @@ class OpDef:
     num_args: tuple[int, int | None] = (1, 1)  # (min, max); max None = variadic
     compute: Callable[..., Any] | None = None
     doc: str = ""
+    # An op whose result shape depends on the values of some operands (`dyn_*`): which
+    # operands hold sizes, and `to_static(arg_types, sizes, out_dims, attrs)` -> StaticForm,
+    # given size variables for each such operand's values (by operand index) and the dims of
+    # the call's result type. The lower-dynamic-shapes pass reads the sizes at run time
+    # and calls the static op (tcc/lower/passes/lower_dynamic_shapes.py).
+    shape_operands: tuple[int, ...] = ()
+    to_static: Callable[..., StaticForm] | None = None
+
+
+@dataclass(frozen=True)
+class StaticForm:
+    """A dynamic op as a static op over size variables: `op(*(args[i] for i in operands),
+    **attrs)` computes it once `dims` (the result's dims as expressions of sizes) are bound
+    to the result type's and every (condition, message) of `checks` holds."""
+
+    op: str
+    operands: tuple[int, ...]
+    attrs: dict[str, Any]
+    dims: tuple[Dim, ...]
+    checks: tuple[tuple[PrimExpr, str], ...] = ()
 
 
 OPS: dict[str, OpDef] = {}

@@ -18,7 +18,7 @@ import numpy as np
 
 from tcc.ir import te
 from tcc.ir.dtype import INDEX_DTYPE
-from tcc.ir.errors import ShapeError
+from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.expr import Dim, as_dim, fresh_var, max_expr, min_expr
 from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import (
@@ -33,7 +33,15 @@ from tcc.ir.ops._util import (
     scalar_value,
     vector_length,
 )
-from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, normalize_axis, register, tensor
+from tcc.ir.ops.registry import (
+    REQUIRED,
+    OpDef,
+    Pattern,
+    StaticForm,
+    normalize_axis,
+    register,
+    tensor,
+)
 
 # Slice bounds at least this large (in magnitude) mean "past the end" of any real axis, so
 # they clamp to a symbolic axis' extent without a min/max expression.
@@ -309,6 +317,23 @@ register(
         doc="ONNX Pad; the optional operand is the scalar fill value of constant mode.",
     )
 )
+def _dyn_pad_static(types, sizes, out, attrs):
+    """ONNX Pad once the pads are read: begins then ends, one each per axis."""
+    x = types[0]
+    if len(types) > 3 and types[3] is not None:
+        raise NoLoopProgram("op dyn_pad: axes given as a run-time tensor have no loop program; "
+                            "make the axes operand a constant")
+    pads = sizes[1]
+    if len(pads) != 2 * x.ndim:
+        raise ShapeError(f"op dyn_pad: {len(pads)} pads for rank {x.ndim}; expected {2 * x.ndim}")
+    begins = list(pads[: x.ndim])
+    dims = tuple(as_dim(d + b + e) for d, b, e in zip(x.shape, begins, pads[x.ndim:]))
+    # the ends as what is left of each result dimension, so the static op's result type is
+    # the call's own
+    ends = [as_dim(o - d - b) for o, d, b in zip(out, x.shape, begins)]
+    return StaticForm("pad", (0, 2), {"pads": begins + ends, "mode": attrs["mode"]}, dims)
+
+
 register_op(
     "dyn_pad",
     _dyn_pad_infer,
@@ -316,6 +341,8 @@ register_op(
     {"mode": "constant"},
     num_args=(2, 4),
     doc="ONNX Pad with run-time (pads, value?, axes?) operands.",
+    shape_operands=(1,),
+    to_static=_dyn_pad_static,
 )
 
 

@@ -16,15 +16,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from tcc.ir import expr as E
 from tcc.ir import te
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Dim, as_dim, fresh_var, prove_equal
 from tcc.ir.graph import TensorType, TupleType
-from tcc.ir.ops._util import ceil_div, fresh_vars, ints, normalize_axes, vector_length
+from tcc.ir.ops._util import (
+    broadcast_index,
+    ceil_div,
+    fresh_vars,
+    ints,
+    normalize_axes,
+    vector_length,
+)
 from tcc.ir.ops.registry import (
     REQUIRED,
     OpDef,
     Pattern,
+    StaticForm,
     broadcast_shapes,
     normalize_axis,
     prod,
@@ -46,10 +55,13 @@ register(
 
 
 def _op(
-    name, infer, ref, attrs=None, num_args=(1, 1), pattern=Pattern.INJECTIVE, compute=None, doc=""
+    name, infer, ref, attrs=None, num_args=(1, 1), pattern=Pattern.INJECTIVE, compute=None, doc="",
+    **dynamic,
 ):
-    """Register an op of this family (INJECTIVE unless said otherwise)."""
-    return register(OpDef(name, infer, ref, attrs or {}, pattern, num_args, compute, doc))
+    """Register an op of this family (INJECTIVE unless said otherwise); `dynamic` gives a
+    dyn_* op's shape_operands and to_static."""
+    return register(OpDef(name, infer, ref, attrs or {}, pattern, num_args, compute, doc,
+                          **dynamic))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -424,24 +436,31 @@ def _dyn_broadcast_to_infer(args, attrs):
     return TensorType(out, x.dtype)
 
 
+def _dyn_broadcast_to_static(types, sizes, out, attrs):
+    """ONNX Expand once the shape operand is read: each axis is the input's or the shape's,
+    whichever is not 1, and the two must agree where neither is."""
+    x = types[0]
+    padded = (1,) * (len(out) - x.ndim) + x.shape
+    values = (1,) * (len(out) - len(sizes[1])) + tuple(sizes[1])
+    dims, checks = [], []
+    for axis, (d, s) in enumerate(zip(padded, values)):
+        if isinstance(d, int) and d == 1:
+            dims.append(s)
+            continue
+        fits = E.Logic("or", E.compare("eq", s, 1), E.compare("eq", s, d))
+        if isinstance(d, int):
+            dims.append(d)
+        else:
+            fits = E.Logic("or", E.compare("eq", d, 1), fits)
+            dims.append(E.select(E.compare("eq", d, 1), s, d))
+        if not (isinstance(s, int) and s == 1):
+            checks.append((fits, f"the shape asks for a size at axis {axis} that the input's "
+                                 "dimension does not broadcast to (sizes must be equal, or one 1)"))
+    return StaticForm("broadcast_to", (0,), {"shape": list(out)}, tuple(dims), tuple(checks))
+
+
 def _onnx_expand(x, shape):
     return np.ascontiguousarray(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(shape))))
-
-
-def broadcast_index(in_shape, out_shape, idx) -> tuple:
-    """The input index that output index `idx` reads when `in_shape` broadcasts to
-    `out_shape` (numpy rules, dimensions aligned at the end)."""
-    lead = len(out_shape) - len(in_shape)
-    out = []
-    for k, d in enumerate(in_shape):
-        i, want = idx[lead + k], out_shape[lead + k]
-        if isinstance(d, int) and d == 1:
-            out.append(0)
-        elif prove_equal(d, want):
-            out.append(i)
-        else:  # a symbolic extent that is either 1 or the target's at run time
-            out.append(i % d)
-    return tuple(out)
 
 
 def _broadcast_to_compute(x, shape):
@@ -465,6 +484,8 @@ _op(
     num_args=(2, 2),
     pattern=Pattern.BROADCAST,
     doc="ONNX Expand with a run-time shape: broadcast the input and the shape both ways.",
+    shape_operands=(1,),
+    to_static=_dyn_broadcast_to_static,
 )
 
 

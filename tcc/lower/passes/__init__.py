@@ -49,6 +49,7 @@ from tcc.lower.passes import (  # noqa: E402, F401, I001
     dead_code_elimination,
     fold_batch_norm,
     fuse_ops,
+    lower_dynamic_shapes,
     pretranspose_weights,
     simplify_algebra,
 )
@@ -59,7 +60,8 @@ from tcc.lower.passes import (  # noqa: E402, F401, I001
 # calls fold once; folded duplicates get different constant names, which CSE could not
 # merge). The weight pre-transpose after both folds (it stores the weights they made).
 # DCE drops what the others left unused, along with the constants and functions nothing
-# refers to any more. The conv layout after BatchNorm folding (the folded
+# refers to any more. Dynamic shapes lowered before fusion, so the static ops they become
+# fuse like any other. The conv layout after BatchNorm folding (the folded
 # weights are what it packs) and DCE (it packs only live weights; it drops the NCHW ones
 # itself). Fusion last, on the graph the others cleaned up: it turns groups of op calls into
 # call_tir of merged loop programs.
@@ -70,6 +72,7 @@ PIPELINE: tuple[str, ...] = (
     "constant-folding",
     "pretranspose-weights",
     "dead-code-elimination",
+    "lower-dynamic-shapes",
     "alter-conv-layout",
     "fuse-ops",
 )

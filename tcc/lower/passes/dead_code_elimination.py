@@ -2,7 +2,7 @@
 
 May remove: a binding of a graph function whose variable no later binding and no returned
 value uses (op calls, tuples, call_tir, If/Loop/Scan are all pure, so an unused one has no
-effect); a function that `main` cannot reach through If/Loop/Scan callees and call_tir; a
+effect), except one of type `Shape((dims...))`, which binds and checks size variables; a function that `main` cannot reach through If/Loop/Scan callees and call_tir; a
 constant no remaining graph function refers to. Preserves every function's parameters,
 returned values and public input/output names, so each kept function maps the same inputs
 to the same outputs. A module without `main` keeps all its functions (there is no entry to
@@ -20,12 +20,18 @@ from tcc.lower.passes import register_pass
 ENTRY = "main"
 
 
+def _binds_sizes(b: G.Binding) -> bool:
+    """A binding of type Shape((dims...)) binds size variables later types may use (and
+    checks them): it stays, whoever reads its variable."""
+    return isinstance(b.var.type, G.ShapeType) and b.var.type.dims is not None
+
+
 def _prune_bindings(fn: G.Function) -> G.Function:
     """Keep the bindings the returned value needs, walking them backwards once."""
     live = {id(v) for v in G.used_vars(fn.ret)}
     kept = []
     for b in reversed(fn.bindings):
-        if id(b.var) in live:
+        if id(b.var) in live or _binds_sizes(b):
             kept.append(b)
             live.update(id(v) for v in G.used_vars(b.value))
     if len(kept) == len(fn.bindings):

@@ -1,0 +1,107 @@
+"""lower-dynamic-shapes: an op whose result shape depends on operand values (`dyn_*`)
+becomes its static op over size variables read from those operands when the program runs,
+as Relax does with `tensor_to_shape` and `match_cast`.
+
+May change: in every graph function (control-flow bodies included), a binding
+`y = dyn_op(...)` whose op record has a static form (`OpDef.to_static`) becomes
+
+    s = tensor_to_shape(operand)          : Shape((sv0, sv1, ...))  one per size operand
+    y_shape = shape(dims..., checks=[...]) : Shape(y's dims)        binds y's fresh sizes
+    y = static_op(...)                                            same variable, same type
+
+The first binds a size variable to each value the operand holds; the second checks that the
+values fit the op (a Reshape whose sizes multiply out, an Expand that broadcasts, no negative
+size), each check with a message naming the node, then binds the size variables of `y`'s
+type to the result dimensions; the static op then has a loop program like any other, with
+the sizes a kernel cannot learn from its buffers passed as scalar arguments. A dyn op with no
+static form, or whose static form refuses these operands, stays as it is.
+
+Preserves every function's parameters, returned values and numerics: the static op computes
+what the dyn op's numpy reference computes wherever the checks pass, and where one fails the
+program stops with its message instead of computing anything. The input module is not
+changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tcc.ir import expr as E
+from tcc.ir import graph as G
+from tcc.ir.errors import InternalError, NoLoopProgram, ShapeError
+from tcc.ir.module import IRModule
+from tcc.ir.ops._util import static_length
+from tcc.ir.ops.registry import get_op, normalize_attrs
+from tcc.lower.passes import register_pass
+
+
+def _nonneg_check(axis: int, d) -> tuple[E.PrimExpr, str] | None:
+    if isinstance(d, int):
+        if d < 0:
+            raise ShapeError(f"result dimension {axis} is {d}")
+        return None
+    return E.compare("ge", d, 0), f"the size of result axis {axis} is negative"
+
+
+def _lower(b: G.Binding) -> list[G.Binding] | None:
+    """The bindings that replace `b`, or None to keep it."""
+    call, out = b.value, b.var.type
+    if not isinstance(call, G.Call) or not isinstance(out, G.TensorType):
+        return None
+    op = get_op(call.op)
+    if op.to_static is None:
+        return None
+    types = [None if a is None else G.type_of(a) for a in call.args]
+    new: list[G.Binding] = []
+    sizes: dict[int, tuple] = {}
+    try:
+        for k in op.shape_operands:
+            if k >= len(call.args) or call.args[k] is None:
+                continue
+            n = static_length(types[k], call.op, f"operand {k}")
+            shape_t = G.ShapeType(n, tuple(E.fresh_var("value") for _ in range(n)))
+            read = G.Call("tensor_to_shape", (call.args[k],), {})
+            new.append(G.Binding(G.Var(f"{b.var.name}_sizes{k}", shape_t), read))
+            sizes[k] = shape_t.dims
+        form = op.to_static(types, sizes, out.shape, dict(call.attrs))
+    except (NoLoopProgram, ShapeError):
+        return None
+    where = f"{call.op} {b.var.name!r}"
+    checks = [(c, f"{where}: {m}") for c, m in form.checks]
+    for axis, d in enumerate(form.dims):
+        check = _nonneg_check(axis, d)
+        if check is not None:
+            checks.append((check[0], f"{where}: {check[1]}"))
+    result = G.ShapeType(out.ndim, out.shape)
+    new.append(G.Binding(G.Var(f"{b.var.name}_shape", result),
+                         G.ShapeExpr(tuple(form.dims), tuple(checks))))
+    static = get_op(form.op)
+    args = tuple(call.args[i] if i < len(call.args) else None for i in form.operands)
+    while args and args[-1] is None:
+        args = args[:-1]
+    attrs = normalize_attrs(static, form.attrs)
+    inferred = static.infer([None if a is None else G.type_of(a) for a in args], attrs)
+    if not (isinstance(inferred, G.TensorType) and inferred.dtype == out.dtype
+            and len(inferred.shape) == out.ndim
+            and all(E.prove_equal(x, y) for x, y in zip(inferred.shape, out.shape))):
+        raise InternalError(f"{where}: its static form {form.op} gives {inferred}, not {out}")
+    new.append(G.Binding(b.var, G.Call(form.op, args, attrs)))
+    return new
+
+
+def lower_function(fn: G.Function) -> G.Function:
+    bindings: list[G.Binding] = []
+    changed = False
+    for b in fn.bindings:
+        replaced = _lower(b)
+        changed |= replaced is not None
+        bindings.extend(replaced or [b])
+    return dataclasses.replace(fn, bindings=tuple(bindings)) if changed else fn
+
+
+@register_pass("lower-dynamic-shapes")
+def lower_dynamic_shapes(mod: IRModule) -> IRModule:
+    functions = dict(mod.functions)
+    for name, f in mod.graph_functions.items():
+        functions[name] = lower_function(f)
+    return IRModule(functions, dict(mod.const_types), dict(mod.const_values))

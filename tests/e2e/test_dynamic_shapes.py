@@ -1,0 +1,127 @@
+"""Shapes computed from tensors, compiled: sizes read from a tensor at run time
+(tensor_to_shape, lower-dynamic-shapes) and size variables passed to kernels as scalar
+arguments. Each model compiles to one pack, runs at two shapes in the Python and the C
+runtime, and matches onnxruntime; shape data that does not fit the op stops both runtimes
+with the same one-line message naming the node."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import tcc.rt
+from tcc.rt.errors import RunInputError
+from tests.e2e.test_models import onnxruntime_outputs
+from tests.packs import compiled_pack
+from tests.runtime_c.capi import CRuntime, CRuntimeError, build_runtime
+
+
+def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+@pytest.fixture(scope="module")
+def crt(tmp_path_factory) -> CRuntime:
+    return CRuntime(build_runtime(tmp_path_factory.mktemp("crt")) / "libtccrt.so")
+
+
+def _run_both(crt, model, feeds):
+    pack = compiled_pack(model)
+    names = [i.name for i in model.graph.input]
+    with tcc.rt.load(pack) as m:
+        got = m["main"](feeds)
+    got = list(got) if isinstance(got, (list, tuple)) else [got]
+    c_got = crt.load(pack).run("main", [feeds[n] for n in names])
+    return got, c_got
+
+
+def _check(crt, model, feeds):
+    want = onnxruntime_outputs(model, feeds)
+    got, c_got = _run_both(crt, model, feeds)
+    for g, c, w in zip(got, c_got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, f"{g.dtype}{g.shape} vs {w.dtype}{w.shape}"
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=0)
+        assert np.array_equal(g, c)
+
+
+def _expand_model():
+    return _model([helper.make_node("Expand", ["x", "shape"], ["y"])],
+                  [_vi("x", TensorProto.FLOAT, ["n", 1]), _vi("shape", TensorProto.INT64, [3])],
+                  [_vi("y", TensorProto.FLOAT, None)])
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5), (2, 1, 1), (1, 3, 1)])
+def test_expand_to_a_shape_read_at_run_time(crt, shape):
+    x = np.arange(3, dtype=np.float32).reshape(3, 1)
+    _check(crt, _expand_model(), {"x": x, "shape": np.array(shape, np.int64)})
+
+
+@pytest.mark.parametrize("shape", [(4, 2, 5), (2, -1, 1)])
+def test_a_shape_that_does_not_broadcast_stops_both_runtimes_alike(crt, shape):
+    model = _expand_model()
+    feeds = {"x": np.zeros((3, 1), np.float32), "shape": np.array(shape, np.int64)}
+    pack = compiled_pack(model)
+    with tcc.rt.load(pack) as m, pytest.raises(RunInputError) as py_err:
+        m["main"](feeds)
+    with pytest.raises(CRuntimeError) as c_err:
+        crt.load(pack).run("main", [feeds["x"], feeds["shape"]])
+    message = str(py_err.value)
+    assert "'y'" in message and "\n" not in message
+    assert c_err.value.message == message
+
+
+def test_pad_and_constant_of_shape_with_run_time_operands(crt):
+    nodes = [
+        helper.make_node("Pad", ["x", "pads"], ["p"], mode="constant"),
+        helper.make_node("Shape", ["p"], ["s"]),
+        helper.make_node("ConstantOfShape", ["s"], ["y"],
+                         value=helper.make_tensor("v", TensorProto.FLOAT, [1], [2.5])),
+        helper.make_node("Add", ["p", "y"], ["z"]),
+    ]
+    model = _model(nodes, [_vi("x", TensorProto.FLOAT, ["n", "m"]),
+                           _vi("pads", TensorProto.INT64, [4])],
+                   [_vi("z", TensorProto.FLOAT, None)])
+    rng = np.random.default_rng(0)
+    for (n, m), pads in [((2, 3), (1, 0, 2, 1)), ((5, 4), (0, 2, 0, 0))]:
+        x = rng.standard_normal((n, m)).astype(np.float32)
+        _check(crt, model, {"x": x, "pads": np.array(pads, np.int64)})
+
+
+def test_sizes_no_buffer_holds_reach_kernels_as_arguments(crt):
+    """Shape of a (batch, seq) input as a tensor: the kernel writing it has no buffer whose
+    dimension is batch or seq alone, so both come in as scalar arguments."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT)]
+    model = _model(nodes, [_vi("x", TensorProto.FLOAT, ["batch", "seq"])],
+                   [_vi("y", TensorProto.FLOAT, [2])])
+    for shape in [(2, 7), (5, 1)]:
+        _check(crt, model, {"x": np.zeros(shape, np.float32)})
+
+
+def test_lowered_module_prints_parses_and_interprets():
+    """The Shape((dims...)) bindings and shape(..., checks=[...]) print, parse back to the same
+    text, and run in the reference interpreter with the compiled pack's results and errors."""
+    from tcc.frontend.onnx import from_onnx
+    from tcc.ir.errors import InputError
+    from tcc.ir.interp import run
+    from tcc.ir.parser import parse
+    from tcc.ir.printer import print_module
+    from tcc.lower.passes.lower_dynamic_shapes import lower_dynamic_shapes
+
+    mod = lower_dynamic_shapes(from_onnx(_expand_model()))
+    text = print_module(mod)
+    assert "tensor_to_shape" in text and "checks=[" in text
+    again = parse(text)
+    assert print_module(again) == text
+    x = np.arange(3, dtype=np.float32).reshape(3, 1)
+    (y,) = run(again, {"x": x, "shape": np.array([2, 3, 4], np.int64)})
+    np.testing.assert_array_equal(y, np.broadcast_to(x, (2, 3, 4)))
+    with pytest.raises(InputError, match="'y'"):
+        run(again, {"x": x, "shape": np.array([2, 4, 4], np.int64)})

@@ -1,0 +1,303 @@
+"""Export the real-model corpus: `transformers` and plain `torch` models, random weights from
+configs (no hub access), written by torch's own ONNX exporters with dynamic batch (and
+sequence), plus quantized variants made by `onnxruntime.quantization`.
+
+    python tools/export_corpus.py [--out DIR] [--only NAME ...] [--list]
+
+Needs torch, transformers, onnxscript (for the dynamo exporter) and onnxruntime; none of them
+is a dependency of tcc. Each model is written once to DIR/NAME.onnx (default
+`$TCC_CORPUS_DIR`, else `$XDG_CACHE_HOME/tcc/corpus`, else `~/.cache/tcc/corpus`) with a
+NAME.json beside it describing its inputs; an existing file is kept, so a rerun only exports
+what is missing. `tests/e2e/test_corpus.py` compiles every model found there and compares it
+with onnxruntime at two shapes from one pack, in both runtimes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+
+def default_dir() -> Path:
+    if os.environ.get("TCC_CORPUS_DIR"):
+        return Path(os.environ["TCC_CORPUS_DIR"])
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "tcc" / "corpus"
+
+
+# -- input descriptions (written to NAME.json, read by the tests) ------------------------------
+# Each input: name, dtype, dims (ints or a symbolic name: "batch", "seq", "frames"), and how to
+# fill it: "normal", "ids:<vocab>" (integers below vocab), "ones".
+
+
+def text(vocab: int, mask: bool = True) -> list[dict]:
+    ins = [{"name": "input_ids", "dtype": "int64", "dims": ["batch", "seq"], "fill": f"ids:{vocab}"}]
+    if mask:
+        ins.append({"name": "attention_mask", "dtype": "int64", "dims": ["batch", "seq"],
+                    "fill": "mask"})
+    return ins
+
+
+def image(size: int, channels: int = 3) -> list[dict]:
+    return [{"name": "pixel_values", "dtype": "float32", "dims": ["batch", channels, size, size],
+             "fill": "normal"}]
+
+
+# -- model builders ------------------------------------------------------------------------
+
+
+def _tiny(**kw):
+    base = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=128)
+    base.update(kw)
+    return base
+
+
+def bert():
+    from transformers import BertConfig, BertModel
+
+    return BertModel(BertConfig(vocab_size=1000, max_position_embeddings=256, **_tiny())), text(1000)
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2Model
+
+    cfg = GPT2Config(vocab_size=1000, n_positions=256, n_embd=64, n_layer=2, n_head=4,
+                     use_cache=False)
+    return GPT2Model(cfg), text(1000)
+
+
+def llama():
+    from transformers import LlamaConfig, LlamaModel
+
+    cfg = LlamaConfig(vocab_size=1000, max_position_embeddings=256, num_key_value_heads=2,
+                      use_cache=False, **_tiny())
+    return LlamaModel(cfg), text(1000)
+
+
+def t5_encoder():
+    from transformers import T5Config, T5EncoderModel
+
+    cfg = T5Config(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
+                   use_cache=False)
+    return T5EncoderModel(cfg), text(1000)
+
+
+def vit():
+    from transformers import ViTConfig, ViTModel
+
+    cfg = ViTConfig(image_size=32, patch_size=8, **_tiny())
+    return ViTModel(cfg, add_pooling_layer=False), image(32)
+
+
+def swin():
+    from transformers import SwinConfig, SwinModel
+
+    cfg = SwinConfig(image_size=32, patch_size=2, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
+                     window_size=4)
+    return SwinModel(cfg), image(32)
+
+
+def resnet():
+    from transformers import ResNetConfig, ResNetModel
+
+    cfg = ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
+                       layer_type="basic")
+    return ResNetModel(cfg), image(64)
+
+
+def wav2vec2():
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    cfg = Wav2Vec2Config(conv_dim=(32, 32, 32), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
+                         num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
+                         **_tiny())
+    ins = [{"name": "input_values", "dtype": "float32", "dims": ["batch", "frames"],
+            "fill": "normal"}]
+    return Wav2Vec2Model(cfg), ins
+
+
+def lstm_lm():
+    import torch
+
+    class LstmLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(500, 32)
+            self.lstm = torch.nn.LSTM(32, 48, num_layers=2, batch_first=True)
+            self.head = torch.nn.Linear(48, 500)
+
+        def forward(self, input_ids):
+            out, _ = self.lstm(self.embed(input_ids))
+            return self.head(out)
+
+    return LstmLM(), text(500, mask=False)
+
+
+# name -> (builder, exporter, opset)
+MODELS = {
+    "bert_dynamo": (bert, "dynamo", 18),
+    "bert_legacy": (bert, "legacy", 17),
+    "gpt2_dynamo": (gpt2, "dynamo", 18),
+    "gpt2_legacy": (gpt2, "legacy", 17),
+    "llama_dynamo": (llama, "dynamo", 18),
+    "t5_encoder_legacy": (t5_encoder, "legacy", 17),
+    "vit_dynamo": (vit, "dynamo", 18),
+    "swin_legacy": (swin, "legacy", 17),
+    "resnet_legacy": (resnet, "legacy", 17),
+    "wav2vec2_dynamo": (wav2vec2, "dynamo", 18),
+    "lstm_legacy": (lstm_lm, "legacy", 17),
+}
+# quantized variants: name -> (float model, "static" (QDQ) or "dynamic" (operator format))
+QUANTIZED = {
+    "resnet_qdq": ("resnet_legacy", "static"),
+    "bert_dynamic_quant": ("bert_legacy", "dynamic"),
+}
+
+
+def example_inputs(spec: list[dict], sizes: dict[str, int], seed: int = 0) -> dict:
+    """Seeded inputs for `spec` at `sizes` (the tests fill inputs the same way)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s in spec:
+        shape = [sizes[d] if isinstance(d, str) else d for d in s["dims"]]
+        fill = s["fill"]
+        if fill.startswith("ids:"):
+            out[s["name"]] = rng.integers(0, int(fill[4:]), size=shape).astype(s["dtype"])
+        elif fill == "mask":
+            m = np.ones(shape, s["dtype"])
+            m[-1, shape[1] // 2:] = 0  # one padded sequence
+            out[s["name"]] = m
+        else:
+            out[s["name"]] = rng.standard_normal(shape).astype(s["dtype"])
+    return out
+
+
+EXPORT_SIZES = {"batch": 2, "seq": 16, "frames": 4000}
+
+
+def _by_keyword(model, names: list[str]):
+    """`model` called with its inputs by keyword, returning its first output as a tensor: the
+    way an application calls it, and a signature both exporters take."""
+    import torch
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args):
+            out = self.model(**dict(zip(names, args)))
+            return out if isinstance(out, torch.Tensor) else out[0]
+
+    return Wrapped()
+
+
+def export(name: str, out_dir: Path) -> None:
+    import torch
+
+    build, exporter, opset = MODELS[name]
+    torch.manual_seed(0)
+    model, spec = build()
+    model.eval()
+    model = _by_keyword(model, [s["name"] for s in spec])
+    feeds = example_inputs(spec, EXPORT_SIZES)
+    args = tuple(torch.from_numpy(feeds[s["name"]]) for s in spec)
+    names = [s["name"] for s in spec]
+    path = out_dir / f"{name}.onnx"
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tmp_path = Path(tmp) / "model.onnx"
+        if exporter == "dynamo":
+            dims = {d: torch.export.Dim(d, min=2 if d == "batch" else 4,
+                                        max=64 if d != "frames" else 100000)
+                    for s in spec for d in s["dims"] if isinstance(d, str)}
+            shapes = tuple({k: dims[d] for k, d in enumerate(s["dims"]) if isinstance(d, str)}
+                           for s in spec)
+            torch.onnx.export(model, args, str(tmp_path), input_names=names, dynamo=True,
+                              opset_version=opset, dynamic_shapes={"args": shapes},
+                              external_data=False)
+        else:
+            axes = {s["name"]: {k: d for k, d in enumerate(s["dims"]) if isinstance(d, str)}
+                    for s in spec}
+            torch.onnx.export(model, args, str(tmp_path), input_names=names, dynamo=False,
+                              opset_version=opset, dynamic_axes=axes)
+        import onnx
+
+        m = onnx.load(str(tmp_path))
+        onnx.save(m, str(path))
+    (out_dir / f"{name}.json").write_text(json.dumps({"inputs": spec, "exporter": exporter,
+                                                      "opset": opset}, indent=1))
+
+
+def quantize(name: str, out_dir: Path) -> None:
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    source, kind = QUANTIZED[name]
+    src = out_dir / f"{source}.onnx"
+    spec = json.loads((out_dir / f"{source}.json").read_text())
+    path = out_dir / f"{name}.onnx"
+    if kind == "dynamic":
+        quantize_dynamic(str(src), str(path), weight_type=QuantType.QInt8)
+    else:
+        class Reader(CalibrationDataReader):
+            def __init__(self):
+                self.batches = iter([example_inputs(spec["inputs"], EXPORT_SIZES, seed=s)
+                                     for s in range(4)])
+
+            def get_next(self):
+                return next(self.batches, None)
+
+        quantize_static(str(src), str(path), Reader(), quant_format=QuantFormat.QDQ,
+                        per_channel=True)
+    spec["quantized"] = kind
+    (out_dir / f"{name}.json").write_text(json.dumps(spec, indent=1))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=default_dir())
+    ap.add_argument("--only", nargs="*", default=None, help="export only these models")
+    ap.add_argument("--list", action="store_true", help="list the model names and exit")
+    args = ap.parse_args(argv)
+    names = [*MODELS, *QUANTIZED]
+    if args.list:
+        print("\n".join(names))
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    failed = []
+    for name in args.only or names:
+        if name not in names:
+            print(f"unknown model {name!r}; --list names them", file=sys.stderr)
+            return 2
+        if (args.out / f"{name}.onnx").exists():
+            continue
+        try:
+            if name in MODELS:
+                export(name, args.out)
+            else:
+                if not (args.out / f"{QUANTIZED[name][0]}.onnx").exists():
+                    export(QUANTIZED[name][0], args.out)
+                quantize(name, args.out)
+            print(f"exported {name}")
+        except Exception as e:  # one model's failure must not stop the others
+            failed.append(name)
+            print(f"failed {name}: {type(e).__name__}: {e}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
