@@ -300,11 +300,22 @@ def test_float_intrinsic_of_an_integer_is_an_error():
     assert te.abs(A[0]).dtype == "int32"
 
 
-def test_unbound_size_variable_is_an_error():
+def test_size_variable_no_shape_holds_is_a_scalar_parameter():
     m = Var("m")
     A = te.placeholder((3,), "float32", "A")
     B = te.compute((3,), lambda i: A[i] * te.cast(m, "float32"), "B")
-    with pytest.raises(ShapeError, match="variable 'm'"):
+    func = te.create_prim_func([A, B])
+    assert func.params[2] is m and te.scalar_params(func) == (m,)
+    out = np.zeros(3, "float32")
+    run_prim_func(func, [np.ones(3, "float32"), out, 5])
+    np.testing.assert_array_equal(out, [5, 5, 5])
+
+
+def test_a_float_variable_is_no_size_and_an_error():
+    x = Var("x", "float32")
+    A = te.placeholder((3,), "float32", "A")
+    B = te.compute((3,), lambda i: A[i] * x, "B")
+    with pytest.raises(ShapeError, match="float32 variable 'x'"):
         te.create_prim_func([A, B])
 
 

@@ -301,9 +301,10 @@ def main(x: Tensor((2, 6), "float32"), w: Tensor((6, 3), "float32")) -> Tensor((
     assert isinstance(rest.value, G.Call) and rest.value.op == "reduce_sum"
 
 
-def test_size_variable_only_an_intermediate_knows_keeps_the_ops_apart():
-    # n is the broadcast's row count, which neither x nor the (4,) result shows a kernel.
-    same = '''
+def test_size_variable_only_an_intermediate_knows_is_a_kernel_argument(tmp_path):
+    # n is the broadcast's row count, which neither x nor the (4,) result shows the kernel:
+    # the group still fuses, and the kernel takes n as a scalar argument (shape_args).
+    before = '''
 @function(inputs=["x", "m"], outputs=["y"])
 def main(x: Tensor((1, 4), "float32"), m: Tensor((n,), "float32")) -> Tensor((4,), "float32"):
     b: Tensor((n, 4), "float32") = op.broadcast_to(x, shape=[n, 4])
@@ -311,7 +312,36 @@ def main(x: Tensor((1, 4), "float32"), m: Tensor((n,), "float32")) -> Tensor((4,
     y: Tensor((4,), "float32") = op.reduce_sum(e, axes=[0], keepdims=0)
     return y
 '''
-    verify(same, same)
+    after = '''
+@function(inputs=["x", "m"], outputs=["y"])
+def main(x: Tensor((1, 4), "float32"), m: Tensor((n,), "float32")) -> Tensor((4,), "float32"):
+    y: Tensor((4,), "float32") = call_tir("fused_broadcast_to_exp_reduce_sum_kernel", [x], out=Tensor((4,), "float32"), shape_args=[n])
+    return y
+
+
+@prim_func(attrs={"origins": ("b", "e", "y")})
+def fused_broadcast_to_exp_reduce_sum_kernel(in0: Buffer((1, 4), "float32"), reduce_sum: Buffer((4,), "float32"), n: int64):
+    with block("root"):
+        reads()
+        writes()
+        for i0 in serial(0, 4):
+            for r0 in serial(0, n):
+                with block("reduce_sum"):
+                    v_i0 = axis.spatial(4, i0)
+                    v_r0 = axis.reduce(n, r0)
+                    reads(in0[0, v_i0])
+                    writes(reduce_sum[v_i0])
+                    with init():
+                        reduce_sum[v_i0] = 0.0
+                    reduce_sum[v_i0] = reduce_sum[v_i0] + exp(in0[0, v_i0])
+'''
+    verify(before, after)
+    x = np.random.default_rng(0).standard_normal((1, 4)).astype(np.float32)
+    with compiled(parse_module(before), tmp_path) as m:
+        for n in (1, 5):
+            want = run(parse_module(before), [x, np.zeros(n, np.float32)])[0]
+            (got,) = m["main"](x, np.zeros(n, np.float32))
+            np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_control_flow_bodies_are_fused_and_equal_groups_share_one_kernel():

@@ -480,8 +480,21 @@ def test_symbolic_generators():
         ("shape_to_tensor", {"dims": [N, 3]}),
     ],
 )
-def test_generators_with_unbindable_size_variables_have_no_loop_program(op, attrs):
-    assert prim_func(op, **attrs) is None
+def test_generators_take_unbindable_size_variables_as_scalar_arguments(op, attrs):
+    """No buffer dimension is n alone, so the kernel takes n as a scalar argument after its
+    buffers, and computes the reference at every n."""
+    func = prim_func(op, **attrs)
+    assert func.params[-1] is N
+    opdef = get_op(op)
+    for n in (3, 8):
+        concrete = {k: [d if isinstance(d, int) else n * 2 for d in v] if k == "shape"
+                    else [n if d is N else d for d in v] if k == "dims"
+                    else n if v is N else v for k, v in attrs.items()}
+        want = ref(op, **concrete)
+        out = np.zeros(want.shape, want.dtype)
+        run_prim_func(func, [out, n])
+        np.testing.assert_array_equal(out, want)
+        assert opdef.name == op
 
 
 def test_dtypes_without_loop_program():
