@@ -249,7 +249,7 @@ class Parser:
         a = node.args
         if a.vararg or a.kwarg or a.kwonlyargs or a.defaults or a.posonlyargs:
             raise self.error(node, "parameters must be plain `name: type` pairs")
-        self.size_vars, self.bound = set(), {}
+        self.size_vars, self.bound, self.shape_equal = set(), {}, {}
         scope = Scope()
         for size, dtype in self.dict_items(kwargs.get("sizes", ast.Dict([], [])), "sizes"):
             self.define(scope, dtype, size, self.size_var(size, self.dtype(dtype)))
@@ -420,7 +420,19 @@ class Parser:
         inferred = E.substitute(inferred, fresh)
         if any(id(v) not in self.size_vars for v in E.free_vars(inferred)):
             return True  # over fresh variables the declaration cannot be checked against
-        return E.prove_equal(declared, inferred)
+        if E.prove_equal(declared, inferred):
+            return True
+        # a size a `shape(...)` binding bound stands for the expression it was bound to
+        return E.prove_equal(E.substitute(declared, self.shape_equal),
+                             E.substitute(inferred, self.shape_equal))
+
+    def note_shape_binding(self, declared: G.Type, value) -> None:
+        """Remember what each size variable a `v: Shape((n, ...)) = shape(expr, ...)` binding
+        defines stands for, so later types may name either."""
+        if isinstance(value, G.ShapeExpr) and isinstance(declared, G.ShapeType) and declared.dims:
+            for d, e in zip(declared.dims, value.dims):
+                if isinstance(d, E.Var) and d not in self.shape_equal:
+                    self.shape_equal[d] = e
 
     # -- graph functions ---------------------------------------------------------------------
 
@@ -465,6 +477,7 @@ class Parser:
             self.control_flow.append(entry)
         else:
             self.check_type(stmt.annotation, declared, inferred, what)
+            self.note_shape_binding(declared, value)
         var = self.define(scope, stmt.target, stmt.target.id, G.Var(stmt.target.id, declared))
         return G.Binding(var, value)
 

@@ -111,7 +111,7 @@ def test_lowered_module_prints_parses_and_interprets():
     from tcc.frontend.onnx import from_onnx
     from tcc.ir.errors import InputError
     from tcc.ir.interp import run
-    from tcc.ir.parser import parse
+    from tcc.ir.parser import parse_module as parse
     from tcc.ir.printer import print_module
     from tcc.lower.passes.lower_dynamic_shapes import lower_dynamic_shapes
 
@@ -125,3 +125,38 @@ def test_lowered_module_prints_parses_and_interprets():
     np.testing.assert_array_equal(y, np.broadcast_to(x, (2, 3, 4)))
     with pytest.raises(InputError, match="'y'"):
         run(again, {"x": x, "shape": np.array([2, 4, 4], np.int64)})
+
+
+def _reshape_model():
+    return _model([helper.make_node("Reshape", ["x", "shape"], ["y"])],
+                  [_vi("x", TensorProto.FLOAT, ["n", 6]), _vi("shape", TensorProto.INT64, [3])],
+                  [_vi("y", TensorProto.FLOAT, None)])
+
+
+@pytest.mark.parametrize("n, shape", [(2, (0, -1, 3)), (4, (3, 2, -1)), (1, (1, 1, 6))])
+def test_reshape_to_a_shape_read_at_run_time(crt, n, shape):
+    x = np.arange(n * 6, dtype=np.float32).reshape(n, 6)
+    _check(crt, _reshape_model(), {"x": x, "shape": np.array(shape, np.int64)})
+
+
+@pytest.mark.parametrize("shape, words", [((5, -1, 1), "multiply out"), ((-1, -1, 2), "more than one -1"),
+                                          ((2, -3, 2), "below -1")])
+def test_a_reshape_that_does_not_fit_stops_both_runtimes_alike(crt, shape, words):
+    model = _reshape_model()
+    feeds = {"x": np.zeros((2, 6), np.float32), "shape": np.array(shape, np.int64)}
+    pack = compiled_pack(model)
+    with tcc.rt.load(pack) as m, pytest.raises(RunInputError, match=words) as py_err:
+        m["main"](feeds)
+    with pytest.raises(CRuntimeError) as c_err:
+        crt.load(pack).run("main", [feeds["x"], feeds["shape"]])
+    assert "'y'" in str(py_err.value) and c_err.value.message == str(py_err.value)
+
+
+def test_tile_with_run_time_repeats(crt):
+    model = _model([helper.make_node("Tile", ["x", "reps"], ["y"])],
+                   [_vi("x", TensorProto.FLOAT, ["n", 3]), _vi("reps", TensorProto.INT64, [2])],
+                   [_vi("y", TensorProto.FLOAT, None)])
+    rng = np.random.default_rng(1)
+    for n, reps in [(2, (3, 1)), (1, (2, 4))]:
+        _check(crt, model, {"x": rng.standard_normal((n, 3)).astype(np.float32),
+                            "reps": np.array(reps, np.int64)})

@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from tcc.ir.dtype import FLOAT8_DTYPES, is_float, to_low_precision, to_numpy
-from tcc.ir.errors import ShapeError
+from tcc.ir import te
+from tcc.ir.dtype import FLOAT8_DTYPES, from_numpy, is_float, to_low_precision, to_numpy
+from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import match_dim
-from tcc.ir.ops.registry import OpDef, Pattern, normalize_axis, register, tensor, tuple_type
+from tcc.ir.ops._util import match_dim, te_type
+from tcc.ir.ops.registry import (
+    OpDef,
+    Pattern,
+    normalize_axis,
+    prod,
+    register,
+    tensor,
+    tuple_type,
+)
 
 QUANT_RANGE = {
     "uint8": (0, 255),
@@ -99,6 +108,52 @@ def _quantize_ref(x, scale, zero_point, axis, block_size, saturate, out_dtype, p
     return np.clip(q, lo, hi).astype(to_numpy(out_dtype))
 
 
+# Integer types a loop program quantizes to and from: the ones codegen holds in memory.
+_LOOP_QUANT = frozenset({"int8", "uint8", "int16", "uint16", "int32"})
+
+
+def _param_loader(p, x, axis: int, block_size: int, op: str):
+    """`load(idx)`: the scale or zero point that input element `idx` uses."""
+    if p is None:
+        return lambda idx: None
+    if all(isinstance(d, int) and d == 1 for d in p.shape):
+        return lambda idx: p[(0,) * p.ndim]
+    axis = normalize_axis(axis, x.ndim, op)
+    if not block_size:
+        return lambda idx: p[(idx[axis],)]
+    return lambda idx: p[tuple(i // block_size if k == axis else i for k, i in enumerate(idx))]
+
+
+def _promoted(*dtypes: str) -> str:
+    """numpy's result dtype of an arithmetic op on arrays of `dtypes`."""
+    return from_numpy(np.result_type(*(to_numpy(d) for d in dtypes)))
+
+
+def _quantize_compute(x, scale, zero_point=None, *, axis, block_size, saturate, out_dtype,
+                      precision):
+    op = "quantize_linear"
+    if out_dtype not in _LOOP_QUANT or not is_float(x.dtype) or not is_float(scale.dtype):
+        raise NoLoopProgram(f"op {op}: {x.dtype} to {out_dtype} has no loop program")
+    shape = _quantize_infer([te_type(x), te_type(scale), te_type(zero_point)],
+                            {"axis": axis, "block_size": block_size, "out_dtype": out_dtype}).shape
+    div = precision or _promoted(x.dtype, scale.dtype)
+    load_scale = _param_loader(scale, x, axis, block_size, op)
+    load_zp = _param_loader(zero_point, x, axis, block_size, op)
+    lo, hi = QUANT_RANGE[out_dtype]
+
+    def quantize(*idx):
+        # as the reference: x / scale in numpy's dtype (or `precision`), rounded half to
+        # even, then the zero point added and saturated, here in float64 (exact below 2**53)
+        y = te.cast(te.nearbyint(te.cast(x[idx], div) / te.cast(load_scale(idx), div)), "float64")
+        zp = load_zp(idx)
+        if zp is not None:
+            y = y + te.cast(zp, "float64")
+        y = te.min(te.max(y, te.const(lo, "float64")), te.const(hi, "float64"))
+        return te.cast(y, out_dtype)
+
+    return te.compute(shape, quantize, op)
+
+
 register(
     OpDef(
         "quantize_linear",
@@ -113,6 +168,7 @@ register(
         },
         pattern=Pattern.INJECTIVE,
         num_args=(2, 3),
+        compute=_quantize_compute,
         doc="saturate(round_half_even(x / scale) + zero_point) in `out_dtype`; scale and "
         "zero point per tensor, per `axis`, or per block of `block_size` along `axis`; "
         "`precision` (a float dtype) is the type the division runs in. Float8 and float4 "
@@ -149,6 +205,29 @@ def _dequantize_ref(x, scale, zero_point, axis, block_size, out_dtype):
     return y.astype(to_numpy(out_dtype) if out_dtype else scale.dtype)
 
 
+def _dequantize_compute(x, scale, zero_point=None, *, axis, block_size, out_dtype):
+    op = "dequantize_linear"
+    if x.dtype not in _LOOP_QUANT or not is_float(scale.dtype):
+        raise NoLoopProgram(f"op {op}: {x.dtype} input has no loop program")
+    t = _dequantize_infer([te_type(x), te_type(scale), te_type(zero_point)],
+                          {"axis": axis, "block_size": block_size, "out_dtype": out_dtype})
+    load_scale = _param_loader(scale, x, axis, block_size, op)
+    load_zp = _param_loader(zero_point, x, axis, block_size, op)
+    # as the reference: x in float32, minus the zero point, times the scale, each step in
+    # the dtype numpy promotes to
+    sub = "float32" if zero_point is None else _promoted("float32", zero_point.dtype)
+    mul = _promoted(sub, scale.dtype)
+
+    def dequantize(*idx):
+        v = te.cast(te.cast(x[idx], "float32"), sub)
+        zp = load_zp(idx)
+        if zp is not None:
+            v = v - te.cast(zp, sub)
+        return te.cast(te.cast(v, mul) * te.cast(load_scale(idx), mul), t.dtype)
+
+    return te.compute(t.shape, dequantize, op)
+
+
 register(
     OpDef(
         "dequantize_linear",
@@ -157,6 +236,7 @@ register(
         attrs={"axis": 1, "block_size": 0, "out_dtype": None},
         pattern=Pattern.INJECTIVE,
         num_args=(2, 3),
+        compute=_dequantize_compute,
         doc="(x - zero_point) * scale, computed in float32, in `out_dtype` (default: the "
         "scale's dtype); scale and zero point laid out as for quantize_linear.",
     )
@@ -181,12 +261,45 @@ def _dynamic_quantize_ref(x):
     return y.astype(np.uint8), np.array(scale, np.float32), np.array(zp, np.uint8)
 
 
+def _dynamic_quantize_compute(x):
+    if x.dtype != "float32":
+        raise NoLoopProgram(f"op dynamic_quantize_linear: {x.dtype} input has no loop program")
+    f32 = "float32"
+    axes = [te.reduce_axis(d, f"r{k}") for k, d in enumerate(x.shape)]
+    # the range widened to include 0 (an empty input's reductions give -inf and inf: 0, 0)
+    hi = te.compute((), lambda: te.max(x[tuple(axes)], axis=axes), "range_max")
+    lo = te.compute((), lambda: te.min(x[tuple(axes)], axis=axes), "range_min")
+    zero, top = te.const(0.0, f32), te.const(255.0, f32)
+    # a reduction over no element never runs its init: an empty input's bounds are 0 here
+    count = prod(x.shape)
+    empty = (lambda: te.const(True)) if count == 0 else (lambda: te.equal(count, 0))
+
+    def high():
+        return zero if count == 0 else te.if_then_else(empty(), zero, te.max(hi[()], zero))
+
+    def low():
+        return zero if count == 0 else te.if_then_else(empty(), zero, te.min(lo[()], zero))
+
+    def scale_of():
+        h, m = high(), low()
+        return te.if_then_else(te.equal(h, m), te.const(1.0, f32), h - m) / top
+
+    scale = te.compute((), scale_of, "scale")
+    zp_f = te.compute((), lambda: te.nearbyint(
+        te.min(te.max(zero - low() / scale[()], zero), top)), "zero_point_f")
+    y = te.compute(x.shape, lambda *i: te.cast(te.min(te.max(
+        te.nearbyint(x[i] / scale[()]) + zp_f[()], zero), top), "uint8"), "y")
+    zp = te.compute((), lambda: te.cast(zp_f[()], "uint8"), "zero_point")
+    return [y, scale, zp]
+
+
 register(
     OpDef(
         "dynamic_quantize_linear",
         _dynamic_quantize_infer,
         _dynamic_quantize_ref,
         pattern=Pattern.OPAQUE,
+        compute=_dynamic_quantize_compute,
         doc="(y, scale, zero_point): uint8 quantization of x over its range widened to include 0.",
     )
 )

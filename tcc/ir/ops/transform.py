@@ -111,6 +111,46 @@ def _dyn_reshape_ref(x, shape, allowzero):
     return np.reshape(x, onnx_reshape_shape(x.shape, ints(shape), allowzero)).copy()
 
 
+def _flag(cond) -> E.PrimExpr:
+    """A condition as 1 or 0, to count with."""
+    return E.select(cond, 1, 0)
+
+
+def _dyn_reshape_static(types, sizes, out, attrs):
+    """ONNX Reshape once the target is read: a 0 copies the input's dimension at that place
+    (unless allowzero), one -1 takes what is left, and the sizes must multiply out."""
+    x, target = types[0], sizes[1]
+    given = []
+    checks = []
+    for i, v in enumerate(target):
+        checks.append((E.compare("ge", v, -1), f"size {i} of the target shape is below -1"))
+        if attrs["allowzero"]:
+            given.append(v)
+        elif i < x.ndim:
+            given.append(E.select(E.compare("eq", v, 0), x.shape[i], v))
+        else:
+            checks.append((E.compare("ne", v, 0), f"size {i} of the target shape is 0, which "
+                                                  "copies an input dimension the input lacks"))
+            given.append(v)
+    holes = _flag(E.compare("eq", target[0], -1)) if target else 0
+    for v in target[1:]:
+        holes = E.binop("add", holes, _flag(E.compare("eq", v, -1)))
+    if target:
+        checks.append((E.compare("le", holes, 1), "the target shape has more than one -1"))
+    total = prod(x.shape)
+    dims = []
+    for i, v in enumerate(target):
+        others = prod([g for j, g in enumerate(given) if j != i])
+        hole = E.compare("eq", v, -1)
+        checks.append((E.Logic("or", E.compare("ne", v, -1), E.compare("ne", others, 0)),
+                       f"size {i} of the target shape is -1 beside a 0"))
+        dims.append(as_dim(E.select(hole, E.binop("floordiv", total, E.max_expr(others, 1)),
+                                    given[i])))
+    checks.append((E.compare("eq", prod(dims) if dims else 1, total),
+                   "the target shape's sizes do not multiply out to the input's element count"))
+    return StaticForm("reshape", (0,), {"shape": list(out)}, tuple(dims), tuple(checks))
+
+
 def reshape_index(in_shape, out_shape, idx) -> tuple:
     """The input index of output index `idx` under a row-major reshape.
 
@@ -163,6 +203,8 @@ _op(
     {"allowzero": False},
     num_args=(2, 2),
     doc="ONNX Reshape with the target shape as a run-time tensor (0 copies, -1 infers).",
+    shape_operands=(1,),
+    to_static=_dyn_reshape_static,
 )
 
 
@@ -521,10 +563,19 @@ _op(
     compute=_tile_compute,
     doc="Repeat the input `repeats[i]` times along axis i.",
 )
+def _dyn_tile_static(types, sizes, out, attrs):
+    x, repeats = types[0], list(sizes[1])
+    dims = tuple(as_dim(d * r) for d, r in zip(x.shape, repeats))
+    checks = tuple((E.compare("ge", r, 0), f"repeat {i} is negative") for i, r in enumerate(repeats))
+    return StaticForm("tile", (0,), {"repeats": repeats}, dims, checks)
+
+
 _op(
     "dyn_tile",
     _dyn_tile_infer,
     lambda x, repeats: np.tile(x, ints(repeats)),
     num_args=(2, 2),
     doc="tile with the repeats as a run-time tensor.",
+    shape_operands=(1,),
+    to_static=_dyn_tile_static,
 )

@@ -9,6 +9,9 @@ May change: in every graph function (control-flow bodies included), a binding
     y_shape = shape(dims..., checks=[...]) : Shape(y's dims)        binds y's fresh sizes
     y = static_op(...)                                            same variable, same type
 
+The static op's own result type may spell a dimension as the expression the shape binding
+bound (`x * value0` for a tile) rather than the variable: the two are equal once it runs.
+
 The first binds a size variable to each value the operand holds; the second checks that the
 values fit the op (a Reshape whose sizes multiply out, an Expand that broadcasts, no negative
 size), each check with a message naming the node, then binds the size variables of `y`'s
@@ -83,7 +86,8 @@ def _lower(b: G.Binding) -> list[G.Binding] | None:
     inferred = static.infer([None if a is None else G.type_of(a) for a in args], attrs)
     if not (isinstance(inferred, G.TensorType) and inferred.dtype == out.dtype
             and len(inferred.shape) == out.ndim
-            and all(E.prove_equal(x, y) for x, y in zip(inferred.shape, out.shape))):
+            and all(E.prove_equal(x, y) or E.prove_equal(x, d)
+                    for x, y, d in zip(inferred.shape, out.shape, form.dims))):
         raise InternalError(f"{where}: its static form {form.op} gives {inferred}, not {out}")
     new.append(G.Binding(b.var, G.Call(form.op, args, attrs)))
     return new
