@@ -151,10 +151,12 @@ def legalize(mod: IRModule, keep: frozenset[str] = frozenset()) -> IRModule:
     """A new module in which op calls with loop programs are call_tir's of shared PrimFuncs.
 
     Calls of the ops in `keep` stay op calls (e.g. reshapes the runtime does as views).
-    Dynamic-shape ops the graph passes left (with the passes skipped) are lowered first."""
+    Recurrent and dynamic-shape ops the graph passes left (with the passes skipped) are
+    lowered first."""
     from tcc.lower.passes.lower_dynamic_shapes import lower_dynamic_shapes
+    from tcc.lower.passes.lower_recurrent import lower_recurrent
 
-    mod = lower_dynamic_shapes(mod)
+    mod = lower_dynamic_shapes(lower_recurrent(mod))
     lg = _Legalizer(mod, keep)
     for name, f in mod.graph_functions.items():
         lg.out.functions[name] = lg.function(f)

@@ -35,7 +35,6 @@ PENDING = {
                    "(TCC_VERIFY=0 compiles it, and it matches)",
     "wav2vec2_dynamo": "the bounds proof cannot prove the strided conv1d's tiled tail over a "
                        "symbolic length (TCC_VERIFY=0 compiles it, and it matches)",
-    "lstm_legacy": "recurrent ops have no compiled form yet",
 }
 
 

@@ -50,11 +50,13 @@ from tcc.lower.passes import (  # noqa: E402, F401, I001
     fold_batch_norm,
     fuse_ops,
     lower_dynamic_shapes,
+    lower_recurrent,
     pretranspose_weights,
     simplify_algebra,
 )
 
-# Algebra first: collapsed reshape/transpose chains can leave duplicate calls for CSE to
+# Recurrent ops first: the slices and transposes of their weights become constants below.
+# Algebra next: collapsed reshape/transpose chains can leave duplicate calls for CSE to
 # merge. CSE before BatchNorm folding (duplicate BNs of one conv would give the conv two
 # users and keep the BN as a scale-shift) and before constant folding (identical constant
 # calls fold once; folded duplicates get different constant names, which CSE could not
@@ -66,6 +68,7 @@ from tcc.lower.passes import (  # noqa: E402, F401, I001
 # itself). Fusion last, on the graph the others cleaned up: it turns groups of op calls into
 # call_tir of merged loop programs.
 PIPELINE: tuple[str, ...] = (
+    "lower-recurrent",
     "simplify-algebra",
     "common-subexpression-elimination",
     "fold-batch-norm",
