@@ -384,7 +384,27 @@ class _Prover:
         if isinstance(e, E.BinOp) and e.op in ("add", "sub") and isinstance(e.b, E.IntImm) \
                 and self._bounded(e.a, limit - e.b if e.op == "add" else limit + e.b, upper):
             return True
+        if upper and isinstance(e, E.BinOp) and e.op == "mul" and isinstance(e.b, E.IntImm) \
+                and e.b.value > 0 and self._bounded_product(e.a, e.b.value, limit):
+            return True
         return self.nonneg(limit - e if upper else e - limit)
+
+    def _bounded_product(self, x, k: int, limit) -> bool:
+        """`x * k <= limit` for k > 0: through a min or max of x, a constant shift, and
+        `(a // c) * k <= a * (k // c)` where c divides k (a tiled loop's last full tile,
+        `(n - 16) // 16 * 16 <= n - 16`)."""
+        if isinstance(x, E.BinOp) and x.op in ("min", "max"):
+            sides = (self._bounded(E.binop("mul", x.a, k), limit, True),
+                     self._bounded(E.binop("mul", x.b, k), limit, True))
+            return any(sides) if x.op == "min" else all(sides)
+        if isinstance(x, E.BinOp) and x.op in ("add", "sub") and isinstance(x.b, E.IntImm):
+            shift = x.b.value * k
+            return self._bounded(E.binop("mul", x.a, k), limit - shift if x.op == "add"
+                                 else limit + shift, True)
+        if isinstance(x, E.BinOp) and x.op == "floordiv" and isinstance(x.b, E.IntImm) \
+                and x.b.value > 0 and k % x.b.value == 0:
+            return self._bounded(E.binop("mul", x.a, k // x.b.value), limit, True)
+        return False
 
     def nonneg(self, e) -> bool:
         """Whether `e` >= 0 for every value of the loop variables and size variables >= 0."""
@@ -398,7 +418,33 @@ class _Prover:
             return False
         lo = E.simplify(lo)
         looped = set(self.loops) | set(self.bindings)
-        return isinstance(lo, E.IntImm) and lo.value >= 0 or _nonneg_in_sizes(lo, looped, set(self.positive))
+        if isinstance(lo, E.IntImm) and lo.value >= 0 or _nonneg_in_sizes(lo, looped, set(self.positive)):
+            return True
+        relaxed = _relax_floordiv(lo, 1)
+        if relaxed is lo:
+            return False
+        relaxed = E.simplify(relaxed)
+        return isinstance(relaxed, E.IntImm) and relaxed.value >= 0 or _nonneg_in_sizes(
+            relaxed, looped, set(self.positive))
+
+
+def _relax_floordiv(e, sign: int):
+    """A lower bound of `sign * e` (as an expression for e's place) with each term
+    `(a // c) * k` of a sum, c dividing k, replaced by what bounds it without the division:
+    `a * (k // c)` where the term counts negatively, `(a - c + 1) * (k // c)` where it counts
+    positively (`5 * ((n - 10) // 5) <= n - 10`). The same object when nothing changes."""
+    if isinstance(e, E.BinOp) and e.op in ("add", "sub"):
+        a = _relax_floordiv(e.a, sign)
+        b = _relax_floordiv(e.b, sign if e.op == "add" else -sign)
+        return e if a is e.a and b is e.b else E.BinOp(e.op, a, b, e.dtype)
+    if isinstance(e, E.BinOp) and e.op == "mul" and isinstance(e.b, E.IntImm) and e.b.value > 0:
+        q, k = e.a, e.b.value
+        if isinstance(q, E.BinOp) and q.op == "floordiv" and isinstance(q.b, E.IntImm) \
+                and q.b.value > 0 and k % q.b.value == 0:
+            c = q.b.value
+            inner = q.a if sign < 0 else E.BinOp("sub", q.a, E.IntImm(c - 1, q.dtype), q.dtype)
+            return E.BinOp("mul", inner, E.IntImm(k // c, e.dtype), e.dtype)
+    return e
 
 
 def _var_terms(e) -> dict:
@@ -516,6 +562,9 @@ def _lowest(e, looped: set[int], positive: set[int]) -> int | None:
         return None if a is None or b is None else (min if e.op == "min" else max)(a, b)
     if e.op == "floordiv" and isinstance(e.b, E.IntImm) and e.b.value > 0:
         return None if a is None else a // e.b.value
+    if e.op == "floordiv":  # a size divided by a size: the VM refused a zero divisor already
+        b = _lowest(e.b, looped, positive)
+        return 0 if a is not None and a >= 0 and b is not None and b >= 0 else None
     return None
 
 

@@ -99,7 +99,7 @@ def test_unknown_pass_names_are_one_line_errors(tmp_path):
         assert r.exit_code == 2
         line = r.output.strip()
         assert "\n" not in line and "'fold-everything'" in line
-        assert "known passes: simplify-algebra, common-subexpression-elimination" in line
+        assert "known passes: lower-recurrent, simplify-algebra, common-subexpression" in line
     assert not (tmp_path / "o.tcir").exists()
 
 

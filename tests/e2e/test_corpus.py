@@ -30,12 +30,7 @@ RTOL, ATOL = 1e-3, 1e-4
 # Two shapes from one pack: the export's own and another batch and length.
 SIZES = [{"batch": 2, "seq": 16, "frames": 4000}, {"batch": 3, "seq": 24, "frames": 6000}]
 # Not compiled yet (issue 13's remaining items): the reason each is skipped.
-PENDING = {
-    "bert_dynamo": "the bounds proof cannot prove a scheduled transpose-mul kernel's batch index "
-                   "(TCC_VERIFY=0 compiles it, and it matches)",
-    "wav2vec2_dynamo": "the bounds proof cannot prove the strided conv1d's tiled tail over a "
-                       "symbolic length (TCC_VERIFY=0 compiles it, and it matches)",
-}
+PENDING: dict[str, str] = {}
 
 
 def _models() -> list:

@@ -142,6 +142,32 @@ def test_a_split_loop_with_its_tail_condition(limit, proven):
         assert all("block 'tail'" in u for u in unproven)
 
 
+_SYMBOLIC_TAIL = '''\
+@prim_func
+def f(A: Buffer((n,), "float32"), B: Buffer(((n - 10) // 5 + 1, {width}), "float32")):
+    for io in serial(0, ((n - 10) // 5 + 16) // 16):
+        for ii in serial(0, 16):
+            for r in serial(0, {width}):
+                if io * 16 + ii < (n - 10) // 5 + 1:
+                    with block("tail"):
+                        vi = axis.spatial((n - 10) // 5 + 1, io * 16 + ii)
+                        vr = axis.spatial({width}, r)
+                        reads(A[vi * 5 + vr])
+                        writes(B[vi, vr])
+                        B[vi, vr] = A[vi * 5 + vr]
+'''
+
+
+@pytest.mark.parametrize("width, proven", [(10, True), (11, False)])
+def test_a_strided_window_over_a_symbolic_length(width, proven):
+    # a stride-5 width-10 convolution over n samples, split by 16 with its tail condition:
+    # the last window ends at 5 * ((n - 10) // 5) + 9 <= n - 1, which needs
+    # 5 * ((n - 10) // 5) <= n - 10; a window one wider reads past the end
+    func = parse_module(_SYMBOLIC_TAIL.format(width=width))["f"]
+    unproven = unproven_accesses(func, "f")
+    assert (unproven == []) == proven, unproven
+
+
 _CONCAT = '''\
 @prim_func
 def f(A: Buffer((a, 3), "float32"), B: Buffer((b, 4), "float32"), C: Buffer((a, 7), "float32")):
