@@ -381,6 +381,12 @@ class _Prover:
         if isinstance(e, E.BinOp) and e.op in ("min", "max"):
             sides = (self._bounded(e.a, limit, upper), self._bounded(e.b, limit, upper))
             return any(sides) if (e.op == "min") == upper else all(sides)
+        if isinstance(e, E.BinOp) and e.op == "add":  # x + min(p, q) is min(x + p, x + q)
+            for m, other in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(m, E.BinOp) and m.op in ("min", "max"):
+                    spread = E.BinOp(m.op, E.binop("add", m.a, other), E.binop("add", m.b, other),
+                                     m.dtype)
+                    return self._bounded(spread, limit, upper)
         if isinstance(e, E.BinOp) and e.op in ("add", "sub") and isinstance(e.b, E.IntImm) \
                 and self._bounded(e.a, limit - e.b if e.op == "add" else limit + e.b, upper):
             return True

@@ -160,3 +160,38 @@ def test_tile_with_run_time_repeats(crt):
     for n, reps in [(2, (3, 1)), (1, (2, 4))]:
         _check(crt, model, {"x": rng.standard_normal((n, 3)).astype(np.float32),
                             "reps": np.array(reps, np.int64)})
+
+
+def _reduce_model(op, keepdims):
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
+    return helper.make_model(
+        helper.make_graph([node], "g", [_vi("x", TensorProto.FLOAT, ["n", 3, 4]),
+                                        _vi("axes", TensorProto.INT64, [2])],
+                          [_vi("y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceMean", "ReduceLogSumExp"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reductions_over_axes_read_at_run_time(crt, op, keepdims):
+    """One kernel reduces whichever axes the run asks for, from one pack."""
+    model = _reduce_model(op, keepdims)
+    rng = np.random.default_rng(2)
+    for n, axes in [(2, (0, 2)), (5, (-1, 1)), (3, (1, 0))]:
+        x = rng.standard_normal((n, 3, 4)).astype(np.float32)
+        want = onnxruntime_outputs(model, {"x": x, "axes": np.array(axes, np.int64)})
+        got, c_got = _run_both(crt, model, {"x": x, "axes": np.array(axes, np.int64)})
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+        assert got[0].shape == want[0].shape and np.array_equal(got[0], c_got[0])
+
+
+@pytest.mark.parametrize("axes, words", [((0, 3), "outside"), ((1, -2), "twice")])
+def test_bad_run_time_axes_stop_both_runtimes_alike(crt, axes, words):
+    model = _reduce_model("ReduceSum", 0)
+    feeds = {"x": np.zeros((2, 3, 4), np.float32), "axes": np.array(axes, np.int64)}
+    pack = compiled_pack(model)
+    with tcc.rt.load(pack) as m, pytest.raises(RunInputError, match=words) as py_err:
+        m["main"](feeds)
+    with pytest.raises(CRuntimeError) as c_err:
+        crt.load(pack).run("main", [feeds["x"], feeds["axes"]])
+    assert "'y'" in str(py_err.value) and c_err.value.message == str(py_err.value)

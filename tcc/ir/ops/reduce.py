@@ -4,9 +4,13 @@ cumprod) and top-k.
 Reduction axes are attributes: `axes=None` reduces every axis. The ONNX conformance models
 also feed axes (and scan axes, top-k counts) as run-time tensors; those ops accept the value
 as an optional extra operand instead, and dimensions that depend on it are fresh size
-variables bound when the program runs. Only the attribute form has a static loop
-structure, so only it has a loop program; the operand form exists so such models still
-import and run (legalization leaves those calls as op calls).
+variables bound when the program runs. A reduction's axes operand is read into sizes by the
+lower-dynamic-shapes pass, which gives the reduction, with keepdims, two size attributes per
+axis: `extents`, how many positions it reduces (the dimension, or 1), and `kept`, what
+is left of the axis (1, or the dimension); a reshape then drops the kept axes. Its loop
+program reduces every axis over `extents` and indexes `r + o`: one of the two ranges is a
+single point, so the same kernel reduces whichever axes the run asks for. The scans' and
+top-k's operand forms have none.
 
 Loop programs accumulate half floats in float32 and bools in int64 (as numpy's sums do),
 and round back to the op's dtype once at the end. `reduce_stage` and `source_index` are
@@ -17,15 +21,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from tcc.ir import expr as E
 from tcc.ir import te
 from tcc.ir.dtype import is_float
 from tcc.ir.errors import ShapeError
-from tcc.ir.expr import Dim, fresh_var
+from tcc.ir.expr import Dim, as_dim, fresh_var
 from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import no_loop, operand, scalar_int, static_length
 from tcc.ir.ops.registry import (
     OpDef,
     Pattern,
+    StaticForm,
     normalize_axis,
     prod,
     register,
@@ -126,6 +132,12 @@ def _reduce_infer(name: str):
     def infer(args, attrs):
         x = tensor(args[0], name)
         axes_t = operand(args, 1)
+        if attrs["extents"] is not None:
+            if axes_t is not None or attrs["axes"] is not None or not attrs["keepdims"]:
+                raise ShapeError(f"op {name}: `extents` take keepdims and no other axes")
+            if not len(attrs["extents"]) == len(attrs["kept"] or ()) == x.ndim:
+                raise ShapeError(f"op {name}: `extents` and `kept` need one size per axis")
+            return TensorType(tuple(attrs["kept"]), x.dtype)
         if axes_t is None:
             axes = reduce_axes(attrs["axes"], x.ndim, name)
             return TensorType(reduced_shape(x.shape, axes, attrs["keepdims"]), x.dtype)
@@ -203,13 +215,19 @@ _REDUCE_DOCS = {
 }
 
 
-_NO_LOOP_OPERAND = " A run-time axes operand has no loop program."
+_OPERAND = (" A run-time axes operand is read when the program runs; `extents` and `kept`"
+            " (sizes per axis, with keepdims) are the form the lower-dynamic-shapes pass"
+            " gives it.")
 
 
 def _reduce_ref(name: str):
     fn = _REDUCERS[name]
 
-    def ref(x, axes_tensor=None, *, axes, keepdims):
+    def ref(x, axes_tensor=None, *, axes, keepdims, extents=None, kept=None):
+        if extents is not None:  # an axis is reduced when all of it is and 1 is left
+            axes = [a for a, (e, k) in enumerate(zip(extents, kept)) if k == 1 and e == x.shape[a]]
+            if not axes:
+                return x.copy()
         if axes_tensor is not None:
             axes = (
                 None if np.asarray(axes_tensor).size == 0 else np.asarray(axes_tensor).reshape(-1)
@@ -232,8 +250,8 @@ def _plan(op: str, kind: str, dt: str, count):
     if op in ("sum", "prod"):
         return (lambda v: te.cast(v, acc)), op, back
     if op in ("max", "min"):
-        if kind == "bool":
-            return (lambda v: te.cast(v, "int8")), op, (lambda s: te.cast(s, dt))
+        if kind == "bool":  # over no element the int8 identity (-128 or 127) says False/True
+            return (lambda v: te.cast(v, "int8")), op, (lambda s: te.greater(s, te.const(0, "int8")))
         return (lambda v: v), op, None
     if op == "mean":
         ct = acc if kind == "float" else f64
@@ -270,19 +288,18 @@ def _finite_or_zero(m):
     return te.if_then_else(te.logical_or(te.isinf(m), te.isnan(m)), te.const(0, m.dtype), m)
 
 
-def _log_sum_exp_loop(x, axes, keepdims, name):
-    """Stable log-sum-exp in three stages: the maximum, the sum of exp(x - max), the log."""
+def _log_sum_exp_loop(x, stage, name):
+    """Stable log-sum-exp in three stages: the maximum, the sum of exp(x - max), the log.
+    `stage(value, kind, name)` builds one reduction stage over the op's axes."""
     kind = value_kind(name, x.dtype)
     mdt = x.dtype if kind == "float" else "float64"
     ct = accumulator(mdt)
-    m = reduce_stage(x, axes, keepdims, lambda i, o: te.cast(x[i], mdt), "max", f"{name}_max")
+    m = stage(lambda i, o: te.cast(x[i], mdt), "max", f"{name}_max")
 
     def shifted(v, o):
         return te.exp(te.cast(v, ct) - te.cast(_finite_or_zero(m[o]), ct))
 
-    s = reduce_stage(
-        x, axes, keepdims, lambda i, o: shifted(te.cast(x[i], mdt), o), "sum", f"{name}_sum"
-    )
+    s = stage(lambda i, o: shifted(te.cast(x[i], mdt), o), "sum", f"{name}_sum")
     return te.compute(
         s.shape,
         lambda *o: te.cast(te.log(s[o]) + te.cast(_finite_or_zero(m[o]), ct), x.dtype),
@@ -290,21 +307,91 @@ def _log_sum_exp_loop(x, axes, keepdims, name):
     )
 
 
+def _sized_stage(x: te.Tensor, extents, kept):
+    """A `reduce_stage` reducing `extents[a]` positions of each axis a into `kept[a]`."""
+    shape = tuple(kept)
+
+    def stage(value, kind: str, name: str) -> te.Tensor:
+        def body(*o):
+            rv = [te.reduce_axis(e, f"r{a}") for a, e in enumerate(extents)]
+            # one of r and o ranges over a single point: the index is the other one
+            return _TE_REDUCE[kind](value(tuple(r + i for r, i in zip(rv, o)), o), axis=rv)
+
+        return te.compute(shape, body, name)
+
+    return stage
+
+
 def _reduce_compute(name: str):
-    def compute(x, axes_tensor=None, *, axes, keepdims):
+    def compute(x, axes_tensor=None, *, axes, keepdims, extents=None, kept=None):
         if axes_tensor is not None:
             raise no_loop(name, "a run-time axes operand")
-        ax = reduce_axes(axes, x.ndim, name)
+        if extents is not None:
+            stage = _sized_stage(x, extents, kept)
+            count = prod(list(extents))
+        else:
+            ax = reduce_axes(axes, x.ndim, name)
+
+            def stage(value, kind, stage_name):
+                return reduce_stage(x, ax, keepdims, value, kind, stage_name)
+
+            count = count_of(x.shape, ax)
         if name == "reduce_log_sum_exp":
-            return _log_sum_exp_loop(x, ax, keepdims, name)
+            return _log_sum_exp_loop(x, stage, name)
         op = name[len("reduce_") :]
-        value, kind, post = _plan(op, value_kind(name, x.dtype), x.dtype, count_of(x.shape, ax))
+        value, kind, post = _plan(op, value_kind(name, x.dtype), x.dtype, count)
         load = lambda i, o: value(x[i])  # noqa: E731
         if post is None:
-            return reduce_stage(x, ax, keepdims, load, kind, name)
-        return map_stage(reduce_stage(x, ax, keepdims, load, kind, f"{name}_{kind}"), post, name)
+            return stage(load, kind, name)
+        return map_stage(stage(load, kind, f"{name}_{kind}"), post, name)
 
     return compute
+
+
+def _reduce_static(name: str):
+    """The static form of a reduction whose axes operand is read at run time."""
+
+    def to_static(types, sizes, out, attrs):
+        x, axes = types[0], sizes[1]
+        n = x.ndim
+        checks = [(E.Logic("and", E.compare("ge", v, -n), E.compare("lt", v, n)),
+                   f"axis {k} of the axes is outside [-{n}, {n})") for k, v in enumerate(axes)]
+        normal = [E.select(E.compare("lt", v, 0), E.binop("add", v, n), v) for v in axes]
+        hits = []
+        for a in range(n):
+            hit = None
+            for v in normal:
+                eq = E.compare("eq", v, a)
+                hit = eq if hit is None else E.Logic("or", hit, eq)
+            # no axes: every one (the empty list reduces all; its noop form never gets here)
+            hits.append(E.const(1) if hit is None else E.select(hit, 1, 0))
+        total = hits[0]
+        for f in hits[1:]:
+            total = E.binop("add", total, f)
+        if axes:
+            checks.append((E.compare("eq", total, len(axes)), "the axes name an axis twice"))
+        extents = [E.fresh_var("extent") for _ in range(n)]
+        kept = [E.fresh_var("kept") for _ in range(n)] if not attrs["keepdims"] else list(out)
+        hit_extents = [as_dim(E.select(E.compare("eq", h, 1), d, 1)) for h, d in zip(hits, x.shape)]
+        hit_kept = [as_dim(E.select(E.compare("eq", h, 1), 1, d)) for h, d in zip(hits, x.shape)]
+        attrs_ = {"axes": None, "keepdims": True, "extents": extents, "kept": kept}
+        binds = tuple(zip(extents, hit_extents))
+        if attrs["keepdims"]:
+            return StaticForm(name, (0,), attrs_, tuple(hit_kept), tuple(checks), binds=binds)
+        binds += tuple(zip(kept, hit_kept))
+        dims = []
+        for j in range(len(out)):
+            dim = 0
+            before = 0
+            for a in range(n):
+                here = E.Logic("and", E.compare("eq", hits[a], 0), E.compare("eq", before, j))
+                dim = E.binop("add", dim, E.select(here, x.shape[a], 0))
+                before = E.binop("add", before, E.binop("sub", 1, hits[a]))
+            dims.append(as_dim(dim))
+        return StaticForm(name, (0,), attrs_, tuple(dims), tuple(checks),
+                          then=("reshape", {"shape": list(out)}), binds=binds)
+
+    return to_static
 
 
 def reduction(name: str) -> OpDef:
@@ -314,11 +401,13 @@ def reduction(name: str) -> OpDef:
             name,
             _reduce_infer(name),
             _reduce_ref(name),
-            attrs={"axes": None, "keepdims": True},
+            attrs={"axes": None, "keepdims": True, "extents": None, "kept": None},
             pattern=Pattern.COMM_REDUCE,
             num_args=(1, 2),
             compute=_reduce_compute(name),
-            doc=_REDUCE_DOCS[name] + _NO_LOOP_OPERAND,
+            doc=_REDUCE_DOCS[name] + _OPERAND,
+            shape_operands=(1,),
+            to_static=_reduce_static(name),
         )
     )
 

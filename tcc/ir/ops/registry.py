@@ -67,14 +67,21 @@ class OpDef:
 @dataclass(frozen=True)
 class StaticForm:
     """A dynamic op as a static op over size variables: `op(*(args[i] for i in operands),
-    **attrs)` computes it once `dims` (the result's dims as expressions of sizes) are bound
-    to the result type's and every (condition, message) of `checks` holds."""
+    **attrs)` (then `then`, when given) computes it once `dims` (the result's dims as
+    expressions of sizes) are bound to the result type's and every (condition, message) of
+    `checks` holds."""
 
     op: str
     operands: tuple[int, ...]
     attrs: dict[str, Any]
     dims: tuple[Dim, ...]
     checks: tuple[tuple[PrimExpr, str], ...] = ()
+    # a second static op (name, attrs) applied to the first one's result (a reshape that
+    # drops the axes a reduction kept)
+    then: tuple[str, dict[str, Any]] | None = None
+    # further size variables the attrs use, each bound to an expression of the sizes read
+    # (so a kernel takes a plain size, not the expression)
+    binds: tuple[tuple[Any, PrimExpr], ...] = ()
 
 
 OPS: dict[str, OpDef] = {}

@@ -66,6 +66,8 @@ def _lower(b: G.Binding) -> list[G.Binding] | None:
             read = G.Call("tensor_to_shape", (call.args[k],), {})
             new.append(G.Binding(G.Var(f"{b.var.name}_sizes{k}", shape_t), read))
             sizes[k] = shape_t.dims
+        if not sizes:  # no operand holds sizes (a reduction given its axes as an attribute)
+            return None
         form = op.to_static(types, sizes, out.shape, dict(call.attrs))
     except (NoLoopProgram, ShapeError):
         return None
@@ -75,18 +77,27 @@ def _lower(b: G.Binding) -> list[G.Binding] | None:
         check = _nonneg_check(axis, d)
         if check is not None:
             checks.append((check[0], f"{where}: {check[1]}"))
-    result = G.ShapeType(out.ndim, out.shape)
-    new.append(G.Binding(G.Var(f"{b.var.name}_shape", result),
-                         G.ShapeExpr(tuple(form.dims), tuple(checks))))
+    bound = tuple(v for v, _ in form.binds)
+    result = G.ShapeType(out.ndim + len(bound), (*out.shape, *bound))
+    value = G.ShapeExpr((*form.dims, *(e for _, e in form.binds)), tuple(checks))
+    new.append(G.Binding(G.Var(f"{b.var.name}_shape", result), value))
     static = get_op(form.op)
     args = tuple(call.args[i] if i < len(call.args) else None for i in form.operands)
     while args and args[-1] is None:
         args = args[:-1]
     attrs = normalize_attrs(static, form.attrs)
     inferred = static.infer([None if a is None else G.type_of(a) for a in args], attrs)
+    if form.then is not None:
+        first = G.Var(f"{b.var.name}_{form.op}", inferred)
+        new.append(G.Binding(first, G.Call(form.op, args, attrs)))
+        then = get_op(form.then[0])
+        args, attrs = (first,), normalize_attrs(then, form.then[1])
+        inferred = then.infer([inferred], attrs)
+        form = dataclasses.replace(form, op=form.then[0])
+    bound_to = dict(form.binds)
     if not (isinstance(inferred, G.TensorType) and inferred.dtype == out.dtype
             and len(inferred.shape) == out.ndim
-            and all(E.prove_equal(x, y) or E.prove_equal(x, d)
+            and all(E.prove_equal(x, y) or E.prove_equal(E.substitute(x, bound_to), d)
                     for x, y, d in zip(inferred.shape, out.shape, form.dims))):
         raise InternalError(f"{where}: its static form {form.op} gives {inferred}, not {out}")
     new.append(G.Binding(b.var, G.Call(form.op, args, attrs)))
