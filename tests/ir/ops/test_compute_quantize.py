@@ -48,7 +48,8 @@ def test_dequantize_matches_the_reference(dtype):
     info = np.iinfo(dtype)
     x = np.array([info.min, -1 if info.min else 0, 0, 1, info.max], dtype)
     _exact("dequantize_linear", x, np.array(0.125, np.float32), np.array(1, dtype))
-    _exact("dequantize_linear", x, np.array(0.3, np.float16), None)
+    if info.bits <= 16:  # int32's extremes overflow float16
+        _exact("dequantize_linear", x, np.array(0.3, np.float16), None)
 
 
 def test_dequantize_per_axis():
