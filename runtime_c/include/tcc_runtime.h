@@ -219,6 +219,30 @@ TCCRT_API tccrt_status_t tccrt_module_run(tccrt_module_t *module, const char *fu
                                           tccrt_tensor_t *const *inputs, size_t n_inputs,
                                           tccrt_tensor_t **outputs, size_t n_outputs);
 
+/* -- profiling ---------------------------------------------------------------------- */
+
+/* One row of a profile: a kernel (by symbol) or a category of builtins ("shapes", "alloc",
+ * "views", "copies", "tuples", "constants", "control flow"), with its calls and nanoseconds
+ * over the runs profiled so far.  The strings belong to the module. */
+typedef struct tccrt_profile_row_t {
+  const char *kind; /* "kernel" or "builtin" */
+  const char *name;
+  uint64_t calls;
+  uint64_t ns;
+} tccrt_profile_row_t;
+
+/* Profiling on (1) or off (0).  While it is on, each run adds the time of every kernel and
+ * builtin call and of the whole run; turning it on starts a fresh profile.  A module being
+ * profiled must not run on several threads at once. */
+TCCRT_API tccrt_status_t tccrt_module_set_profiling(tccrt_module_t *module, int on);
+
+/* The profile so far: up to `cap` rows into `rows` (in function-table order), how many there
+ * are in `*count`, and the runs' whole time and count in `*total_ns` and `*runs` (either may
+ * be NULL).  The time no row accounts for is the interpreter's own. */
+TCCRT_API tccrt_status_t tccrt_module_profile(const tccrt_module_t *module, tccrt_profile_row_t *rows,
+                                              size_t cap, size_t *count, uint64_t *total_ns,
+                                              uint64_t *runs);
+
 /* -- hashing ------------------------------------------------------------------------ */
 
 /* The sha256 of `size` bytes as 64 lowercase hex digits and a NUL (the digest the pack

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "module.h"
@@ -125,6 +126,8 @@ void tccrt_module_release(tccrt_module_t *module) {
   untrack(module);
   tccrt_kernels_unload(&module->kernels);
   tccrt_pack_release(module->pack);
+  free(module->profile.calls);
+  free(module->profile.ns);
   free(module);
 }
 
@@ -137,6 +140,72 @@ tccrt_status_t tccrt_module_set_num_threads(tccrt_module_t *module, int num_thre
     return too_many_threads("the thread count", text);
   }
   if (module->kernels.set_num_threads) module->kernels.set_num_threads(num_threads);
+  return TCCRT_OK;
+}
+
+uint64_t tccrt_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* -- profiling ---------------------------------------------------------------------- */
+
+tccrt_status_t tccrt_module_set_profiling(tccrt_module_t *module, int on) {
+  CHECK_ARG(module, "tccrt_module_set_profiling: NULL module");
+  tccrt_profile_t *p = &module->profile;
+  size_t n = module->pack->program.table_size;
+  if (on && !p->calls) {
+    p->calls = calloc(n ? n : 1, sizeof *p->calls);
+    p->ns = calloc(n ? n : 1, sizeof *p->ns);
+    if (!p->calls || !p->ns) {
+      free(p->calls), free(p->ns);
+      p->calls = p->ns = NULL;
+      return tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory starting a profile");
+    }
+    p->n = n;
+  }
+  if (on) { /* a fresh profile */
+    memset(p->calls, 0, n * sizeof *p->calls);
+    memset(p->ns, 0, n * sizeof *p->ns);
+    p->runs = p->total_ns = 0;
+  }
+  p->on = on != 0;
+  return TCCRT_OK;
+}
+
+/* The row of function-table entry `e`: its kernel symbol, or its builtin's category. */
+static void row_of(const tccrt_entry_t *e, tccrt_profile_row_t *row) {
+  int kernel = e->kind == TCCRT_FUNC_KIND_KERNEL;
+  row->kind = kernel ? "kernel" : "builtin";
+  row->name = kernel ? e->name : tccrt_builtin_specs[e->index].category;
+  row->calls = row->ns = 0;
+}
+
+tccrt_status_t tccrt_module_profile(const tccrt_module_t *module, tccrt_profile_row_t *rows, size_t cap,
+                                    size_t *count, uint64_t *total_ns, uint64_t *runs) {
+  CHECK_ARG(module && count && (rows || !cap), "tccrt_module_profile: NULL argument");
+  const tccrt_profile_t *p = &module->profile;
+  const tccrt_program_t *program = &module->pack->program;
+  tccrt_profile_row_t *all = calloc(p->n ? p->n : 1, sizeof *all);
+  if (!all) return tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory reading a profile");
+  size_t n = 0;
+  for (size_t i = 0; i < p->n; i++) {
+    const tccrt_entry_t *e = &program->table[i];
+    if (e->kind == TCCRT_FUNC_KIND_VM || !p->calls[i]) continue;
+    tccrt_profile_row_t row;
+    row_of(e, &row);
+    size_t k = 0; /* entries of one kind and name share a row */
+    while (k < n && (strcmp(all[k].kind, row.kind) != 0 || strcmp(all[k].name, row.name) != 0)) k++;
+    if (k == n) all[n++] = row;
+    all[k].calls += p->calls[i];
+    all[k].ns += p->ns[i];
+  }
+  memcpy(rows, all, (n < cap ? n : cap) * sizeof *rows);
+  free(all);
+  *count = n;
+  if (total_ns) *total_ns = p->total_ns;
+  if (runs) *runs = p->runs;
   return TCCRT_OK;
 }
 
@@ -186,7 +255,12 @@ tccrt_status_t tccrt_module_run(tccrt_module_t *module, const char *function, tc
     return tccrt_fail(TCCRT_INVALID_PACK, "%s: no bytecode for entry function '%s'", pack->path, name);
 
   tccrt_value_t *result = NULL;
+  uint64_t t0 = module->profile.on ? tccrt_now_ns() : 0;
   tccrt_status_t st = tccrt_vm_invoke(module, (size_t)index, inputs, n_inputs, &result);
+  if (t0) {
+    module->profile.total_ns += tccrt_now_ns() - t0;
+    module->profile.runs += 1;
+  }
   if (st) return st;
   tccrt_value_t *const *items = &result;
   if (n_outputs != 1) {

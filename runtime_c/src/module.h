@@ -21,12 +21,25 @@ typedef struct tccrt_kernels_t {
 tccrt_status_t tccrt_kernels_load(const tccrt_pack_t *pack, tccrt_kernels_t *out);
 void tccrt_kernels_unload(tccrt_kernels_t *kernels);
 
+/* What a profiled module gathers (tccrt_module_set_profiling): per function-table entry,
+ * the calls and nanoseconds of its kernel or builtin; and the runs and their whole time. */
+typedef struct tccrt_profile_t {
+  int on;
+  size_t n;
+  uint64_t *calls, *ns;
+  uint64_t runs, total_ns;
+} tccrt_profile_t;
+
 struct tccrt_module_t {
   atomic_int refs;
   tccrt_pack_t *pack;
   tccrt_kernels_t kernels;
+  tccrt_profile_t profile;
   struct tccrt_module_t *next_open, *prev_open; /* the list of loaded modules (module.c) */
 };
+
+/* A monotonic clock in nanoseconds. */
+uint64_t tccrt_now_ns(void);
 
 /* Run VM function `function` of the pack's program on `args` (borrowed); `*out` receives
  * a new reference to its result (vm.c). */

@@ -46,6 +46,7 @@ typedef struct tccrt_builtin_spec_t {
   const char *name;
   const char *args;
   int returns;
+  const char *category; /* its profile row (tcc.rt.vm.BUILTIN_CATEGORIES) */
 } tccrt_builtin_spec_t;
 extern const tccrt_builtin_spec_t tccrt_builtin_specs[TCCRT_B_COUNT];
 

@@ -878,9 +878,16 @@ static tccrt_status_t call(frame_t *fr) {
   const tccrt_entry_t *entry = &fr->program->table[ins->a];
   tccrt_value_t *result = NULL;
   tccrt_status_t st;
+  tccrt_profile_t *profile = &fr->module->profile;
+  /* a VM function's own calls are timed inside it */
+  uint64_t t0 = profile->on && entry->kind != TCCRT_FUNC_KIND_VM ? tccrt_now_ns() : 0;
   if (entry->kind == TCCRT_FUNC_KIND_BUILTIN) st = BUILTINS[entry->index](fr, &result);
   else if (entry->kind == TCCRT_FUNC_KIND_VM) st = call_vm(fr, entry, &result);
   else st = call_kernel(fr, entry);
+  if (t0 && (size_t)ins->a < profile->n) {
+    profile->ns[ins->a] += tccrt_now_ns() - t0;
+    profile->calls[ins->a] += 1;
+  }
   if (st) return st;
   if (ins->b == TCCRT_NO_REG) {
     tccrt_value_release(result);

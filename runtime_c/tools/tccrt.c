@@ -27,7 +27,7 @@
 static const char USAGE[] =
     "usage: tccrt info [--json] [--require-signature PUBKEY] PACK\n"
     "       tccrt run PACK [--function NAME] [--input NAME=FILE.npy]... [--output-dir DIR]\n"
-    "                      [--bench N] [--threads N] [--require-signature PUBKEY]\n"
+    "                      [--bench N] [--profile] [--threads N] [--require-signature PUBKEY]\n"
     "\n"
     "A pack is executable code: its kernels run as native code in this process.  Run only\n"
     "packs from a source you trust, or sign them (tcc compile --sign KEY) and give\n"
@@ -45,6 +45,10 @@ static const char USAGE[] =
     "                        and '.' in NAME become '_'; all files appear or none do)\n"
     "      --bench N         after that first (warm-up) run, time N more and print\n"
     "                        \"bench: N runs, median X ms (min Y, max Z)\" on stdout\n"
+    "      --profile         then time every kernel and builtin call over N more runs (N\n"
+    "                        from --bench, else 1) and print a table on stdout: per kernel\n"
+    "                        and per category of builtins, its share of the run time, calls\n"
+    "                        and milliseconds per run, then the share outside kernels\n"
     "      --threads N       threads for parallel kernels (default: TCC_NUM_THREADS if set,\n"
     "                        else OMP_NUM_THREADS, else every core)\n"
     "\n"
@@ -224,7 +228,7 @@ typedef struct run_args_t {
   const char *pack, *function, *output_dir, *public_key;
   char **input_names, **input_files; /* n_inputs each, pointing into argv */
   size_t n_inputs;
-  int bench, threads;
+  int bench, threads, profile;
 } run_args_t;
 
 /* Matches argv[*i] against option `name` ("--name value" or "--name=value"): 0 when it is
@@ -280,6 +284,8 @@ static int parse_run_args(int argc, char **argv, run_args_t *a) {
       a->output_dir = v;
     } else if ((m = option(argc, argv, &i, "--bench", &v)) != 0) {
       if (m < 0 || positive_int("--bench", v, &a->bench)) return 2;
+    } else if (strcmp(argv[i], "--profile") == 0) {
+      a->profile = 1;
     } else if ((m = option(argc, argv, &i, "--threads", &v)) != 0) {
       if (m < 0 || positive_int("--threads", v, &a->threads)) return 2;
     } else if ((m = option(argc, argv, &i, "--require-signature", &v)) != 0) {
@@ -577,6 +583,57 @@ static int bench(tccrt_module_t *module, const char *function, tccrt_tensor_t *c
   return 0;
 }
 
+static int by_time(const void *a, const void *b) {
+  const tccrt_profile_row_t *x = a, *y = b;
+  if (x->ns != y->ns) return x->ns < y->ns ? 1 : -1;
+  int k = strcmp(x->kind, y->kind);
+  return k ? k : strcmp(x->name, y->name);
+}
+
+/* Profile `runs` runs and print the rows largest first, as `tcc run --profile` does, then
+ * the share of the time spent outside kernels (builtins and the interpreter). */
+static int profile(tccrt_module_t *module, const char *function, tccrt_tensor_t *const *inputs,
+                   size_t n_inputs, tccrt_tensor_t **outputs, size_t n_outputs, int runs) {
+  if (tccrt_module_set_profiling(module, 1)) return fail();
+  for (int r = 0; r < runs; r++) {
+    if (tccrt_module_run(module, function, inputs, n_inputs, outputs, n_outputs)) return fail();
+    release_outputs(outputs, n_outputs);
+  }
+  size_t count = 0;
+  uint64_t total = 0, done = 0;
+  if (tccrt_module_profile(module, NULL, 0, &count, NULL, NULL)) return fail();
+  tccrt_profile_row_t *rows = calloc(count + 1, sizeof *rows);
+  if (!rows) return errorf("out of memory");
+  if (tccrt_module_profile(module, rows, count, &count, &total, &done)) {
+    free(rows);
+    return fail();
+  }
+  qsort(rows, count, sizeof *rows, by_time);
+  double per_run = done ? (double)total / 1e6 / (double)done : 0.0;
+  printf("profile: %.3f ms per run, mean of %llu run%s\n", per_run, (unsigned long long)done,
+         done == 1 ? "" : "s");
+  printf("%7s  %-8s %10s %10s %10s  %s\n", "share", "kind", "calls", "total ms", "mean ms", "name");
+  uint64_t timed = 0, kernels = 0;
+  for (size_t i = 0; i < count; i++) {
+    timed += rows[i].ns;
+    if (strcmp(rows[i].kind, "kernel") == 0) kernels += rows[i].ns;
+  }
+  uint64_t whole = total > timed ? total : timed;
+  for (size_t i = 0; i < count; i++) {
+    const tccrt_profile_row_t *r = &rows[i];
+    printf("%6.1f%%  %-8s %10.6g %10.3f %10.4f  %s\n", whole ? 100.0 * (double)r->ns / (double)whole : 0.0,
+           r->kind, (double)r->calls / (double)done, (double)r->ns / 1e6 / (double)done,
+           (double)r->ns / 1e6 / (double)r->calls, r->name);
+  }
+  uint64_t interpreter = whole - timed;
+  printf("%6.1f%%  %-8s %10d %10.3f %10s  %s\n", whole ? 100.0 * (double)interpreter / (double)whole : 0.0,
+         "vm", 1, (double)interpreter / 1e6 / (double)done, "", "interpreter");
+  printf("outside kernels: %.1f%% of the run time\n",
+         whole ? 100.0 * (double)(whole - kernels) / (double)whole : 0.0);
+  free(rows);
+  return tccrt_module_set_profiling(module, 0) ? fail() : 0;
+}
+
 static int cmd_run(int argc, char **argv) {
   run_args_t a;
   tccrt_pack_t *pack = NULL;
@@ -604,6 +661,9 @@ static int cmd_run(int argc, char **argv) {
   if (!rc) print_outputs(pack, f, outputs, n_out);
   release_outputs(outputs, n_out);
   if (!rc && a.bench) rc = bench(module, a.function, inputs, n_in, outputs, n_out, a.bench);
+  release_outputs(outputs, n_out);
+  if (!rc && a.profile)
+    rc = profile(module, a.function, inputs, n_in, outputs, n_out, a.bench ? a.bench : 1);
   release_outputs(outputs, n_out);
   release_outputs(inputs, n_in);
   free(outputs);

@@ -170,6 +170,17 @@ class _CRunner:
         median, lo, hi = (float(g) for g in m.groups())
         return median, lo, hi
 
+    def profile_text(self, inputs: dict, runs: int) -> str:
+        """tccrt's --profile table over `runs` runs (after its own warm-up run)."""
+        with scratch_dir("tcc-run-") as tmp:
+            stdout = self._tccrt("run", str(self.path), "--function", self.entry,
+                                 *self._input_args(Path(tmp), inputs), "--bench", str(runs),
+                                 "--profile", *self.thread_args, *self.signature_args)
+        start = stdout.find("profile: ")
+        if start < 0:
+            raise InternalError(f"{self.tccrt} printed no profile: {stdout[-200:]!r}")
+        return stdout[start:].rstrip("\n")
+
     def set_num_threads(self, n: int) -> None:
         self.thread_args = ["--threads", str(n)]
 
@@ -317,7 +328,8 @@ def _check_against_onnx(console: Console, onnx_path: Path, inputs: dict, named: 
                    "machine's cores; at most 8 per core and 1024).")
 @click.option("--profile", is_flag=True,
               help="Time each kernel (packs only) over the --bench runs (or one) and print a "
-                   "table sorted by share, kernels named after the ONNX nodes they run.")
+                   "table sorted by share, kernels named after the ONNX nodes they run (with "
+                   "--runtime c: tccrt's table, kernels by symbol, and the share outside them).")
 @click.option("--runtime", type=click.Choice(["python", "c"]), default="python", show_default=True,
               help="Which runtime runs a .tvmpack: tcc.rt in this process, or the C runtime's "
                    "tccrt ($TCCRT, else runtime_c/build/tccrt, else tccrt on the PATH).")
@@ -359,8 +371,6 @@ def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, 
     if runtime == "c" and file.suffix != ".tvmpack":
         raise TccError(f"{file}: --runtime c runs compiled packs only; compile it first: "
                        f"tcc compile {file} -o {file.stem}.tvmpack")
-    if runtime == "c" and profile:
-        raise TccError("--profile times kernels inside the Python runtime; drop --runtime c")
     if public_key is not None and file.suffix != ".tvmpack":
         raise TccError(f"{file}: --require-signature checks signed packs; this is not a .tvmpack")
     inputs = load_inputs(input_pairs, inputs_npz)
@@ -395,7 +405,9 @@ def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, 
     if bench:
         median, lo, hi = runner.bench(inputs, bench)
         console.print(f"bench: {bench} runs, median {median:.3f} ms (min {lo:.3f}, max {hi:.3f})")
-    if profile:
+    if profile and runtime == "c":
+        console.print(runner.profile_text(inputs, bench or 1), markup=False)
+    elif profile:
         runs = bench or 1
         rows = runner.module.profile(entry, inputs, runs=runs, warmup=0)  # warmed up above
         console.print(profile_table(rows, runs))

@@ -31,6 +31,7 @@ from tcc.rt.format import (
     decode,
 )
 from tcc.rt.pack import read_pack
+from tcc.rt.vm import BUILTIN_CATEGORIES
 from tests.emit.test_vm_loops import onnx_loop_model
 from tests.frontend.test_control_flow import _if_model
 from tests.runtime_c.test_reader import (
@@ -354,10 +355,12 @@ def test_every_rule_is_refused_by_both_readers_with_one_message(build, loop_pack
 
 def test_every_builtin_is_in_the_c_table_in_order():
     """verify.c's tccrt_builtin_specs and program.h's enum list tcc/rt/format.py BUILTINS."""
-    specs = re.findall(r'\[TCCRT_B_(\w+)\] = \{"(\w+)", "([^"]*)", ([01])\}',
+    specs = re.findall(r'\[TCCRT_B_(\w+)\] = \{"(\w+)", "([^"]*)", ([01]), "([a-z ]+)"\}',
                        (RUNTIME / "src" / "verify.c").read_text())
-    assert [(n, a, r == "1") for _, n, a, r in specs] == [(n, a, r) for n, (a, r) in BUILTINS.items()]
-    assert all(e == n.upper() for e, n, _, _ in specs)
+    assert [(n, a, r == "1") for _, n, a, r, _ in specs] == [(n, a, r) for n, (a, r) in BUILTINS.items()]
+    assert all(e == n.upper() for e, n, _, _, _ in specs)
+    # the profile rows of both runtimes group the builtins alike
+    assert {n: c for _, n, _, _, c in specs} == {n: BUILTIN_CATEGORIES[n] for n in BUILTINS}
     enum = (RUNTIME / "src" / "program.h").read_text().split("typedef enum tccrt_builtin_e", 1)[1]
     names = re.findall(r"TCCRT_B_(\w+)", enum.split("}", 1)[0])
     assert names == [n.upper() for n in BUILTINS] + ["COUNT"]
