@@ -440,6 +440,13 @@ class ExprEmitter:
 
     def _call(self, e: E.Call) -> ir.Value:
         name = e.name
+        if name == "reinterpret":
+            x, src = self.expr(e.args[0]), e.args[0].dtype
+            if src == "bool":  # its byte: 0 or 1
+                return self.b.zext(x, with_lanes(reg_type(e.dtype), lanes_of(x)))
+            if e.dtype == "bool":
+                return self.b.icmp_unsigned("!=", x, self.const(src, 0, x))
+            return self.b.bitcast(x, with_lanes(reg_type(e.dtype), lanes_of(x)))
         if name in ("isnan", "isinf"):
             x = self.expr(e.args[0])
             src = e.args[0].dtype

@@ -26,7 +26,7 @@ INTRINSICS = frozenset(
         "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "abs", "floor", "ceil",
         "round", "trunc", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
         "asinh", "acosh", "atanh", "pow", "fmod", "isnan", "isinf", "exp2", "log2",
-        "log1p", "expm1", "atan2", "copysign", "nearbyint",
+        "log1p", "expm1", "atan2", "copysign", "nearbyint", "reinterpret",
     }
 )  # fmt: skip
 

@@ -286,6 +286,18 @@ exp, log, sqrt, rsqrt = (_intrinsic(n) for n in ("exp", "log", "sqrt", "rsqrt"))
 tanh, erf, sigmoid = (_intrinsic(n) for n in ("tanh", "erf", "sigmoid"))
 abs, floor, ceil = (_intrinsic(n) for n in ("abs", "floor", "ceil"))
 round, trunc, nearbyint = (_intrinsic(n) for n in ("round", "trunc", "nearbyint"))
+
+
+def reinterpret(x, dtype: str) -> E.PrimExpr:
+    """The bits of `x` read as `dtype`, which has as many (a bool as its byte)."""
+    x = E.const(x)
+    if _bits(x.dtype) != _bits(dtype):
+        raise ShapeError(f"te.reinterpret: {x.dtype} and {dtype} differ in width")
+    return E.Call("reinterpret", (x,), check_dtype(dtype))
+
+
+def _bits(dtype: str) -> int:
+    return 8 if dtype == "bool" else int("".join(c for c in dtype if c.isdigit()))
 sin, cos, tan = (_intrinsic(n) for n in ("sin", "cos", "tan"))
 asin, acos, atan = (_intrinsic(n) for n in ("asin", "acos", "atan"))
 sinh, cosh = (_intrinsic(n) for n in ("sinh", "cosh"))

@@ -250,6 +250,10 @@ class _Compiler:
         return lambda env: conv(np.asarray(value(env), src).astype(dst)[()])
 
     def _Call(self, e: E.Call) -> ExprFn:
+        if e.name == "reinterpret":
+            (a,) = [self.expr(x) for x in e.args]
+            src, dst = to_numpy(e.args[0].dtype), to_numpy(e.dtype)
+            return lambda env: np.asarray(a(env), src).view(dst)[()]
         fn = _INTRINSICS.get(e.name)
         if fn is None:
             raise TirEvalError(f"unknown intrinsic {e.name!r}; known: {', '.join(_INTRINSICS)}")

@@ -195,3 +195,26 @@ def test_bad_run_time_axes_stop_both_runtimes_alike(crt, axes, words):
     with pytest.raises(CRuntimeError) as c_err:
         crt.load(pack).run("main", [feeds["x"], feeds["axes"]])
     assert "'y'" in str(py_err.value) and c_err.value.message == str(py_err.value)
+
+
+@pytest.mark.parametrize("axes", [(0, 3), (-1, 1), (2, 0)])
+def test_unsqueeze_then_squeeze_with_axes_read_at_run_time(crt, axes):
+    nodes = [helper.make_node("Unsqueeze", ["x", "axes"], ["u"]),
+             helper.make_node("Squeeze", ["u", "axes"], ["y"])]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [_vi("x", TensorProto.FLOAT, ["n", 3]),
+                                       _vi("axes", TensorProto.INT64, [2])],
+                          [_vi("y", TensorProto.FLOAT, None), _vi("u", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    for n in (2, 5):
+        _check(crt, model, {"x": np.arange(3 * n, dtype=np.float32).reshape(n, 3),
+                            "axes": np.array(axes, np.int64)})
+
+
+def test_bitcast_compiles_and_keeps_the_bits(crt):
+    model = _model([helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.INT32)],
+                   [_vi("x", TensorProto.FLOAT, ["n"])], [_vi("y", TensorProto.INT32, None)])
+    model.opset_import[0].version = 26
+    x = np.array([0.0, -0.0, 1.5, np.inf, np.nan, 1e-45], np.float32)
+    got, c_got = _run_both(crt, model, {"x": x})
+    assert np.array_equal(got[0], x.view(np.int32)) and np.array_equal(c_got[0], got[0])

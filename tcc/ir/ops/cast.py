@@ -98,6 +98,13 @@ def _bitcast(x, dtype):
     return x.view(to_numpy(dtype))
 
 
+def _bitcast_te(x, dtype):
+    for d in (x.dtype, dtype):
+        if d not in LOOP_DTYPES:
+            raise NoLoopProgram(f"op bitcast: {d} has no loop program")
+    return te.compute(x.shape, lambda *i: te.reinterpret(x[i], dtype), "bitcast")
+
+
 register(
     OpDef(
         "bitcast",
@@ -105,6 +112,7 @@ register(
         _bitcast,
         attrs={"dtype": REQUIRED},
         pattern=Pattern.ELEMWISE,
+        compute=_bitcast_te,
         doc="Reinterpret the bits of each element as `dtype` (same width, little endian).",
     )
 )
