@@ -391,6 +391,37 @@ static tccrt_status_t planned_offsets(size_t n, const int64_t *sizes, const int6
 
 typedef tccrt_status_t (*builtin_fn)(frame_t *fr, tccrt_value_t **out);
 
+/* Match `got[0 .. ndim-1]` against a match_shape pattern (already checked to have `ndim`
+ * entries): bind, check or compare each; `noun` names an entry in the messages. */
+static tccrt_status_t match_pattern(frame_t *fr, const char *what, const char *noun, const int64_t *got,
+                                    const int64_t *pattern) {
+  size_t ndim = (size_t)pattern[0];
+  for (size_t i = 0; i < ndim; i++) {
+    int64_t mode = pattern[1 + 2 * i], value = pattern[2 + 2 * i];
+    if (mode == TCCRT_DIM_MODE_STATIC && got[i] != value)
+      return tccrt_fail(TCCRT_INVALID_INPUT, "%s: %s %zu must be %lld, got %lld", what, noun, i, (long long)value,
+                        (long long)got[i]);
+    if (mode == TCCRT_DIM_MODE_BIND) {
+      fr->heap[value] = got[i];
+      fr->bound[value] = 1;
+    } else if (mode == TCCRT_DIM_MODE_CHECK && (!fr->bound[value] || fr->heap[value] != got[i])) {
+      if (!fr->bound[value])
+        return BAD_PACK(fr, "checks size variable '%s' before binding it", fr->function->heap_names[value]);
+      return tccrt_fail(TCCRT_INVALID_INPUT, "%s: %s %zu is %s = %lld (set by an earlier %s), got %lld", what, noun,
+                        i, fr->function->heap_names[value], (long long)fr->heap[value], noun, (long long)got[i]);
+    } else if (mode == TCCRT_DIM_MODE_EXPR) {
+      const int64_t *w = fr->program->constants[value].ints; /* [1, count, words...] */
+      int64_t want;
+      tccrt_status_t st = eval_dim(fr, w + 2, (size_t)w[1], &want);
+      if (st) return st;
+      if (want != got[i])
+        return tccrt_fail(TCCRT_INVALID_INPUT, "%s: %s %zu must be %lld (from the other %ss), got %lld", what, noun,
+                          i, (long long)want, noun, (long long)got[i]);
+    }
+  }
+  return TCCRT_OK;
+}
+
 static tccrt_status_t b_match_shape(frame_t *fr, tccrt_value_t **out) {
   (void)out;
   tccrt_value_t *x;
@@ -407,29 +438,7 @@ static tccrt_status_t b_match_shape(frame_t *fr, tccrt_value_t **out) {
   if (x->n != ndim)
     return tccrt_fail(TCCRT_INVALID_INPUT, "%s: expected rank %zu, got rank %zu (shape %s)", what, ndim, x->n,
                       tccrt_format_dims(dims, sizeof dims, x->dims, x->n));
-  for (size_t i = 0; i < ndim; i++) {
-    int64_t mode = pattern[1 + 2 * i], value = pattern[2 + 2 * i], got = x->dims[i];
-    if (mode == TCCRT_DIM_MODE_STATIC && got != value)
-      return tccrt_fail(TCCRT_INVALID_INPUT, "%s: dimension %zu must be %lld, got %lld", what, i,
-                        (long long)value, (long long)got);
-    if (mode == TCCRT_DIM_MODE_BIND) {
-      fr->heap[value] = got;
-      fr->bound[value] = 1;
-    } else if (mode == TCCRT_DIM_MODE_CHECK && (!fr->bound[value] || fr->heap[value] != got)) {
-      if (!fr->bound[value])
-        return BAD_PACK(fr, "checks size variable '%s' before binding it", fr->function->heap_names[value]);
-      return tccrt_fail(TCCRT_INVALID_INPUT, "%s: dimension %zu is %s = %lld (set by an earlier dimension), got %lld",
-                        what, i, fr->function->heap_names[value], (long long)fr->heap[value], (long long)got);
-    } else if (mode == TCCRT_DIM_MODE_EXPR) {
-      const int64_t *w = fr->program->constants[value].ints; /* [1, count, words...] */
-      int64_t want;
-      if ((st = eval_dim(fr, w + 2, (size_t)w[1], &want))) return st;
-      if (want != got)
-        return tccrt_fail(TCCRT_INVALID_INPUT, "%s: dimension %zu must be %lld (from the other dimensions), got %lld",
-                          what, i, (long long)want, (long long)got);
-    }
-  }
-  return TCCRT_OK;
+  return match_pattern(fr, what, "dimension", x->dims, pattern);
 }
 
 /* Shapes read from tensors (docs/vm.md, "Shapes from tensors"). */
@@ -476,30 +485,7 @@ static tccrt_status_t b_match_dims(frame_t *fr, tccrt_value_t **out) {
   if (x->n != ndim)
     return tccrt_fail(TCCRT_INVALID_INPUT, "%s: expected %zu sizes, got %zu %s", what, ndim, x->n,
                       tccrt_format_dims(dims, sizeof dims, x->dims, x->n));
-  for (size_t i = 0; i < ndim; i++) {
-    int64_t mode = pattern[1 + 2 * i], value = pattern[2 + 2 * i], got = x->dims[i];
-    if (mode == TCCRT_DIM_MODE_STATIC && got != value)
-      return tccrt_fail(TCCRT_INVALID_INPUT, "%s: size %zu must be %lld, got %lld", what, i, (long long)value,
-                        (long long)got);
-    if (mode == TCCRT_DIM_MODE_BIND) {
-      fr->heap[value] = got;
-      fr->bound[value] = 1;
-    } else if (mode == TCCRT_DIM_MODE_CHECK) {
-      if (!fr->bound[value])
-        return BAD_PACK(fr, "checks size variable '%s' before binding it", fr->function->heap_names[value]);
-      if (fr->heap[value] != got)
-        return tccrt_fail(TCCRT_INVALID_INPUT, "%s: size %zu must be %s = %lld, got %lld", what, i,
-                          fr->function->heap_names[value], (long long)fr->heap[value], (long long)got);
-    } else if (mode == TCCRT_DIM_MODE_EXPR) {
-      const int64_t *w = fr->program->constants[value].ints; /* [1, count, words...] */
-      int64_t want;
-      if ((st = eval_dim(fr, w + 2, (size_t)w[1], &want))) return st;
-      if (want != got)
-        return tccrt_fail(TCCRT_INVALID_INPUT, "%s: size %zu must be %lld, got %lld", what, i, (long long)want,
-                          (long long)got);
-    }
-  }
-  return TCCRT_OK;
+  return match_pattern(fr, what, "size", x->dims, pattern);
 }
 
 /* A failed condition's message, then the size variables its words read, first use first

@@ -362,21 +362,26 @@ class VirtualMachine:
         ndim = pattern[0]
         if x.ndim != ndim:
             raise RunInputError(f"{what}: expected rank {ndim}, got rank {x.ndim} (shape {list(x.shape)})")
+        self._match(frame, what, "dimension", x.shape, pattern)
+
+    def _match(self, frame: _Frame, what: str, noun: str, got, pattern) -> None:
+        """Bind, check or compare each entry of `got` as the pattern says; `noun` names an
+        entry in the messages (the C runtime's match_pattern words them alike)."""
         heap, names = frame.heap, frame.names
-        for i in range(ndim):
-            mode, value, got = pattern[1 + 2 * i], pattern[2 + 2 * i], x.shape[i]
-            if mode == DimMode.STATIC and got != value:
-                raise RunInputError(f"{what}: dimension {i} must be {value}, got {got}")
+        for i in range(pattern[0]):
+            mode, value, g = pattern[1 + 2 * i], pattern[2 + 2 * i], got[i]
+            if mode == DimMode.STATIC and g != value:
+                raise RunInputError(f"{what}: {noun} {i} must be {value}, got {g}")
             if mode == DimMode.BIND:
-                heap[value] = got
-            elif mode == DimMode.CHECK and heap[value] != got:
-                raise RunInputError(f"{what}: dimension {i} is {names[value]} = {heap[value]} "
-                                    f"(set by an earlier dimension), got {got}")
+                heap[value] = g
+            elif mode == DimMode.CHECK and heap[value] != g:
+                raise RunInputError(f"{what}: {noun} {i} is {names[value]} = {heap[value]} "
+                                    f"(set by an earlier {noun}), got {g}")
             elif mode == DimMode.EXPR:
                 want = eval_shape(self.exe.constants[value], heap, names)[0]
-                if want != got:
-                    raise RunInputError(f"{what}: dimension {i} must be {want} "
-                                        f"(from the other dimensions), got {got}")
+                if want != g:
+                    raise RunInputError(f"{what}: {noun} {i} must be {want} "
+                                        f"(from the other {noun}s), got {g}")
 
     def _b_tensor_to_shape(self, frame: _Frame, x, what: str):
         if not isinstance(x, np.ndarray) or x.dtype.kind not in "iu" or x.ndim > 1:
@@ -388,22 +393,9 @@ class VirtualMachine:
         return tuple(values)
 
     def _b_match_dims(self, frame: _Frame, shape, what: str, pattern):
-        ndim = pattern[0]
-        if len(shape) != ndim:
-            raise RunInputError(f"{what}: expected {ndim} sizes, got {len(shape)} {list(shape)}")
-        heap, names = frame.heap, frame.names
-        for i in range(ndim):
-            mode, value, got = pattern[1 + 2 * i], pattern[2 + 2 * i], shape[i]
-            if mode == DimMode.STATIC and got != value:
-                raise RunInputError(f"{what}: size {i} must be {value}, got {got}")
-            if mode == DimMode.BIND:
-                heap[value] = got
-            elif mode == DimMode.CHECK and heap[value] != got:
-                raise RunInputError(f"{what}: size {i} must be {names[value]} = {heap[value]}, got {got}")
-            elif mode == DimMode.EXPR:
-                want = eval_shape(self.exe.constants[value], heap, names)[0]
-                if want != got:
-                    raise RunInputError(f"{what}: size {i} must be {want}, got {got}")
+        if len(shape) != pattern[0]:
+            raise RunInputError(f"{what}: expected {pattern[0]} sizes, got {len(shape)} {list(shape)}")
+        self._match(frame, what, "size", shape, pattern)
 
     def _b_assert_shape(self, frame: _Frame, prog, message: str):
         conds = eval_shape(prog, frame.heap, frame.names)

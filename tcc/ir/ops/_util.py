@@ -14,6 +14,7 @@ import itertools
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from tcc.ir import expr as E
 from tcc.ir import te
 from tcc.ir.dtype import is_float, is_int, to_numpy
 from tcc.ir.errors import NoLoopProgram, ShapeError
@@ -397,3 +398,42 @@ def broadcast_index(in_shape, out_shape, idx) -> tuple:
         else:  # a symbolic extent that is either 1 or the target's at run time
             out.append(broadcast_axis_index(d, i))
     return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# sizes read at run time (the static forms of lower-dynamic-shapes)
+
+
+def count_flags(flags) -> E.PrimExpr:
+    """The number of 0/1 size expressions that are 1."""
+    total = E.const(0)
+    for f in flags:
+        total = E.binop("add", total, f)
+    return total
+
+
+def axis_flags(values, ndim: int, what: str):
+    """Per axis of a rank-`ndim` shape, 1 when one of `values` (axes read at run time, negative
+    ones counted from the end) names it, else 0; and the (condition, message) checks that
+    every value is an axis and none repeats. `what` names a value in the messages."""
+    checks = [(E.Logic("and", E.compare("ge", v, -ndim), E.compare("lt", v, ndim)),
+               f"{what} {k} is outside [-{ndim}, {ndim})") for k, v in enumerate(values)]
+    normal = [E.select(E.compare("lt", v, 0), E.binop("add", v, ndim), v) for v in values]
+    flags = []
+    for a in range(ndim):
+        hit = None
+        for v in normal:
+            eq = E.compare("eq", v, a)
+            hit = eq if hit is None else E.Logic("or", hit, eq)
+        flags.append(E.const(0) if hit is None else E.select(hit, 1, 0))
+    if values:
+        checks.append((E.compare("eq", count_flags(flags), len(values)), "the axes name an axis twice"))
+    return flags, checks
+
+
+def pick_dim(dims, index) -> Dim:
+    """dims[index] for a run-time index (0 when it is none of them)."""
+    out = E.const(0)
+    for i, d in enumerate(dims):
+        out = E.binop("add", out, E.select(E.compare("eq", index, i), d, 0))
+    return as_dim(out)

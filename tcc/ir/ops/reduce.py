@@ -27,7 +27,7 @@ from tcc.ir.dtype import is_float
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Dim, as_dim, fresh_var
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import no_loop, operand, scalar_int, static_length
+from tcc.ir.ops._util import axis_flags, no_loop, operand, scalar_int, static_length
 from tcc.ir.ops.registry import (
     OpDef,
     Pattern,
@@ -354,22 +354,9 @@ def _reduce_static(name: str):
     def to_static(types, sizes, out, attrs):
         x, axes = types[0], sizes[1]
         n = x.ndim
-        checks = [(E.Logic("and", E.compare("ge", v, -n), E.compare("lt", v, n)),
-                   f"axis {k} of the axes is outside [-{n}, {n})") for k, v in enumerate(axes)]
-        normal = [E.select(E.compare("lt", v, 0), E.binop("add", v, n), v) for v in axes]
-        hits = []
-        for a in range(n):
-            hit = None
-            for v in normal:
-                eq = E.compare("eq", v, a)
-                hit = eq if hit is None else E.Logic("or", hit, eq)
-            # no axes: every one (the empty list reduces all; its noop form never gets here)
-            hits.append(E.const(1) if hit is None else E.select(hit, 1, 0))
-        total = hits[0]
-        for f in hits[1:]:
-            total = E.binop("add", total, f)
-        if axes:
-            checks.append((E.compare("eq", total, len(axes)), "the axes name an axis twice"))
+        hits, checks = axis_flags(axes, n, "axis")
+        if not axes:  # the empty list reduces every axis (its noop form never gets here)
+            hits = [E.const(1)] * n
         extents = [E.fresh_var("extent") for _ in range(n)]
         kept = [E.fresh_var("kept") for _ in range(n)] if not attrs["keepdims"] else list(out)
         hit_extents = [as_dim(E.select(E.compare("eq", h, 1), d, 1)) for h, d in zip(hits, x.shape)]

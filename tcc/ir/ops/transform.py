@@ -22,11 +22,13 @@ from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Dim, as_dim, fresh_var, prove_equal
 from tcc.ir.graph import TensorType, TupleType
 from tcc.ir.ops._util import (
+    axis_flags,
     broadcast_index,
     ceil_div,
     fresh_vars,
     ints,
     normalize_axes,
+    pick_dim,
     vector_length,
 )
 from tcc.ir.ops.registry import (
@@ -395,49 +397,14 @@ def _dyn_rank_change_infer(name: str, sign: int):
     return infer
 
 
-def _count(flags) -> E.PrimExpr:
-    """The number of 0/1 size expressions that are 1."""
-    total = E.const(0)
-    for f in flags:
-        total = E.binop("add", total, f)
-    return total
-
-
-def _axis_flags(values, ndim: int, what: str):
-    """Per axis of a rank-`ndim` shape, 1 when one of `values` (run-time axes, negative ones
-    counted from the end) names it, else 0; and the checks that every value is an axis and
-    none repeats."""
-    checks = [(E.Logic("and", E.compare("ge", v, -ndim), E.compare("lt", v, ndim)),
-               f"{what} {k} is outside [-{ndim}, {ndim})") for k, v in enumerate(values)]
-    normal = [E.select(E.compare("lt", v, 0), E.binop("add", v, ndim), v) for v in values]
-    flags = []
-    for a in range(ndim):
-        hit = None
-        for v in normal:
-            eq = E.compare("eq", v, a)
-            hit = eq if hit is None else E.Logic("or", hit, eq)
-        flags.append(E.const(0) if hit is None else E.select(hit, 1, 0))
-    if values:
-        checks.append((E.compare("eq", _count(flags), len(values)), f"the {what}s name an axis twice"))
-    return flags, checks
-
-
-def _pick(dims, index) -> Dim:
-    """dims[index] for a run-time index (0 when it is none of them)."""
-    out = E.const(0)
-    for i, d in enumerate(dims):
-        out = E.binop("add", out, E.select(E.compare("eq", index, i), d, 0))
-    return as_dim(out)
-
-
 def _dyn_expand_dims_static(types, sizes, out, attrs):
     """Unsqueeze once the axes are read: a new axis of 1 where they say, the input's in order
     elsewhere; the data is the same row-major sequence, so a reshape (a view)."""
     x, axes = types[0], sizes[1]
-    new, checks = _axis_flags(axes, len(out), "axis")
+    new, checks = axis_flags(axes, len(out), "axis")
     dims, before = [], E.const(0)
     for j, f in enumerate(new):
-        dims.append(as_dim(E.select(E.compare("eq", f, 1), 1, _pick(x.shape, E.binop("sub", j, before)))))
+        dims.append(as_dim(E.select(E.compare("eq", f, 1), 1, pick_dim(x.shape, E.binop("sub", j, before)))))
         before = E.binop("add", before, f)
     return StaticForm("reshape", (0,), {"shape": list(out)}, tuple(dims), tuple(checks))
 
@@ -445,7 +412,7 @@ def _dyn_expand_dims_static(types, sizes, out, attrs):
 def _dyn_squeeze_static(types, sizes, out, attrs):
     """Squeeze once the axes are read: each named axis must be 1 and goes; a reshape."""
     x, axes = types[0], sizes[1]
-    dropped, checks = _axis_flags(axes, x.ndim, "axis")
+    dropped, checks = axis_flags(axes, x.ndim, "axis")
     for a, (f, d) in enumerate(zip(dropped, x.shape)):
         if not (isinstance(d, int) and d == 1):
             checks.append((E.Logic("or", E.compare("eq", f, 0), E.compare("eq", d, 1)),
