@@ -37,6 +37,7 @@ typedef enum tccrt_builtin_e {
   TCCRT_B_TENSOR_TO_SHAPE,
   TCCRT_B_MATCH_DIMS,
   TCCRT_B_ASSERT_SHAPE,
+  TCCRT_B_MAKE_SIZES,
   TCCRT_B_COUNT
 } tccrt_builtin_t;
 

@@ -35,6 +35,7 @@ const tccrt_builtin_spec_t tccrt_builtin_specs[TCCRT_B_COUNT] = {
     [TCCRT_B_TENSOR_TO_SHAPE] = {"tensor_to_shape", "rs", 1, "shapes"},
     [TCCRT_B_MATCH_DIMS] = {"match_dims", "rsn", 0, "shapes"},
     [TCCRT_B_ASSERT_SHAPE] = {"assert_shape", "ns", 0, "shapes"},
+    [TCCRT_B_MAKE_SIZES] = {"make_sizes", "n", 1, "shapes"},
 };
 
 #define MAX_REGS (1 << 20)
@@ -321,7 +322,8 @@ static tccrt_status_t builtin(verifier_t *v, const tccrt_vm_function_t *f, size_
   }
   tccrt_status_t st;
   tccrt_repr_t q;
-  if (b == TCCRT_B_MAKE_SHAPE && (st = shape_program(v, consts[0], f->heap_size, -1))) return st;
+  if ((b == TCCRT_B_MAKE_SHAPE || b == TCCRT_B_MAKE_SIZES) && (st = shape_program(v, consts[0], f->heap_size, -1)))
+    return st;
   if (b == TCCRT_B_ALLOC_ARENA && ((st = shape_program(v, consts[0], f->heap_size, -1)) ||
                                    (st = lifetimes(v, consts[1], (uint64_t)consts[0]->ints[0], f->code_length))))
     return st;

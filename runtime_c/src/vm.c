@@ -525,6 +525,8 @@ static tccrt_status_t b_assert_shape(frame_t *fr, tccrt_value_t **out) {
   return TCCRT_OK;
 }
 
+static tccrt_status_t b_make_sizes(frame_t *fr, tccrt_value_t **out) { return eval_shape(fr, arg_const(fr, 0), out); }
+
 static tccrt_status_t b_make_shape(frame_t *fr, tccrt_value_t **out) {
   tccrt_status_t st = eval_shape(fr, arg_const(fr, 0), out);
   if (st) return st;
@@ -794,6 +796,7 @@ static const builtin_fn BUILTINS[TCCRT_B_COUNT] = {
     [TCCRT_B_TENSOR_TO_SHAPE] = b_tensor_to_shape,
     [TCCRT_B_MATCH_DIMS] = b_match_dims,
     [TCCRT_B_ASSERT_SHAPE] = b_assert_shape,
+    [TCCRT_B_MAKE_SIZES] = b_make_sizes,
 };
 
 /* -- kernels and VM calls ------------------------------------------------------------ */

@@ -282,9 +282,9 @@ class _FunctionCompiler:
                 outs.append(self.builtin("arena_view", self.reg(self.arenas[arena][0]),
                                          (ArgKind.IMM, index), self.reg(shape), self.cst(t.dtype)))
         extra = []
-        if v.shape_args:
+        if v.shape_args:  # sizes a kernel takes may be negative (a slice's step)
             prog = self.shape_program(v.shape_args, f"the shape arguments of kernel {v.func!r}")
-            extra.append(self.reg(self.builtin("make_shape", self.cst(prog))))
+            extra.append(self.reg(self.builtin("make_sizes", self.cst(prog))))
         symbol = self.b.symbols.get(v.func, v.func)
         func = self.b.func(FuncKind.KERNEL, symbol)
         self.code.append(Instr(Op.CALL, func, NO_REG, tuple(args + [self.reg(o) for o in outs] + extra)))
@@ -336,7 +336,8 @@ class _FunctionCompiler:
         for cond, message in v.checks:
             prog = self.shape_program((cond,), f"a check of {var.name!r}")
             self.builtin("assert_shape", self.cst(prog), self.cst(message), result=False)
-        shape = self.builtin("make_shape", self.cst(self.shape_program(v.dims, "a shape value")))
+        # its checks said what must hold; entries that are no dimension may be negative
+        shape = self.builtin("make_sizes", self.cst(self.shape_program(v.dims, "a shape value")))
         self.match_dims(shape, var.type, f"the shape {var.name!r} in {self.name!r}")
         return shape
 

@@ -154,6 +154,7 @@ BUILTINS: dict[str, tuple[str, bool]] = {
     "tensor_to_shape": ("rs", True),  # integer tensor (0-d or 1-d), what -> its values as a shape
     "match_dims": ("rsn", False),  # shape, what, pattern: match_shape's modes on its entries
     "assert_shape": ("ns", False),  # conditions (a shape program), message
+    "make_sizes": ("n", True),  # program -> a shape whose entries may be negative (a step)
 }
 ARENA_ALIGN = 64  # bytes: an arena's start and every offset planned inside it
 # Threads for parallel kernels (tcc/rt/threads.py, runtime_c/src/module.c): at most

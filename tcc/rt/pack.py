@@ -583,7 +583,7 @@ def _verify_builtin(exe, f, name, ins, weights, where) -> None:
             if isinstance(c, str) != (want == "s"):
                 raise _Bad(f"{where}: builtin {name} has a constant of the wrong kind")
             consts.append(c)
-    if name == "make_shape":
+    if name in ("make_shape", "make_sizes"):
         _verify_shape_program(consts[0], len(f.heap_names), where)
     elif name == "alloc_arena":
         _verify_shape_program(consts[0], len(f.heap_names), where)

@@ -124,6 +124,7 @@ BUILTIN_CATEGORIES = {
     "tensor_to_shape": "shapes",
     "match_dims": "shapes",
     "assert_shape": "shapes",
+    "make_sizes": "shapes",
     "load_constant": "constants",
     "make_tuple": "tuples",
     "tuple_get_item": "tuples",
@@ -405,6 +406,9 @@ class VirtualMachine:
             if not holds:
                 raise RunInputError(check_failure(message, prog[i + 1 : i + 1 + n], frame))
             i += 1 + n
+
+    def _b_make_sizes(self, frame: _Frame, prog):
+        return eval_shape(prog, frame.heap, frame.names)
 
     def _b_make_shape(self, frame: _Frame, prog):
         dims = eval_shape(prog, frame.heap, frame.names)

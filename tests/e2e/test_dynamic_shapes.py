@@ -211,3 +211,44 @@ def test_bitcast_compiles_and_keeps_the_bits(crt):
     x = np.array([0.0, -0.0, 1.5, np.inf, np.nan, 1e-45], np.float32)
     got, c_got = _run_both(crt, model, {"x": x})
     assert np.array_equal(got[0], x.view(np.int32)) and np.array_equal(c_got[0], got[0])
+
+
+def _slice_model():
+    node = helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])
+    ins = [_vi("x", TensorProto.FLOAT, ["n", 6])] + [
+        _vi(k, TensorProto.INT64, [2]) for k in ("starts", "ends", "axes", "steps")]
+    return _model([node], ins, [_vi("y", TensorProto.FLOAT, None)])
+
+
+@pytest.mark.parametrize("starts, ends, axes, steps", [
+    ((0, 1), (2, 5), (0, 1), (1, 2)),
+    ((-1, 5), (-10**18, 0), (0, -1), (-1, -2)),  # backwards, a start past the end clamped
+    ((1, -100), (10**18, 3), (1, 0), (3, 1)),  # ends far past the axis, in int64 range
+    ((2, 0), (1, 6), (0, 1), (1, 1)),  # an empty range
+])
+def test_slice_with_every_operand_read_at_run_time(crt, starts, ends, axes, steps):
+    x = np.arange(30, dtype=np.float32).reshape(5, 6)
+    feeds = {"x": x, **{k: np.array(v, np.int64) for k, v in
+                        zip(("starts", "ends", "axes", "steps"), (starts, ends, axes, steps))}}
+    _check(crt, _slice_model(), feeds)
+
+
+def test_a_slice_step_of_0_stops_both_runtimes_alike(crt):
+    feeds = {"x": np.zeros((5, 6), np.float32), "starts": np.array([0, 0], np.int64),
+             "ends": np.array([2, 2], np.int64), "axes": np.array([0, 1], np.int64),
+             "steps": np.array([1, 0], np.int64)}
+    _refused_alike(crt, _slice_model(), feeds, "step 1 is 0")
+
+
+def test_pad_with_run_time_axes(crt):
+    node = helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"], mode="constant")
+    model = helper.make_model(
+        helper.make_graph([node], "g", [_vi("x", TensorProto.FLOAT, ["n", 3, 4]),
+                                        _vi("pads", TensorProto.INT64, [4]),
+                                        _vi("axes", TensorProto.INT64, [2])],
+                          [_vi("y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 18)])
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for pads, axes in [((1, 0, 2, 1), (0, -1)), ((0, 1, 1, 0), (2, 1))]:
+        _check(crt, model, {"x": x, "pads": np.array(pads, np.int64),
+                            "axes": np.array(axes, np.int64)})

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from tcc.ir import expr as E
 from tcc.ir import te
 from tcc.ir.dtype import INDEX_DTYPE
-from tcc.ir.errors import NoLoopProgram, ShapeError
+from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Dim, as_dim, fresh_var, max_expr, min_expr
 from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import (
+    axis_flags,
     ceil_div,
     fresh_vars,
     ints,
@@ -120,7 +122,9 @@ def slice_start(dim: Dim, start: Dim, step: int) -> Dim:
     return min_expr(start, dim - 1) if _nonneg_bound(start) else as_dim(start + dim)
 
 
-def _strided_slice_compute(x, begin, end, axes, strides):
+def _strided_slice_compute(x, begin, end, axes, strides, lengths=None):
+    if lengths is not None:
+        return _window_compute(x, begin, axes, strides, lengths)
     attrs = {"begin": begin, "end": end, "axes": axes, "strides": strides}
     out = _strided_slice_infer([TensorType(x.shape, x.dtype)], attrs).shape
     first = {}
@@ -133,7 +137,35 @@ def _strided_slice_compute(x, begin, end, axes, strides):
     return te.compute(out, value, "strided_slice")
 
 
-def _slice_ref(x, begin, end, axes, strides):
+def _window_compute(x, first, axes, strides, lengths):
+    """The `lengths` form: `lengths[k]` elements from `first[k]` by `strides[k]` (sizes read
+    at run time, already clamped into the axis). The index is clamped into the axis again,
+    which changes nothing for such sizes and keeps every access in bounds provably."""
+    out = list(x.shape)
+    pick = {}
+    for f, a, st, n in zip(first, normalize_axes(axes, x.ndim, "strided_slice"), strides, lengths):
+        out[a] = n
+        pick[a] = (f, st)
+
+    def value(*i):
+        idx = []
+        for a, j in enumerate(i):
+            if a not in pick:
+                idx.append(j)
+                continue
+            f, st = pick[a]
+            idx.append(te.min(te.max(f + j * st, 0), x.shape[a] - 1))
+        return x[tuple(idx)]
+
+    return te.compute(tuple(out), value, "strided_slice")
+
+
+def _slice_ref(x, begin, end, axes, strides, lengths=None):
+    if lengths is not None:
+        out = x
+        for f, a, st, n in zip(begin, axes, strides, lengths):
+            out = np.take(out, [f + j * st for j in range(n)], axis=a)
+        return np.ascontiguousarray(out)
     index = [slice(None)] * x.ndim
     for b, e, a, s in zip(begin, end, axes, strides):
         index[a if a >= 0 else a + x.ndim] = slice(b, e, s)
@@ -146,6 +178,12 @@ def _strided_slice_infer(args, attrs):
     if not len(begin) == len(end) == len(axes) == len(strides):
         raise ShapeError("op strided_slice: begin, end, axes and strides must have one entry each")
     out = list(x.shape)
+    if attrs["lengths"] is not None:
+        if len(attrs["lengths"]) != len(axes):
+            raise ShapeError("op strided_slice: lengths must have one entry per axis")
+        for a, n in zip(normalize_axes(axes, x.ndim, "strided_slice"), attrs["lengths"]):
+            out[a] = as_dim(n)
+        return TensorType(tuple(out), x.dtype)
     for b, e, a, s in zip(begin, end, normalize_axes(axes, x.ndim, "strided_slice"), strides):
         out[a] = slice_length(x.shape[a], as_dim(b), as_dim(e), int(s))
     return TensorType(tuple(out), x.dtype)
@@ -174,18 +212,85 @@ register(
         "strided_slice",
         _strided_slice_infer,
         _slice_ref,
-        {"begin": REQUIRED, "end": REQUIRED, "axes": REQUIRED, "strides": REQUIRED},
+        {"begin": REQUIRED, "end": REQUIRED, "axes": REQUIRED, "strides": REQUIRED,
+         "lengths": None},
         Pattern.INJECTIVE,
         compute=_strided_slice_compute,
-        doc="x[begin:end:stride] on each listed axis, bounds clamped as in numpy/ONNX.",
+        doc="x[begin:end:stride] on each listed axis, bounds clamped as in numpy/ONNX. With "
+        "`lengths` (the form lower-dynamic-shapes gives a Slice whose operands are read at run "
+        "time) `begin` is the first index and `lengths` the count, `end` unused.",
     )
 )
+def _clamp(v, lo, hi):
+    return E.max_expr(E.min_expr(v, hi), lo)
+
+
+def _slice_window(d, start, end, step):
+    """(first index, count) of range(d)[start:end:step] for run-time values (ONNX Slice),
+    as size expressions; a negative value counts from the end, without overflow."""
+    up = E.compare("gt", step, 0)
+
+    def place(v):  # the bounds clamp to [0, d] going up and to [-1, d - 1] going down
+        neg = E.select(up, _clamp(E.binop("add", E.max_expr(v, -d), d), 0, d),
+                       _clamp(E.binop("add", E.max_expr(v, E.binop("sub", -1, d)), d), -1,
+                              E.binop("sub", d, 1)))
+        pos = E.select(up, E.min_expr(v, d), E.min_expr(v, E.binop("sub", d, 1)))
+        return E.select(E.compare("lt", v, 0), neg, pos)
+
+    first, last = place(start), place(end)
+    count_up = E.binop("floordiv", E.binop("add", E.binop("sub", last, first),
+                                           E.binop("sub", step, 1)), E.max_expr(step, 1))
+    down = E.binop("sub", 0, step)
+    count_down = E.binop("floordiv", E.binop("add", E.binop("sub", first, last),
+                                             E.binop("sub", down, 1)), E.max_expr(down, 1))
+    return first, E.max_expr(E.select(up, count_up, count_down), 0)
+
+
+def _dyn_strided_slice_static(types, sizes, out, attrs):
+    """ONNX Slice once starts, ends, axes and steps are read: per axis of the input, the
+    first index and count of the entry that names it (the whole axis where none does)."""
+    x = types[0]
+    starts, ends = sizes[1], sizes[2]
+    n = len(starts)
+    if 3 in sizes:
+        flags_per_entry = sizes[3]
+        _, checks = axis_flags(flags_per_entry, x.ndim, "axis")
+        normal = [E.select(E.compare("lt", v, 0), E.binop("add", v, x.ndim), v)
+                  for v in flags_per_entry]
+    else:
+        if n > x.ndim:
+            raise ShapeError(f"op dyn_strided_slice: {n} starts for rank {x.ndim}")
+        checks, normal = [], list(range(n))
+    steps = list(sizes[4]) if 4 in sizes else [1] * n
+    checks += [(E.compare("ne", st, 0), f"step {k} is 0") for k, st in enumerate(steps)]
+    firsts, strides, dims = [], [], []
+    for a, d in enumerate(x.shape):
+        first, count, stride = E.const(0), as_dim(d), E.const(1)
+        for k in range(n):
+            here = E.compare("eq", normal[k], a)
+            f, c = _slice_window(d, starts[k], ends[k], steps[k])
+            first, count = E.select(here, f, first), E.select(here, c, count)
+            stride = E.select(here, steps[k], stride)
+        firsts.append(as_dim(first))
+        strides.append(as_dim(stride))
+        dims.append(as_dim(count))
+    first_vars = [E.fresh_var("first") for _ in firsts]
+    stride_vars = [E.fresh_var("step") for _ in strides]
+    # the axes no entry may name keep their dimension: no size to bind there
+    attrs_ = {"begin": first_vars, "end": [0] * x.ndim, "axes": list(range(x.ndim)),
+              "strides": stride_vars, "lengths": list(out)}
+    binds = tuple(zip(first_vars, firsts)) + tuple(zip(stride_vars, strides))
+    return StaticForm("strided_slice", (0,), attrs_, tuple(dims), tuple(checks), binds=binds)
+
+
 register_op(
     "dyn_strided_slice",
     _dyn_strided_slice_infer,
     _dyn_slice_ref,
     num_args=(3, 5),
     doc="ONNX Slice with run-time (starts, ends, axes?, steps?) operands.",
+    shape_operands=(1, 2, 3, 4),
+    to_static=_dyn_strided_slice_static,
 )
 
 
@@ -319,11 +424,21 @@ register(
 )
 def _dyn_pad_static(types, sizes, out, attrs):
     """ONNX Pad once the pads are read: begins then ends, one each per axis."""
-    x = types[0]
-    if len(types) > 3 and types[3] is not None:
-        raise NoLoopProgram("op dyn_pad: axes given as a run-time tensor have no loop program; "
-                            "make the axes operand a constant")
-    pads = sizes[1]
+    x, pads, checks = types[0], sizes[1], []
+    if 3 in sizes:  # pads for the listed axes only: each axis takes those of the entry naming it
+        axes = sizes[3]
+        if len(pads) != 2 * len(axes):
+            raise ShapeError(f"op dyn_pad: {len(pads)} pads for {len(axes)} axes")
+        _, checks = axis_flags(axes, x.ndim, "axis")
+        normal = [E.select(E.compare("lt", v, 0), E.binop("add", v, x.ndim), v) for v in axes]
+        full = []
+        for half in (pads[: len(axes)], pads[len(axes):]):
+            for a in range(x.ndim):
+                p = E.const(0)
+                for v, q in zip(normal, half):
+                    p = E.binop("add", p, E.select(E.compare("eq", v, a), q, 0))
+                full.append(as_dim(p))
+        pads = full
     if len(pads) != 2 * x.ndim:
         raise ShapeError(f"op dyn_pad: {len(pads)} pads for rank {x.ndim}; expected {2 * x.ndim}")
     begins = list(pads[: x.ndim])
@@ -331,7 +446,8 @@ def _dyn_pad_static(types, sizes, out, attrs):
     # the ends as what is left of each result dimension, so the static op's result type is
     # the call's own
     ends = [as_dim(o - d - b) for o, d, b in zip(out, x.shape, begins)]
-    return StaticForm("pad", (0, 2), {"pads": begins + ends, "mode": attrs["mode"]}, dims)
+    return StaticForm("pad", (0, 2), {"pads": begins + ends, "mode": attrs["mode"]}, dims,
+                      tuple(checks))
 
 
 register_op(
@@ -341,7 +457,7 @@ register_op(
     {"mode": "constant"},
     num_args=(2, 4),
     doc="ONNX Pad with run-time (pads, value?, axes?) operands.",
-    shape_operands=(1,),
+    shape_operands=(1, 3),
     to_static=_dyn_pad_static,
 )
 
