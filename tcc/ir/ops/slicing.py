@@ -178,10 +178,11 @@ def _strided_slice_infer(args, attrs):
     if not len(begin) == len(end) == len(axes) == len(strides):
         raise ShapeError("op strided_slice: begin, end, axes and strides must have one entry each")
     out = list(x.shape)
-    if attrs["lengths"] is not None:
-        if len(attrs["lengths"]) != len(axes):
+    lengths = attrs.get("lengths")  # the attrs of a call, or a compute's own few
+    if lengths is not None:
+        if len(lengths) != len(axes):
             raise ShapeError("op strided_slice: lengths must have one entry per axis")
-        for a, n in zip(normalize_axes(axes, x.ndim, "strided_slice"), attrs["lengths"]):
+        for a, n in zip(normalize_axes(axes, x.ndim, "strided_slice"), lengths):
             out[a] = as_dim(n)
         return TensorType(tuple(out), x.dtype)
     for b, e, a, s in zip(begin, end, normalize_axes(axes, x.ndim, "strided_slice"), strides):
