@@ -231,10 +231,20 @@ def export(name: str, out_dir: Path) -> None:
                               opset_version=opset, dynamic_axes=axes)
         import onnx
 
-        m = onnx.load(str(tmp_path))
-        onnx.save(m, str(path))
-    (out_dir / f"{name}.json").write_text(json.dumps({"inputs": spec, "exporter": exporter,
-                                                      "opset": opset}, indent=1))
+        m = onnx.load(str(tmp_path))  # external data, if any, folded into one file
+        (out_dir / f"{name}.json").write_text(json.dumps({"inputs": spec, "exporter": exporter,
+                                                          "opset": opset}, indent=1))
+        _save_whole(m, path)
+
+
+def _save_whole(model, path: Path) -> None:
+    """Write the model under a temporary name and rename it: a killed export leaves no
+    half-written model for the next run to keep."""
+    import onnx
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    onnx.save(model, str(tmp))
+    os.replace(tmp, path)
 
 
 def quantize(name: str, out_dir: Path) -> None:
@@ -250,8 +260,11 @@ def quantize(name: str, out_dir: Path) -> None:
     src = out_dir / f"{source}.onnx"
     spec = json.loads((out_dir / f"{source}.json").read_text())
     path = out_dir / f"{name}.onnx"
+    spec["quantized"] = kind
+    (out_dir / f"{name}.json").write_text(json.dumps(spec, indent=1))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     if kind == "dynamic":
-        quantize_dynamic(str(src), str(path), weight_type=QuantType.QInt8)
+        quantize_dynamic(str(src), str(tmp), weight_type=QuantType.QInt8)
     else:
         class Reader(CalibrationDataReader):
             def __init__(self):
@@ -261,10 +274,9 @@ def quantize(name: str, out_dir: Path) -> None:
             def get_next(self):
                 return next(self.batches, None)
 
-        quantize_static(str(src), str(path), Reader(), quant_format=QuantFormat.QDQ,
+        quantize_static(str(src), str(tmp), Reader(), quant_format=QuantFormat.QDQ,
                         per_channel=True)
-    spec["quantized"] = kind
-    (out_dir / f"{name}.json").write_text(json.dumps(spec, indent=1))
+    os.replace(tmp, path)
 
 
 def main(argv=None) -> int:
