@@ -11,6 +11,9 @@ May change: in every graph function (control-flow bodies included), a binding
 
 The static op's own result type may spell a dimension as the expression the shape binding
 bound (`x * value0` for a tile) rather than the variable: the two are equal once it runs.
+The shape binding also binds the further sizes a static form's attributes use (a slice's
+first index and step, a reduction's extents), and a form may end in a second op (the
+reshape that drops the axes a reduction kept).
 
 The first binds a size variable to each value the operand holds; the second checks that the
 values fit the op (a Reshape whose sizes multiply out, an Expand that broadcasts, no negative
