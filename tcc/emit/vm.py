@@ -336,8 +336,11 @@ class _FunctionCompiler:
         for cond, message in v.checks:
             prog = self.shape_program((cond,), f"a check of {var.name!r}")
             self.builtin("assert_shape", self.cst(prog), self.cst(message), result=False)
-        # its checks said what must hold; entries that are no dimension may be negative
-        shape = self.builtin("make_sizes", self.cst(self.shape_program(v.dims, "a shape value")))
+        # a shape that binds sizes: its checks said what must hold, and entries that are no
+        # dimension (a slice's step) may be negative
+        binds = isinstance(var.type, G.ShapeType) and var.type.dims is not None
+        prog = self.cst(self.shape_program(v.dims, "a shape value"))
+        shape = self.builtin("make_sizes" if binds else "make_shape", prog)
         self.match_dims(shape, var.type, f"the shape {var.name!r} in {self.name!r}")
         return shape
 
@@ -348,15 +351,7 @@ class _FunctionCompiler:
             return
         pattern = [t.ndim]
         for d in t.dims:
-            if isinstance(d, int):
-                pattern += [DimMode.STATIC, d]
-            elif isinstance(d, E.Var):
-                mode = DimMode.CHECK if d in self.slots else DimMode.BIND
-                pattern += [mode, self.slot(d)]
-            elif all(x in self.slots for x in E.free_vars(d)):
-                pattern += [DimMode.EXPR, self.b.const(self.shape_program((d,), what))]
-            else:
-                pattern += [DimMode.ANY, 0]
+            pattern += self.plain_entry(d) or self.expr_entry(d, what)
         self.builtin("match_dims", self.reg(reg), self.cst(what),
                      self.cst(tuple(int(x) for x in pattern)), result=False)
 
@@ -523,14 +518,11 @@ class _FunctionCompiler:
         pattern = [t.ndim]
         exprs = []
         for d in t.shape:
-            if isinstance(d, int):
-                pattern += [DimMode.STATIC, d]
-            elif isinstance(d, E.Var):
-                mode = DimMode.CHECK if d in self.slots else DimMode.BIND
-                pattern += [mode, self.slot(d)]
-            else:
-                pattern += [DimMode.ANY, 0]
+            entry = self.plain_entry(d)
+            if entry is None:
+                entry = [DimMode.ANY, 0]
                 exprs.append(d)
+            pattern += entry
         self.builtin("match_shape", self.reg(reg), self.cst(what), self.cst(t.dtype),
                      self.cst(tuple(int(x) for x in pattern)), result=False)
         if exprs:
@@ -540,15 +532,26 @@ class _FunctionCompiler:
         for reg, t, what in deferred:
             pattern = [t.ndim]
             for d in t.shape:
-                if isinstance(d, int) or isinstance(d, E.Var):
-                    pattern += [DimMode.ANY, 0]
-                elif all(v in self.slots for v in E.free_vars(d)):
-                    prog = self.shape_program((d,), what)
-                    pattern += [DimMode.EXPR, self.b.const(prog)]
-                else:
-                    pattern += [DimMode.ANY, 0]  # nothing binds its variable; a use will say so
+                plain = isinstance(d, int) or isinstance(d, E.Var)  # matched already
+                pattern += [DimMode.ANY, 0] if plain else self.expr_entry(d, what)
             self.builtin("match_shape", self.reg(reg), self.cst(what), self.cst(t.dtype),
                          self.cst(tuple(int(x) for x in pattern)), result=False)
+
+    def plain_entry(self, d) -> list | None:
+        """The pattern entry of a static or plain-variable dimension (binding a variable seen
+        for the first time), or None for an expression."""
+        if isinstance(d, int):
+            return [DimMode.STATIC, d]
+        if isinstance(d, E.Var):
+            return [DimMode.CHECK if d in self.slots else DimMode.BIND, self.slot(d)]
+        return None
+
+    def expr_entry(self, d, what: str) -> list:
+        """The pattern entry of an expression dimension: compared when its variables are
+        bound, else unchecked (nothing binds them; a use will say so)."""
+        if all(v in self.slots for v in E.free_vars(d)):
+            return [DimMode.EXPR, self.b.const(self.shape_program((d,), what))]
+        return [DimMode.ANY, 0]
 
     def shape_program(self, dims, what: str) -> tuple[int, ...]:
         """[ndim, then per dimension: word count, postfix words] (docs/vm.md)."""

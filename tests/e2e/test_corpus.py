@@ -29,16 +29,6 @@ from export_corpus import MODELS, QUANTIZED, default_dir, example_inputs  # noqa
 RTOL, ATOL = 1e-3, 1e-4
 # Two shapes from one pack: the export's own and another batch and length.
 SIZES = [{"batch": 2, "seq": 16, "frames": 4000}, {"batch": 3, "seq": 24, "frames": 6000}]
-# Not compiled yet (issue 13's remaining items): the reason each is skipped.
-PENDING: dict[str, str] = {}
-
-
-def _models() -> list:
-    out = []
-    for name in [*MODELS, *QUANTIZED]:
-        marks = [pytest.mark.skip(reason=PENDING[name])] if name in PENDING else []
-        out.append(pytest.param(name, marks=marks))
-    return out
 
 
 def _quantization_steps(model: onnx.ModelProto) -> dict[str, float]:
@@ -59,7 +49,7 @@ def crt(tmp_path_factory) -> CRuntime:
     return CRuntime(build / "libtccrt.so")
 
 
-@pytest.mark.parametrize("name", _models())
+@pytest.mark.parametrize("name", [*MODELS, *QUANTIZED])
 def test_corpus_model(name, crt):
     path = default_dir() / f"{name}.onnx"
     if not path.exists():

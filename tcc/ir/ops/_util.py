@@ -437,3 +437,17 @@ def pick_dim(dims, index) -> Dim:
     for i, d in enumerate(dims):
         out = E.binop("add", out, E.select(E.compare("eq", index, i), d, 0))
     return as_dim(out)
+
+
+def kept_dims(flags, shape, rank: int) -> tuple[Dim, ...]:
+    """The `rank` dimensions of `shape` whose 0/1 flag is 0, in order: what is left when the
+    flagged axes (read at run time) go."""
+    dims = []
+    for j in range(rank):
+        dim, before = E.const(0), E.const(0)
+        for f, d in zip(flags, shape):
+            here = E.Logic("and", E.compare("eq", f, 0), E.compare("eq", before, j))
+            dim = E.binop("add", dim, E.select(here, d, 0))
+            before = E.binop("add", before, E.binop("sub", 1, f))
+        dims.append(as_dim(dim))
+    return tuple(dims)

@@ -7,8 +7,9 @@ instead, and their result dimensions are fresh size variables bound when the pro
 Loop programs: a size variable the values or the shape use that is no whole dimension of
 the result (`shape_to_tensor([batch, seq])`) is a scalar argument of the kernel
 (`te.create_prim_func`). Dtypes outside bool, the integer types and float16/32/64 have none
-(NoLoopProgram). dyn_arange and dyn_full have none: the lower-dynamic-shapes pass rewrites
-them into arange and full over size variables read from their operands.
+(NoLoopProgram). dyn_full has none itself: the lower-dynamic-shapes pass rewrites it into
+full over size variables read from its shape operand. dyn_arange has no form yet (its
+bounds may be floats, which cannot be read as sizes).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from tcc.ir.dtype import is_float
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Dim, as_dim, fresh_var
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import axis_flags, no_loop, operand, scalar_int, static_length
+from tcc.ir.ops._util import axis_flags, kept_dims, no_loop, operand, scalar_int, static_length
 from tcc.ir.ops.registry import (
     OpDef,
     Pattern,
@@ -366,16 +366,8 @@ def _reduce_static(name: str):
         if attrs["keepdims"]:
             return StaticForm(name, (0,), attrs_, tuple(hit_kept), tuple(checks), binds=binds)
         binds += tuple(zip(kept, hit_kept))
-        dims = []
-        for j in range(len(out)):
-            dim = 0
-            before = 0
-            for a in range(n):
-                here = E.Logic("and", E.compare("eq", hits[a], 0), E.compare("eq", before, j))
-                dim = E.binop("add", dim, E.select(here, x.shape[a], 0))
-                before = E.binop("add", before, E.binop("sub", 1, hits[a]))
-            dims.append(as_dim(dim))
-        return StaticForm(name, (0,), attrs_, tuple(dims), tuple(checks),
+        dims = kept_dims(hits, x.shape, len(out))
+        return StaticForm(name, (0,), attrs_, dims, tuple(checks),
                           then=("reshape", {"shape": list(out)}), binds=binds)
 
     return to_static

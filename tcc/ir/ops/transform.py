@@ -25,8 +25,10 @@ from tcc.ir.ops._util import (
     axis_flags,
     broadcast_index,
     ceil_div,
+    count_flags,
     fresh_vars,
     ints,
+    kept_dims,
     normalize_axes,
     pick_dim,
     vector_length,
@@ -113,11 +115,6 @@ def _dyn_reshape_ref(x, shape, allowzero):
     return np.reshape(x, onnx_reshape_shape(x.shape, ints(shape), allowzero)).copy()
 
 
-def _flag(cond) -> E.PrimExpr:
-    """A condition as 1 or 0, to count with."""
-    return E.select(cond, 1, 0)
-
-
 def _dyn_reshape_static(types, sizes, out, attrs):
     """ONNX Reshape once the target is read: a 0 copies the input's dimension at that place
     (unless allowzero), one -1 takes what is left, and the sizes must multiply out."""
@@ -134,9 +131,7 @@ def _dyn_reshape_static(types, sizes, out, attrs):
             checks.append((E.compare("ne", v, 0), f"size {i} of the target shape is 0, which "
                                                   "copies an input dimension the input lacks"))
             given.append(v)
-    holes = _flag(E.compare("eq", target[0], -1)) if target else 0
-    for v in target[1:]:
-        holes = E.binop("add", holes, _flag(E.compare("eq", v, -1)))
+    holes = count_flags([E.select(E.compare("eq", v, -1), 1, 0) for v in target])
     if target:
         checks.append((E.compare("le", holes, 1), "the target shape has more than one -1"))
     total = prod(x.shape)
@@ -417,15 +412,8 @@ def _dyn_squeeze_static(types, sizes, out, attrs):
         if not (isinstance(d, int) and d == 1):
             checks.append((E.Logic("or", E.compare("eq", f, 0), E.compare("eq", d, 1)),
                            f"axis {a} is squeezed but its size is not 1"))
-    dims = []
-    for j in range(len(out)):
-        dim, kept = E.const(0), E.const(0)
-        for f, d in zip(dropped, x.shape):
-            here = E.Logic("and", E.compare("eq", f, 0), E.compare("eq", kept, j))
-            dim = E.binop("add", dim, E.select(here, d, 0))
-            kept = E.binop("add", kept, E.binop("sub", 1, f))
-        dims.append(as_dim(dim))
-    return StaticForm("reshape", (0,), {"shape": list(out)}, tuple(dims), tuple(checks))
+    dims = kept_dims(dropped, x.shape, len(out))
+    return StaticForm("reshape", (0,), {"shape": list(out)}, dims, tuple(checks))
 
 
 def _squeeze_compute(x, axes):

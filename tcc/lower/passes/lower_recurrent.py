@@ -38,6 +38,11 @@ RECURRENT = ("rnn", "gru", "lstm")
 _OPERANDS = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")
 
 
+def _span(emit, v, start, stop, axis: int):
+    """v[start:stop] along `axis`, emitted with `emit`."""
+    return emit("strided_slice", v, begin=[start], end=[stop], axes=[axis], strides=[1])
+
+
 class _Lowering:
     """Emits the replacement of one recurrent call into `bb` (the rewritten function)."""
 
@@ -68,11 +73,8 @@ class _Lowering:
 
     def pick(self, v, d: int):
         """Direction d's slice of a tensor stacked along axis 0."""
-        s = self.emit("strided_slice", v, begin=[d], end=[d + 1], axes=[0], strides=[1])
+        s = _span(self.emit, v, d, d + 1, 0)
         return self.emit("squeeze", s, axes=[0])
-
-    def cols(self, v, start, stop):
-        return self.emit("strided_slice", v, begin=[start], end=[stop], axes=[1], strides=[1])
 
     # -- the op ----------------------------------------------------------------------------
 
@@ -118,9 +120,8 @@ class _Lowering:
         rb = None
         if a["B"] is not None:
             b = self.in_work(self.pick(a["B"], d))
-            wb = self.emit("strided_slice", b, begin=[0], end=[gates * hidden], axes=[0], strides=[1])
-            rb = self.emit("strided_slice", b, begin=[gates * hidden], end=[2 * gates * hidden],
-                           axes=[0], strides=[1])
+            wb = _span(self.emit, b, 0, gates * hidden, 0)
+            rb = _span(self.emit, b, gates * hidden, 2 * gates * hidden, 0)
             if self.op == "gru":  # its recurrent bias is applied inside the cell
                 xw = self.emit("add", xw, wb)
             else:
@@ -231,9 +232,11 @@ class _Cell:
             return v
         return self.emit("clip", v, self.low.const(-limit), self.low.const(limit))
 
+    def cols(self, v, start, stop):
+        return _span(self.emit, v, start, stop, 1)
+
     def gate(self, v, k: int, hidden):
-        return self.emit("strided_slice", v, begin=[k * hidden], end=[(k + 1) * hidden],
-                         axes=[1], strides=[1])
+        return self.cols(v, k * hidden, (k + 1) * hidden)
 
     def step(self, states, xw, rt, rb, p):
         hidden = G.type_of(states[0]).shape[1]
@@ -248,8 +251,7 @@ class _Cell:
         gi, go, gf, gc = (self.gate(g, k, hidden) for k in range(4))
         pi = po = pf = None
         if p is not None:
-            pi, po, pf = (self.emit("strided_slice", p, begin=[k * hidden], end=[(k + 1) * hidden],
-                                    axes=[0], strides=[1]) for k in range(3))
+            pi, po, pf = (_span(self.emit, p, k * hidden, (k + 1) * hidden, 0) for k in range(3))
         i = self.act(0, self.clip(gi if pi is None else self.emit("add", gi, self.emit("mul", pi, c_prev))))
         if self.attrs["input_forget"]:
             forget = self.emit("sub", self.low.const(1.0), i)
@@ -262,15 +264,12 @@ class _Cell:
         return [self.emit("mul", o, self.act(2, c)), c]
 
     def gru(self, h, xw, rt, rb, hidden):
-        r_zr = self.emit("strided_slice", rt, begin=[0], end=[2 * hidden], axes=[1], strides=[1])
-        r_h = self.emit("strided_slice", rt, begin=[2 * hidden], end=[3 * hidden], axes=[1],
-                        strides=[1])
-        zr = self.emit("add", self.gate_cols(xw, 0, 2 * hidden), self.emit("matmul", h, r_zr))
+        r_zr, r_h = self.cols(rt, 0, 2 * hidden), self.cols(rt, 2 * hidden, 3 * hidden)
+        zr = self.emit("add", self.cols(xw, 0, 2 * hidden), self.emit("matmul", h, r_zr))
         rb_zr = rb_h = None
         if rb is not None:
-            rb_zr = self.emit("strided_slice", rb, begin=[0], end=[2 * hidden], axes=[0], strides=[1])
-            rb_h = self.emit("strided_slice", rb, begin=[2 * hidden], end=[3 * hidden], axes=[0],
-                             strides=[1])
+            rb_zr = _span(self.emit, rb, 0, 2 * hidden, 0)
+            rb_h = _span(self.emit, rb, 2 * hidden, 3 * hidden, 0)
             zr = self.emit("add", zr, rb_zr)
         zr = self.act(0, self.clip(zr))
         z, reset = self.gate(zr, 0, hidden), self.gate(zr, 1, hidden)
@@ -281,13 +280,11 @@ class _Cell:
         else:
             recurrent = self.emit("matmul", self.emit("mul", reset, h), r_h)
             recurrent = recurrent if rb_h is None else self.emit("add", recurrent, rb_h)
-        cand = self.act(1, self.clip(self.emit("add", self.gate_cols(xw, 2 * hidden, 3 * hidden),
+        cand = self.act(1, self.clip(self.emit("add", self.cols(xw, 2 * hidden, 3 * hidden),
                                                recurrent)))
         keep = self.emit("sub", self.low.const(1.0), z)
         return self.emit("add", self.emit("mul", keep, cand), self.emit("mul", z, h))
 
-    def gate_cols(self, v, start, stop):
-        return self.emit("strided_slice", v, begin=[start], end=[stop], axes=[1], strides=[1])
 
 
 def lower_function(mod: IRModule, name: str, fn: G.Function) -> G.Function:
