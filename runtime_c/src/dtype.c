@@ -1,6 +1,7 @@
 /* tcc's dtypes (tcc/rt/tensor.py DTYPES), in one table: the bytes a value takes in a pack's
  * weights and signatures, and, for those the CPU kernels take, the DLPack code and bits a
- * tensor of it carries. */
+ * tensor of it carries (tcc/rt/format.py KERNEL_DTYPES: bfloat16 is held as float32, and
+ * the 4- and 2-bit types keep their width in `bits` but take a byte each). */
 #include <string.h>
 
 #include "internal.h"
@@ -29,17 +30,17 @@ static const dtype_entry_t DTYPES[] = {
     {{"float64", 2, 64}, 8},
     {{"complex64", NOT_A_TENSOR, 0}, 8},
     {{"complex128", NOT_A_TENSOR, 0}, 16},
-    {{"bfloat16", NOT_A_TENSOR, 0}, 4},
-    {{"float8_e4m3fn", NOT_A_TENSOR, 0}, 1},
-    {{"float8_e4m3fnuz", NOT_A_TENSOR, 0}, 1},
-    {{"float8_e5m2", NOT_A_TENSOR, 0}, 1},
-    {{"float8_e5m2fnuz", NOT_A_TENSOR, 0}, 1},
-    {{"float8_e8m0fnu", NOT_A_TENSOR, 0}, 1},
-    {{"float4_e2m1fn", NOT_A_TENSOR, 0}, 1},
-    {{"int4", NOT_A_TENSOR, 0}, 1},
-    {{"uint4", NOT_A_TENSOR, 0}, 1},
-    {{"int2", NOT_A_TENSOR, 0}, 1},
-    {{"uint2", NOT_A_TENSOR, 0}, 1},
+    {{"bfloat16", 2, 32}, 4},
+    {{"float8_e4m3fn", 10, 8}, 1},
+    {{"float8_e4m3fnuz", 11, 8}, 1},
+    {{"float8_e5m2", 12, 8}, 1},
+    {{"float8_e5m2fnuz", 13, 8}, 1},
+    {{"float8_e8m0fnu", 14, 8}, 1},
+    {{"float4_e2m1fn", 17, 4}, 1},
+    {{"int4", 0, 4}, 1},
+    {{"uint4", 1, 4}, 1},
+    {{"int2", 0, 2}, 1},
+    {{"uint2", 1, 2}, 1},
 };
 
 static const dtype_entry_t *entry(const char *name) {
@@ -60,4 +61,5 @@ const tccrt_dtype_t *tccrt_dtype_find(const char *name) {
   return e && e->tensor.code != NOT_A_TENSOR ? &e->tensor : NULL;
 }
 
-size_t tccrt_dtype_size(const tccrt_dtype_t *dtype) { return dtype->bits / 8; }
+/* Bytes per element: a sub-byte value takes a whole byte. */
+size_t tccrt_dtype_size(const tccrt_dtype_t *dtype) { return (dtype->bits + 7u) / 8u; }

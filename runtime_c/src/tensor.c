@@ -248,7 +248,8 @@ static tccrt_status_t public_dtype(const char *name, const char *call, const tcc
   if (!*out)
     return tccrt_fail(TCCRT_INVALID_ARGUMENT,
                       "%s: dtype '%s' is not one the C runtime computes with (bool, int8..int64, "
-                      "uint8..uint64, float16, float32, float64)", call, name ? name : "(null)");
+                      "uint8..uint64, float16, float32, float64, bfloat16, float8_*, float4_e2m1fn, "
+                      "int4, uint4, int2, uint2)", call, name ? name : "(null)");
   return TCCRT_OK;
 }
 

@@ -20,8 +20,8 @@ from tcc.emit.llvm_expr import I8, I32, I64, PTR, ExprEmitter, mem_type
 from tcc.emit.support import CodegenError
 from tcc.ir import expr as E
 from tcc.ir import tir as T
-from tcc.ir.dtype import is_float
 from tcc.ir.verify import PRECONDITIONS_ATTR
+from tcc.rt.format import KERNEL_DTYPES
 
 ERROR_BUFFER_BYTES = 512
 KDL_CPU = 1
@@ -43,11 +43,8 @@ RESERVED = frozenset({"tcc_last_error", "tcc_set_num_threads", "snprintf", "mall
 
 
 def dl_dtype(dtype: str) -> tuple[int, int]:
-    """DLPack (type code, bits) of a dtype: int 0, uint 1, float 2, bool 6 (one byte)."""
-    if dtype == "bool":
-        return 6, 8
-    bits = int("".join(c for c in dtype if c.isdigit()))
-    return (2 if is_float(dtype) else 1 if dtype.startswith("uint") else 0), bits
+    """DLPack (type code, bits) a kernel expects of a `dtype` tensor (tcc.rt.format)."""
+    return KERNEL_DTYPES[dtype]
 
 
 def fmt_text(text: str) -> str:

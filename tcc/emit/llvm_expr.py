@@ -3,6 +3,9 @@
 Values live in registers with one type per dtype (`reg_type`): bool is i1, float16 is float
 (rounded to half precision after each operation, as numpy rounds each float16 result), and
 the other dtypes are themselves. Memory types differ only for bool (i8) and float16 (half).
+The storage types tcc does no arithmetic on are held as tcc holds them: bfloat16 as float
+(rounded to bfloat16), the low-precision types as their code byte (i8); loop programs read
+and write them with `reinterpret` (tcc.ir.ops.storage_types).
 When a vector meets a scalar (an operand that does not depend on the vectorized loop), the
 scalar is broadcast, so vector code is scalar code run on all lanes at once.
 
@@ -24,19 +27,19 @@ division by zero gives 0 (as numpy does) instead of a hardware trap.
 
 from __future__ import annotations
 
-import numpy as np
 from llvmlite import ir
 
 from tcc.emit.llvm_math import FAST_MATH, FastMath
 from tcc.emit.support import CodegenError
 from tcc.ir import expr as E
-from tcc.ir.dtype import is_float
+from tcc.ir.dtype import LOW_PRECISION, is_float, to_numpy
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
 PTR = ir.PointerType()
 
-_REG = {"bool": I1, "float16": F32, "float32": F32, "float64": F64}
+_REG = {"bool": I1, "float16": F32, "float32": F32, "float64": F64, "bfloat16": F32}
+_REG.update((name, I8) for name in LOW_PRECISION)
 _MEM = {"bool": I8, "float16": F16}
 _INT_BITS = {f"{s}int{b}": b for s in ("", "u") for b in (8, 16, 32, 64)}
 
@@ -104,7 +107,7 @@ def const_value(dtype: str, value) -> ir.Constant:
     complement, as LLVM spells them)."""
     t = reg_type(dtype)
     if is_float(dtype):
-        return ir.Constant(t, float(np.dtype(dtype).type(value)))
+        return ir.Constant(t, float(to_numpy(dtype).type(value)))
     bits = t.width
     v = int(value) & ((1 << bits) - 1)
     return ir.Constant(t, v - (1 << bits) if bits > 1 and v >> (bits - 1) else v)
@@ -446,7 +449,8 @@ class ExprEmitter:
                 return self.b.zext(x, with_lanes(reg_type(e.dtype), lanes_of(x)))
             if e.dtype == "bool":
                 return self.b.icmp_unsigned("!=", x, self.const(src, 0, x))
-            return self.b.bitcast(x, with_lanes(reg_type(e.dtype), lanes_of(x)))
+            to = with_lanes(reg_type(e.dtype), lanes_of(x))
+            return x if to == x.type else self.b.bitcast(x, to)
         if name in ("isnan", "isinf"):
             x = self.expr(e.args[0])
             src = e.args[0].dtype

@@ -289,15 +289,16 @@ round, trunc, nearbyint = (_intrinsic(n) for n in ("round", "trunc", "nearbyint"
 
 
 def reinterpret(x, dtype: str) -> E.PrimExpr:
-    """The bits of `x` read as `dtype`, which has as many (a bool as its byte)."""
+    """The bits of `x` read as `dtype`, whose values tcc holds in as many bits: a bool as its
+    byte, a bfloat16 as a float32, a low-precision value as its code byte (tcc.ir.dtype)."""
     x = E.const(x)
-    if _bits(x.dtype) != _bits(dtype):
+    if "string" in (x.dtype, dtype) or _held_bits(x.dtype) != _held_bits(check_dtype(dtype)):
         raise ShapeError(f"te.reinterpret: {x.dtype} and {dtype} differ in width")
-    return E.Call("reinterpret", (x,), check_dtype(dtype))
+    return E.Call("reinterpret", (x,), dtype)
 
 
-def _bits(dtype: str) -> int:
-    return 8 if dtype == "bool" else int("".join(c for c in dtype if c.isdigit()))
+def _held_bits(dtype: str) -> int:
+    return to_numpy(dtype).itemsize * 8
 sin, cos, tan = (_intrinsic(n) for n in ("sin", "cos", "tan"))
 asin, acos, atan = (_intrinsic(n) for n in ("asin", "acos", "atan"))
 sinh, cosh = (_intrinsic(n) for n in ("sinh", "cosh"))

@@ -40,6 +40,29 @@ LOW_PRECISION_DTYPES = frozenset(
     "int4 uint4 int2 uint2".split()
 )
 DTYPES = PLAIN_DTYPES | LOW_PRECISION_DTYPES | {"bfloat16"}
+# DLPack (type code, bits) of each dtype a kernel's DLTensor may carry: DLPack's own codes,
+# with two things tcc holds its own way. bfloat16 values are held as float32 (rounded to
+# bfloat16), so their tensors are float32 ones; the 4- and 2-bit types keep their width in
+# `bits` but take one byte per value (the value in the low bits), as ml_dtypes holds them.
+KERNEL_DTYPES = {
+    "bool": (6, 8),
+    **{f"int{b}": (0, b) for b in (8, 16, 32, 64)},
+    **{f"uint{b}": (1, b) for b in (8, 16, 32, 64)},
+    "float16": (2, 16),
+    "float32": (2, 32),
+    "float64": (2, 64),
+    "bfloat16": (2, 32),
+    "float8_e4m3fn": (10, 8),
+    "float8_e4m3fnuz": (11, 8),
+    "float8_e5m2": (12, 8),
+    "float8_e5m2fnuz": (13, 8),
+    "float8_e8m0fnu": (14, 8),
+    "float4_e2m1fn": (17, 4),
+    "int4": (0, 4),
+    "uint4": (1, 4),
+    "int2": (0, 2),
+    "uint2": (1, 2),
+}
 SIGNATURE = "manifest.sig"  # optional member: the Ed25519 signature of manifest.json's bytes
 SIGNATURE_BYTES = 64
 

@@ -22,12 +22,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from tcc.rt.errors import KernelError
+from tcc.rt.format import KERNEL_DTYPES
 from tcc.rt.threads import checked_thread_count
 
 __all__ = ["DLTensor", "KernelLibrary", "dl_dtype", "load_cpu_library"]
 
 KDL_CPU = 1
-_DL_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}  # DLPack type codes: int, uint, float, bool
 
 
 class DLDevice(ctypes.Structure):
@@ -58,8 +58,8 @@ assert _DESCRIPTOR.size == ctypes.sizeof(DLTensor)
 
 def _address(a: np.ndarray, writeable: bool) -> int:
     """The address of an array's first element (`a.ctypes.data`, at half the cost where the
-    array is writable and not empty)."""
-    if writeable and a.size:
+    array is writable and not empty; ml_dtypes' arrays export no buffer)."""
+    if writeable and a.size and a.dtype.isbuiltin == 1:
         return ctypes.addressof(ctypes.c_char.from_buffer(a))
     return a.ctypes.data
 
@@ -71,28 +71,25 @@ def _shape_struct(ndim: int) -> struct.Struct:
 
 @functools.lru_cache(maxsize=64)  # every kernel call asks, for a handful of dtypes
 def dl_dtype(dtype: np.dtype) -> tuple[int, int]:
-    """DLPack (code, bits) of a numpy dtype; bool is code 6 with 8 bits (one byte a value)."""
+    """DLPack (code, bits) of a numpy dtype holding tensors kernels take (tcc.rt.format)."""
     dtype = np.dtype(dtype)
-    code = _DL_CODES.get(dtype.kind)
-    if code is None or dtype.name.startswith(
-        ("complex", "bfloat", "float8", "float4", "int4", "uint4", "int2", "uint2")
-    ):
+    dl = KERNEL_DTYPES.get(dtype.name)
+    if dl is None or dtype.name == "bfloat16":  # tcc holds bfloat16 as float32
         raise KernelError(
             f"arrays of dtype {dtype} cannot be passed to CPU kernels; "
-            "use a bool, integer or float16/32/64 array"
+            "use a bool, integer, float16/32/64 or low-precision (ml_dtypes) array"
         )
-    return code, dtype.itemsize * 8
+    return dl
 
 
-_DL_NAMES = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 6: "bool"}
+_DL_NAMES = {dl: name for name, dl in reversed(KERNEL_DTYPES.items())}  # float32 before bfloat16
 _DTYPE_IN_MESSAGE = re.compile(r"has dtype code (\d+) bits (\d+) lanes (\d+)")
 
 
 def _name_dtype(m: re.Match) -> str:
     """Kernels report a dtype as DLPack numbers; name it too (float64, int8x4, ...)."""
     code, bits, lanes = (int(g) for g in m.groups())
-    base = _DL_NAMES.get(code)
-    name = "bool" if code == 6 else f"{base}{bits}" if base else f"unknown type code {code}"
+    name = _DL_NAMES.get((code, bits), "unknown")
     name += f"x{lanes}" if lanes != 1 else ""
     return f"has dtype {name} (code {code}, bits {bits}, lanes {lanes})"
 

@@ -114,6 +114,8 @@ def test_cast_to_float8_rounds_to_nearest_even():
 def test_cast_to_float4_saturates_and_to_sub_byte_ints_wraps():
     got = run_op("cast", _f32(0.25, 1.75, 5.0, 100, -INF), dtype="float4_e2m1fn")
     np.testing.assert_array_equal(got.astype(np.float32), [0.0, 2.0, 4.0, 6.0, -6.0])
+    nan = run_op("cast", _f32(np.nan, -np.nan), dtype="float4_e2m1fn")  # ONNX's test data: 0x8
+    np.testing.assert_array_equal(nan.view(np.uint8), [0x8, 0x0])
     np.testing.assert_array_equal(
         run_op("cast", _f32(-9, 7, 8, 15), dtype="int4").astype(int), [7, 7, -8, -1]
     )

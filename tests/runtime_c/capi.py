@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tcc.rt.tensor import numpy_dtype
+
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
 
 STATUS = {0: "ok", 1: "invalid argument", 2: "i/o error", 3: "invalid pack", 4: "out of memory",
@@ -34,6 +36,11 @@ def build_runtime(build: Path, extra_cflags: str = "") -> Path:
         args.append(f"EXTRA_CFLAGS={extra_cflags}")
     subprocess.run(args, check=True, capture_output=True, text=True)
     return build
+
+
+class TensorInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_char_p), ("rank", ctypes.c_size_t),
+                ("dims", ctypes.c_void_p)]
 
 
 class CRuntime:
@@ -60,6 +67,7 @@ class CRuntime:
             "tccrt_tensor_data": (p, [p]),
             "tccrt_tensor_nbytes": (sz, [p]),
             "tccrt_pack_signature_count": (st, [p, sz, ctypes.c_int, ctypes.POINTER(sz)]),
+            "tccrt_pack_signature_tensor": (st, [p, sz, ctypes.c_int, sz, ctypes.POINTER(TensorInfo)]),
             "tccrt_pack_function_find": (st, [p, ctypes.c_char_p, ctypes.POINTER(sz)]),
         }
         for name, (restype, argtypes) in sigs.items():
@@ -111,12 +119,15 @@ class CModule:
         lib = self.rt.lib
         n_out = self.num_outputs(function) if num_outputs is None else num_outputs
         keep = [np.require(a, requirements="C") for a in arrays]  # keeps 0-d arrays 0-d
+        wanted = self.input_dtypes(function)
         inputs = (ctypes.c_void_p * max(len(keep), 1))()
         try:
             for i, a in enumerate(keep):
                 shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
                 t = ctypes.c_void_p()
-                self.rt.check(lib.tccrt_tensor_wrap(a.ctypes.data, a.dtype.name.encode(), a.ndim,
+                # a float32 array holds bfloat16 values where the signature asks for them
+                name = wanted[i] if i < len(wanted) and wanted[i] == "bfloat16" and a.dtype == np.float32 else a.dtype.name
+                self.rt.check(lib.tccrt_tensor_wrap(a.ctypes.data, name.encode(), a.ndim,
                                                     shape, ctypes.byref(t)))
                 inputs[i] = t
             outputs = (ctypes.c_void_p * max(n_out, 1))()
@@ -127,10 +138,21 @@ class CModule:
             for i in range(len(keep)):
                 lib.tccrt_tensor_release(inputs[i])
 
+    def input_dtypes(self, function: str) -> list[str]:
+        lib, index, count = self.rt.lib, ctypes.c_size_t(), ctypes.c_size_t()
+        self.rt.check(lib.tccrt_pack_function_find(self.pack, function.encode(), ctypes.byref(index)))
+        self.rt.check(lib.tccrt_pack_signature_count(self.pack, index, 0, ctypes.byref(count)))
+        out = []
+        for k in range(count.value):
+            info = TensorInfo()
+            self.rt.check(lib.tccrt_pack_signature_tensor(self.pack, index, 0, k, ctypes.byref(info)))
+            out.append(info.dtype.decode())
+        return out
+
     def _to_numpy(self, t) -> np.ndarray:
         lib = self.rt.lib
         try:
-            dtype = np.dtype(lib.tccrt_tensor_dtype(t).decode())
+            dtype = numpy_dtype(lib.tccrt_tensor_dtype(t).decode())
             shape = tuple(lib.tccrt_tensor_shape(t)[d] for d in range(lib.tccrt_tensor_rank(t)))
             nbytes = lib.tccrt_tensor_nbytes(t)
             raw = ctypes.string_at(lib.tccrt_tensor_data(t), nbytes) if nbytes else b""

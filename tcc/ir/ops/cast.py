@@ -4,9 +4,9 @@ cast follows the ONNX Cast table, including the low-precision float types (float
 float8_e8m0fnu) with their saturation and rounding modes; bitcast reinterprets the bits of
 each element as another dtype of the same width.
 
-cast's loop program covers conversions between bool, the integer types and
-float16/32/64; casts from or to bfloat16 and the low-precision types raise NoLoopProgram
-and stay op calls. bitcast has no loop program: the loop IR cannot reinterpret bits.
+cast's loop program covers every conversion but those of complex numbers: the storage types
+(bfloat16 and the low-precision ones) by tcc.ir.ops._storage_types, bit for bit as the
+reference converts. bitcast's reinterprets the bits of plain number types.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from tcc.ir import te
 from tcc.ir.dtype import LOW_PRECISION, bit_width, round_to_bfloat16, to_low_precision, to_numpy
 from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.graph import TensorType
+from tcc.ir.ops._storage_types import STORAGE_DTYPES, convert
 from tcc.ir.ops.elementwise import LOOP_DTYPES
 from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, register, tensor
 
@@ -45,16 +46,10 @@ def _cast(x, dtype, saturate, round_mode):
 
 
 def _cast_te(x, dtype, saturate, round_mode):
-    if x.dtype not in LOOP_DTYPES or dtype not in LOOP_DTYPES:
-        raise NoLoopProgram(f"op cast: casting {x.dtype} to {dtype} has no loop program")
-
-    def convert(v):
-        # nonzero (NaN included) is True, stated as a comparison rather than left to codegen
-        if dtype == "bool" and v.dtype != "bool":
-            return te.not_equal(v, te.const(0, v.dtype))
-        return te.cast(v, dtype)
-
-    return te.compute(x.shape, lambda *i: convert(x[i]), "cast")
+    for d in (x.dtype, dtype):
+        if d not in LOOP_DTYPES and d not in STORAGE_DTYPES:
+            raise NoLoopProgram(f"op cast: casting {x.dtype} to {dtype} has no loop program")
+    return te.compute(x.shape, lambda *i: convert(x[i], dtype, saturate, round_mode), "cast")
 
 
 register(

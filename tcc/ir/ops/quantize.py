@@ -13,6 +13,7 @@ from tcc.ir import te
 from tcc.ir.dtype import FLOAT8_DTYPES, from_numpy, is_float, to_low_precision, to_numpy
 from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.graph import TensorType
+from tcc.ir.ops._storage_types import convert
 from tcc.ir.ops._util import match_dim, te_type
 from tcc.ir.ops.registry import (
     OpDef,
@@ -108,8 +109,6 @@ def _quantize_ref(x, scale, zero_point, axis, block_size, saturate, out_dtype, p
     return np.clip(q, lo, hi).astype(to_numpy(out_dtype))
 
 
-# Integer types a loop program quantizes to and from: the ones codegen holds in memory.
-_LOOP_QUANT = frozenset({"int8", "uint8", "int16", "uint16", "int32"})
 
 
 def _param_loader(p, x, axis: int, block_size: int, op: str):
@@ -132,24 +131,25 @@ def _promoted(*dtypes: str) -> str:
 def _quantize_compute(x, scale, zero_point=None, *, axis, block_size, saturate, out_dtype,
                       precision):
     op = "quantize_linear"
-    if out_dtype not in _LOOP_QUANT or not is_float(x.dtype) or not is_float(scale.dtype):
-        raise NoLoopProgram(f"op {op}: {x.dtype} to {out_dtype} has no loop program")
     shape = _quantize_infer([te_type(x), te_type(scale), te_type(zero_point)],
                             {"axis": axis, "block_size": block_size, "out_dtype": out_dtype}).shape
     div = precision or _promoted(x.dtype, scale.dtype)
     load_scale = _param_loader(scale, x, axis, block_size, op)
     load_zp = _param_loader(zero_point, x, axis, block_size, op)
-    lo, hi = QUANT_RANGE[out_dtype]
 
     def quantize(*idx):
-        # as the reference: x / scale in numpy's dtype (or `precision`), rounded half to
-        # even, then the zero point added and saturated, here in float64 (exact below 2**53)
-        y = te.cast(te.nearbyint(te.cast(x[idx], div) / te.cast(load_scale(idx), div)), "float64")
+        y = convert(x[idx], div) / convert(load_scale(idx), div)
         zp = load_zp(idx)
+        if out_dtype in _QUANT_FLOATS:  # as the reference: + zero point, then the conversion
+            y = y if zp is None else y + convert(zp, div)
+            return convert(y, out_dtype, saturate)
+        # as the reference: rounded half to even, then the zero point added and saturated,
+        # here in float64 (exact below 2**53)
+        y = te.cast(te.nearbyint(y), "float64")
         if zp is not None:
-            y = y + te.cast(zp, "float64")
-        y = te.min(te.max(y, te.const(lo, "float64")), te.const(hi, "float64"))
-        return te.cast(y, out_dtype)
+            y = y + convert(zp, "float64")
+        lo, hi = QUANT_RANGE[out_dtype]
+        return convert(te.min(te.max(y, te.const(lo, "float64")), te.const(hi, "float64")), out_dtype)
 
     return te.compute(shape, quantize, op)
 
@@ -207,8 +207,6 @@ def _dequantize_ref(x, scale, zero_point, axis, block_size, out_dtype):
 
 def _dequantize_compute(x, scale, zero_point=None, *, axis, block_size, out_dtype):
     op = "dequantize_linear"
-    if x.dtype not in _LOOP_QUANT or not is_float(scale.dtype):
-        raise NoLoopProgram(f"op {op}: {x.dtype} input has no loop program")
     t = _dequantize_infer([te_type(x), te_type(scale), te_type(zero_point)],
                           {"axis": axis, "block_size": block_size, "out_dtype": out_dtype})
     load_scale = _param_loader(scale, x, axis, block_size, op)
@@ -219,11 +217,11 @@ def _dequantize_compute(x, scale, zero_point=None, *, axis, block_size, out_dtyp
     mul = _promoted(sub, scale.dtype)
 
     def dequantize(*idx):
-        v = te.cast(te.cast(x[idx], "float32"), sub)
+        v = te.cast(convert(x[idx], "float32"), sub)
         zp = load_zp(idx)
         if zp is not None:
-            v = v - te.cast(zp, sub)
-        return te.cast(te.cast(v, mul) * te.cast(load_scale(idx), mul), t.dtype)
+            v = v - convert(zp, sub)
+        return convert(te.cast(v, mul) * convert(load_scale(idx), mul), t.dtype)
 
     return te.compute(t.shape, dequantize, op)
 

@@ -345,15 +345,7 @@ def test_cast_between_ordinary_dtypes(src, dst):
     )
 
 
-@pytest.mark.parametrize(
-    "src, dst",
-    [
-        ("float32", "bfloat16"),
-        ("bfloat16", "float32"),
-        ("float32", "float8_e4m3fn"),
-        ("int4", "int8"),
-    ],
-)
+@pytest.mark.parametrize("src, dst", [("float32", "complex64"), ("complex64", "float32")])
 def test_cast_without_loop_program_stays_an_op_call(src, dst):
     assert prim_func("cast", TensorType((2,), src), dtype=dst) is None
 

@@ -68,12 +68,17 @@ def test_dynamic_quantize(x):
     _exact("dynamic_quantize_linear", x)
 
 
-def test_float8_and_4_bit_types_have_no_loop_program_yet():
-    from tcc.ir.graph import TensorType
-    from tcc.ir.ops.registry import get_op, normalize_attrs
-    from tcc.lower.legalize import op_prim_func
+@pytest.mark.parametrize("out_dtype", ["int4", "uint4", "int2", "uint2", "float8_e4m3fn",
+                                       "float8_e5m2fnuz", "float4_e2m1fn"])
+def test_quantize_to_and_dequantize_from_the_low_precision_types(out_dtype):
+    from tcc.ir.dtype import to_low_precision
 
-    f32, s = TensorType((4,), "float32"), TensorType((), "float32")
-    for out in ("int4", "float8_e4m3fn"):
-        attrs = normalize_attrs(get_op("quantize_linear"), {"out_dtype": out})
-        assert op_prim_func("quantize_linear", [f32, s, None], attrs) is None
+    x = np.array([[-1e6, -2.5, -0.5, 0.5, 1.5, 2.5], [3.49, 7.5, 8.5, 1e6, 0, -0.0]], np.float32)
+    zp = to_low_precision(np.array(1.0), out_dtype)
+    for saturate in (True, False):
+        _exact("quantize_linear", x, np.array(0.5, np.float32), zp, out_dtype=out_dtype,
+               saturate=saturate)
+    q = ref("quantize_linear", x, np.array(0.5, np.float32), zp, out_dtype=out_dtype)
+    _exact("dequantize_linear", q, np.array(0.5, np.float32), zp)
+    with np.errstate(over="ignore"):  # float16 results past its range are inf in both
+        _exact("dequantize_linear", q, np.array([0.5, 2.0], np.float16), None, axis=0)
