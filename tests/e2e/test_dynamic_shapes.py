@@ -252,3 +252,24 @@ def test_pad_with_run_time_axes(crt):
     for pads, axes in [((1, 0, 2, 1), (0, -1)), ((0, 1, 1, 0), (2, 1))]:
         _check(crt, model, {"x": x, "pads": np.array(pads, np.int64),
                             "axes": np.array(axes, np.int64)})
+
+
+def _cumsum_model(op, **attrs):
+    node = helper.make_node(op, ["x", "axis"], ["y"], **attrs)
+    return _model([node], [_vi("x", TensorProto.FLOAT, ["n", 3, 4]), _vi("axis", TensorProto.INT64, [])],
+                  [_vi("y", TensorProto.FLOAT, None)])
+
+
+@pytest.mark.parametrize("attrs", [{}, {"exclusive": 1}, {"reverse": 1}, {"exclusive": 1, "reverse": 1}])
+def test_cumsum_along_an_axis_read_at_run_time(crt, attrs):
+    """One kernel scans whichever axis the run names, over dimensions of any length."""
+    model = _cumsum_model("CumSum", **attrs)
+    rng = np.random.default_rng(3)
+    for n, axis in [(2, 0), (5, -1), (6, 1), (1, 2)]:
+        x = rng.standard_normal((n, 3, 4)).astype(np.float32)
+        _check(crt, model, {"x": x, "axis": np.array(axis, np.int64)})
+
+
+def test_a_scan_axis_out_of_range_stops_both_runtimes_alike(crt):
+    feeds = {"x": np.zeros((2, 3, 4), np.float32), "axis": np.array(3, np.int64)}
+    _refused_alike(crt, _cumsum_model("CumSum"), feeds, "axis is outside")

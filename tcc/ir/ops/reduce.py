@@ -27,7 +27,15 @@ from tcc.ir.dtype import is_float
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Dim, as_dim, fresh_var
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import axis_flags, kept_dims, no_loop, operand, scalar_int, static_length
+from tcc.ir.ops._util import (
+    axis_flags,
+    kept_dims,
+    no_loop,
+    operand,
+    pick_dim,
+    scalar_int,
+    static_length,
+)
 from tcc.ir.ops.registry import (
     OpDef,
     Pattern,
@@ -483,7 +491,8 @@ def _scan_infer(name: str):
         x = tensor(args[0], name)
         axis_t = operand(args, 1)
         if axis_t is None:
-            normalize_axis(attrs["axis"], x.ndim, name)
+            if isinstance(attrs["axis"], int):  # else a size read at run time
+                normalize_axis(attrs["axis"], x.ndim, name)
         elif static_length(tensor(axis_t, name, "axis"), name, "axis") != 1:
             raise ShapeError(f"op {name}: the axis operand must hold one value, got {axis_t}")
         return x
@@ -509,25 +518,39 @@ def _scan_ref(name: str, fn, identity: int):
 def _scan_compute(name: str):
     """Each output element is its own masked reduction over the whole scan axis (quadratic
     work, but a plain te program); positions are visited in the reference's order, so float
-    results round as numpy's sequential scan does. Bools scan in int64, as numpy adds them."""
+    results round as numpy's sequential scan does. Bools scan in int64, as numpy adds them.
+
+    An axis read at run time (a size variable, from the static form) scans over the longest
+    dimension, masked to the chosen one; every axis's index is its own or, on the chosen
+    axis, the scan position clamped into it (the mask drops the clamped ones)."""
     kind = "sum" if name == "cumsum" else "prod"
 
     def compute(x, axis_tensor=None, *, axis, exclusive, reverse):
         if axis_tensor is not None:
             raise no_loop(name, "a run-time axis operand")
         value_kind(name, x.dtype)
-        ax = normalize_axis(axis, x.ndim, name)
-        n = x.shape[ax]
         acc = "int64" if x.dtype == "bool" else x.dtype
+        if isinstance(axis, int):
+            ax = normalize_axis(axis, x.ndim, name)
+            n, longest = x.shape[ax], x.shape[ax]
+        else:
+            n, longest = pick_dim(x.shape, axis), _longest(x.shape)
 
         def body(*i):
-            r = te.reduce_axis(n, "r")
+            r = te.reduce_axis(longest, "r")
             pos = n - 1 - r if reverse else r
-            idx = i[:ax] + (pos,) + i[ax + 1 :]
-            if reverse:
-                keep = te.greater(pos, i[ax]) if exclusive else te.greater_equal(pos, i[ax])
+            if isinstance(axis, int):
+                here, idx, inside = i[ax], i[:ax] + (pos,) + i[ax + 1 :], None
             else:
-                keep = te.less(pos, i[ax]) if exclusive else te.less_equal(pos, i[ax])
+                here = pick_dim(i, axis)
+                idx = tuple(te.if_then_else(te.equal(axis, j), te.min(te.max(pos, 0), d - 1), i[j])
+                            for j, d in enumerate(x.shape))
+                inside = te.less(r, n)
+            if reverse:
+                keep = te.greater(pos, here) if exclusive else te.greater_equal(pos, here)
+            else:
+                keep = te.less(pos, here) if exclusive else te.less_equal(pos, here)
+            keep = keep if inside is None else te.logical_and(inside, keep)
             return _TE_REDUCE[kind](te.cast(x[idx], acc), axis=[r], where=keep)
 
         if acc == x.dtype:
@@ -537,6 +560,29 @@ def _scan_compute(name: str):
         )
 
     return compute
+
+
+def _longest(dims) -> Dim:
+    out = dims[0] if dims else 1
+    for d in dims[1:]:
+        out = E.max_expr(out, d)
+    return as_dim(out)
+
+
+def _scan_static(name: str):
+    """The static form of a scan whose axis operand is read at run time: the axis (checked,
+    made non-negative) becomes a size variable the loop program takes."""
+
+    def to_static(types, sizes, out, attrs):
+        n = types[0].ndim
+        (v,) = sizes[1]
+        inside = E.Logic("and", E.compare("ge", v, -n), E.compare("lt", v, n))
+        axis = fresh_var("axis")
+        normal = as_dim(E.select(E.compare("lt", v, 0), E.binop("add", v, n), v))
+        return StaticForm(name, (0,), {**attrs, "axis": axis}, tuple(types[0].shape),
+                          ((inside, f"the axis is outside [-{n}, {n})"),), binds=((axis, normal),))
+
+    return to_static
 
 
 for _name, _fn, _identity, _what in (
@@ -554,7 +600,9 @@ for _name, _fn, _identity, _what in (
             compute=_scan_compute(_name),
             doc=f"Running {_what} along `axis` (or a run-time scalar axis operand); "
             "`exclusive` leaves out the current element, `reverse` runs from the end. "
-            "A run-time axis operand has no loop program.",
+            "The axis operand is read when the program runs (`axis` is then a size).",
+            shape_operands=(1,),
+            to_static=_scan_static(_name),
         )
     )
 
