@@ -273,3 +273,49 @@ def test_cumsum_along_an_axis_read_at_run_time(crt, attrs):
 def test_a_scan_axis_out_of_range_stops_both_runtimes_alike(crt):
     feeds = {"x": np.zeros((2, 3, 4), np.float32), "axis": np.array(3, np.int64)}
     _refused_alike(crt, _cumsum_model("CumSum"), feeds, "axis is outside")
+
+
+def test_resize_to_the_size_of_another_tensor(crt):
+    """F.interpolate(x, size=y.shape[-2:]) as exporters write it: the sizes come from a Shape
+    and a Slice, read when the program runs."""
+    nodes = [helper.make_node("Shape", ["y_like"], ["s"], start=2),
+             helper.make_node("Shape", ["x"], ["xs"], end=2),
+             helper.make_node("Concat", ["xs", "s"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear")]
+    model = _model(nodes, [_vi("x", TensorProto.FLOAT, ["n", 2, "h", "w"]),
+                           _vi("y_like", TensorProto.FLOAT, [1, 1, "H", "W"])],
+                   [_vi("y", TensorProto.FLOAT, None)], ())
+    model.opset_import[0].version = 18
+    rng = np.random.default_rng(4)
+    for n, hw, out in [(1, (4, 5), (8, 3)), (2, (3, 3), (3, 7))]:
+        feeds = {"x": rng.standard_normal((n, 2, *hw)).astype(np.float32),
+                 "y_like": np.zeros((1, 1, *out), np.float32)}
+        want = onnxruntime_outputs(model, feeds)
+        got, c_got = _run_both(crt, model, feeds)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+        assert np.array_equal(got[0], c_got[0])
+
+
+@pytest.mark.parametrize("mode", ["nearest", "cubic"])
+def test_resize_by_scales_read_at_run_time(crt, mode):
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode, axes=[2, 3])
+    model = _model([node], [_vi("x", TensorProto.FLOAT, ["n", 1, 4, 4]),
+                            _vi("scales", TensorProto.FLOAT, [2])], [_vi("y", TensorProto.FLOAT, None)])
+    model.opset_import[0].version = 18
+    x = np.random.default_rng(5).standard_normal((2, 1, 4, 4)).astype(np.float32)
+    for scales in [(2.0, 0.5), (1.0, 1.5), (0.75, 1.0)]:
+        feeds = {"x": x, "scales": np.array(scales, np.float32)}
+        want = onnxruntime_outputs(model, feeds)
+        got, c_got = _run_both(crt, model, feeds)
+        assert got[0].shape == want[0].shape
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+        assert np.array_equal(got[0], c_got[0])
+
+
+def test_resize_scales_that_give_a_negative_size_stop_both_runtimes_alike(crt):
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")
+    model = _model([node], [_vi("x", TensorProto.FLOAT, [1, 1, 4, 4]),
+                            _vi("scales", TensorProto.FLOAT, [4])], [_vi("y", TensorProto.FLOAT, None)])
+    model.opset_import[0].version = 18
+    feeds = {"x": np.zeros((1, 1, 4, 4), np.float32), "scales": np.array([1, 1, -2, np.nan], np.float32)}
+    _refused_alike(crt, model, feeds, "negative")

@@ -212,17 +212,19 @@ def _emit_resize(ctx, node, roi_i: int | None, scales_i: int, sizes_i: int | Non
             "resize", ctx.input(node, 0), sizes=out, scales=full_scales, roi=full, **attrs
         )
     roi_i = roi_i if crop else None  # only a crop reads the roi
-    operands = [
+    roi_v, scales_v, sizes_v = (
         ctx.input(node, i) if _present(node, i) else None for i in (roi_i, scales_i, sizes_i)
-    ]
-    return ctx.emit(
-        "resize_dynamic",
-        ctx.input(node, 0),
-        *operands,
-        axes=axes,
-        keep_aspect_ratio_policy=policy,
-        **attrs,
     )
+    return _emit_resize_dynamic(ctx, ctx.input(node, 0), roi_v, scales_v, sizes_v,
+                                axes=axes, keep_aspect_ratio_policy=policy, **attrs)
+
+
+def _emit_resize_dynamic(ctx, x, roi, scales, sizes, **attrs):
+    """resize_dynamic; run-time scales without sizes first give the sizes (resize_sizes),
+    so the result's shape is read from an integer tensor as every dynamic shape is."""
+    if scales is not None and sizes is None:
+        sizes = ctx.emit("resize_sizes", x, scales, axes=attrs.get("axes"))
+    return ctx.emit("resize_dynamic", x, roi, scales, sizes, **attrs)
 
 
 @converter("Resize")
@@ -270,6 +272,4 @@ class Upsample(OnnxOp):
         if scales:
             out, full_scales = resize_plan(ctx.type_of(node, 0).shape, scales, None, None)
             return ctx.emit("resize", ctx.input(node, 0), sizes=out, scales=full_scales, **attrs)
-        return ctx.emit(
-            "resize_dynamic", ctx.input(node, 0), None, ctx.input(node, 1), None, **attrs
-        )
+        return _emit_resize_dynamic(ctx, ctx.input(node, 0), None, ctx.input(node, 1), None, **attrs)

@@ -23,12 +23,14 @@ from fractions import Fraction
 
 import numpy as np
 
+from tcc.ir import expr as E
 from tcc.ir import te
 from tcc.ir.dtype import INDEX_DTYPE, is_float, to_numpy
 from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.expr import Dim, fresh_var, prove_equal
 from tcc.ir.graph import TensorType
-from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, register, tensor
+from tcc.ir.ops._util import operand
+from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, StaticForm, register, tensor
 
 # Resizing is separable: each axis is resampled in turn. Along one axis, output sample y maps
 # to input coordinate x(y) (the coordinate transformation), and the result is a weighted sum
@@ -221,7 +223,18 @@ def _saturate(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.clip(x, finfo.min, finfo.max).astype(dtype)
 
 
-def _resize_ref(x, sizes, scales, roi, **attrs):
+def _with_scale_values(scales, scale_values, scale_axes) -> list:
+    """`scales` with the entries of `scale_axes` taken from the run-time `scale_values`."""
+    scales = list(scales)
+    for k, a in enumerate(scale_axes or ()):
+        scales[a] = scale_values[k]
+    return scales
+
+
+def _resize_ref(x, scale_values=None, *, sizes, scales, roi, scale_axes=None, **attrs):
+    if scale_values is not None:
+        values = [float(v) for v in np.asarray(scale_values).reshape(-1)]
+        scales = _with_scale_values(scales, values, scale_axes)
     rank = x.ndim
     out = x.astype(np.float64)
     for axis in range(rank):
@@ -244,6 +257,16 @@ def _resize_infer(args, attrs):
     x = _resize_input(args[0], "resize")
     _check_sampling(attrs, "resize")
     sizes, scales, roi = attrs["sizes"], attrs["scales"], attrs["roi"]
+    values, scale_axes = operand(args, 1), attrs["scale_axes"]
+    if (values is None) != (scale_axes is None):
+        raise ShapeError("op resize: a scales operand and `scale_axes` go together")
+    if values is not None:
+        values = tensor(values, "resize", "scales")
+        if not is_float(values.dtype) or values.ndim != 1 or values.shape[0] != len(scale_axes):
+            raise ShapeError(
+                f"op resize: the scales operand must be a 1-D float tensor of "
+                f"{len(scale_axes)} values, got {values}"
+            )
     if len(sizes) != x.ndim or len(scales) != x.ndim:
         raise ShapeError(
             f"op resize: sizes and scales need {x.ndim} entries, got {len(sizes)}, {len(scales)}"
@@ -318,12 +341,23 @@ def _nearest_index(c, nearest_mode: str, scale, n_in):
     return _clamp_index(te.cast(v, INDEX_DTYPE), n_in)
 
 
+def _if_identity(identity, same, otherwise):
+    """`same` where an axis is left as it is, else `otherwise`; `identity` is a condition or
+    a tuple of conditions that all hold there."""
+    if identity is False:
+        return otherwise
+    out = same
+    for cond in reversed(identity if isinstance(identity, tuple) else (identity,)):
+        out = te.if_then_else(cond, out, otherwise)
+    return out
+
+
 def _nearest_table(coord, nearest_mode: str, scale, n_in, identity, name: str):
     """The input index each output sample of one axis reads in nearest mode."""
 
     def pick(y):
         v = _nearest_index(coord[y], nearest_mode, scale, n_in)
-        return v if identity is False else te.if_then_else(identity, y, v)
+        return _if_identity(identity, y, v)
 
     return te.compute(coord.shape, pick, name)
 
@@ -426,15 +460,27 @@ def _saturate_expr(v, dtype: str):
     return te.cast(v, dtype)
 
 
-def _resize_compute(x, sizes, scales, roi, **attrs):
+def _close_to_one(scale):
+    """math.isclose(scale, 1.0) for a run-time scale."""
+    tol = te.const(1e-9, F64) * te.max(te.abs(scale), te.const(1.0, F64))
+    return te.abs(scale - 1.0) <= tol
+
+
+def _resize_compute(x, scale_values=None, *, sizes, scales, roi, scale_axes=None, **attrs):
     rank = x.ndim
     ctm = attrs["coordinate_transformation_mode"]
     out_shape = tuple(sizes)
+    if scale_values is not None:
+        read = [te.cast(scale_values[k], F64) for k in range(len(scale_axes))]
+        scales = _with_scale_values(scales, read, scale_axes)
     plans = []  # (axis, n_in, n_out, scale, roi, maybe_identity condition)
     for a in range(rank):
         n_in, n_out = x.shape[a], sizes[a]
         static = isinstance(n_in, int) and isinstance(n_out, int)
-        if scales[a] is not None:
+        run_time_scale = isinstance(scales[a], E.PrimExpr)
+        if run_time_scale:
+            scale = scales[a]
+        elif scales[a] is not None:
             scale = float(scales[a])
         elif static:
             scale = n_out / n_in
@@ -452,6 +498,8 @@ def _resize_compute(x, sizes, scales, roi, **attrs):
         else:
             same = te.equal(te.const(n_in, INDEX_DTYPE), te.const(n_out, INDEX_DTYPE))
         identity = same if (unit and crop_all) else False
+        if run_time_scale and identity is not False:  # a same-size axis may still be scaled
+            identity = (_close_to_one(scale),) if identity is True else (identity, _close_to_one(scale))
         if identity is True:
             continue
         if attrs["antialias"] and not isinstance(scale, float):
@@ -482,11 +530,15 @@ def _resize_compute(x, sizes, scales, roi, **attrs):
                 outs.append((coord, n_in, a, identity))
 
         def gather(*i):
-            v = te.cast(x[tuple(index[a][j] if a in index else j for a, j in enumerate(i))], F64)
+            # the tables hold clamped indices; clamping again where they are read lets the
+            # bounds proof see it (tcc.ir.verify does not look into a table's values)
+            at = tuple(_clamp_index(index[a][j], x.shape[a]) if a in index else j
+                       for a, j in enumerate(i))
+            v = te.cast(x[at], F64)
             for coord, n_in, a, identity in outs:
                 cond = outside(coord[i[a]], n_in)
                 if identity is not False:
-                    cond = te.logical_and(te.logical_not(identity), cond)
+                    cond = _if_identity(identity, te.const(False), cond)
                 v = te.if_then_else(cond, extrapolation, v)
             return _saturate_expr(v, x.dtype)
 
@@ -514,11 +566,12 @@ def _resize_compute(x, sizes, scales, roi, **attrs):
                 idx = i[:a] + (j,) + i[a + 1 :]
                 return te.cast(x[idx], F64) if src is None else src[idx]
 
-            v = _numpy_sum([load(index[i[a], t]) * weights[i[a], t] for t in range(taps)])
+            taken = [load(_clamp_index(index[i[a], t], n_in)) for t in range(taps)]  # as above
+            v = _numpy_sum([taken[t] * weights[i[a], t] for t in range(taps)])
             if crop:
                 v = te.if_then_else(outside(coord[i[a]], n_in), extrapolation, v)
-            if identity is not False:
-                v = te.if_then_else(identity, load(i[a]), v)
+            if identity is not False:  # clamped: in bounds without the size check
+                v = _if_identity(identity, load(_clamp_index(i[a], n_in)), v)
             return v
 
         current = te.compute(tuple(shape), resample, f"resample{a}")
@@ -535,12 +588,15 @@ register(
         "resize",
         _resize_infer,
         _resize_ref,
-        attrs={"sizes": REQUIRED, "scales": REQUIRED, "roi": None, **_SAMPLING_ATTRS},
+        attrs={"sizes": REQUIRED, "scales": REQUIRED, "roi": None, "scale_axes": None,
+               **_SAMPLING_ATTRS},
         pattern=Pattern.INJECTIVE,
+        num_args=(1, 2),
         compute=_resize_compute,
         doc="Resample every axis to `sizes`; `scales` (None = sizes/input) drives the coordinate "
-        "transformation, `roi` ([starts..., ends...]) the tf_crop_and_resize crop. No loop "
-        "program for antialias when a scale is only known at run time.",
+        "transformation, `roi` ([starts..., ends...]) the tf_crop_and_resize crop. An optional "
+        "float operand holds run-time scales, of the axes `scale_axes` lists. No loop program "
+        "for antialias when a scale is only known at run time.",
     )
 )
 
@@ -560,6 +616,7 @@ def _resize_dynamic_infer(args, attrs):
 
 def _resize_dynamic_ref(x, roi, scales, sizes, axes, keep_aspect_ratio_policy, **attrs):
     given_scales = scales is not None and scales.size > 0
+    given_sizes = sizes is not None and sizes.size > 0
     out, full_scales = resize_plan(
         x.shape,
         [float(s) for s in scales] if given_scales else None,
@@ -567,9 +624,34 @@ def _resize_dynamic_ref(x, roi, scales, sizes, axes, keep_aspect_ratio_policy, *
         axes,
         keep_aspect_ratio_policy,
     )
+    if given_scales and given_sizes:  # the sizes resize_sizes computed from these scales
+        out = resize_plan(x.shape, None, [int(n) for n in sizes], axes)[0]
     crop = attrs["coordinate_transformation_mode"] == "tf_crop_and_resize"
     full = full_roi(roi, axes, x.ndim) if crop and roi is not None and roi.size else None
-    return _resize_ref(x, out, full_scales, full, **attrs)
+    return _resize_ref(x, sizes=out, scales=full_scales, roi=full, **attrs)
+
+
+def _resize_dynamic_static(types, sizes, out, attrs):
+    """Resize to sizes read at run time: a static resize over them, with the scales operand
+    (when given) read by the kernel. Keeping the aspect ratio (a float min or max of the
+    ratios) and a crop box read at run time have no static form."""
+    x = types[0]
+    if attrs["keep_aspect_ratio_policy"] != "stretch":
+        raise NoLoopProgram("resize_dynamic: keep_aspect_ratio_policy with run-time sizes")
+    if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize" and types[1] is not None:
+        raise NoLoopProgram("resize_dynamic: a tf_crop_and_resize box read at run time")
+    axes = list(range(x.ndim)) if attrs["axes"] is None else [a % x.ndim for a in attrs["axes"]]
+    if len(sizes[3]) != len(axes):
+        raise ShapeError(f"resize_dynamic: {len(sizes[3])} sizes for {len(axes)} axes")
+    dims = list(x.shape)
+    for a, n in zip(axes, sizes[3]):
+        dims[a] = n
+    sampling = {k: attrs[k] for k in _SAMPLING_ATTRS}
+    static = {"sizes": dims, "scales": [None] * x.ndim, "roi": None, **sampling}
+    if types[2] is None:
+        return StaticForm("resize", (0,), static, tuple(dims))
+    static["scale_axes"] = axes
+    return StaticForm("resize", (0, 2), static, tuple(dims))
 
 
 register(
@@ -581,6 +663,63 @@ register(
         pattern=Pattern.OPAQUE,
         num_args=(4, 4),
         doc="Resize with run-time operands (x, roi?, scales?, sizes?) as in ONNX Resize-18; "
-        "the resized axes get data-dependent sizes.",
+        "the resized axes get data-dependent sizes. Given both scales and sizes (as "
+        "resize_sizes computes them from the scales), the sizes are the result's and the "
+        "scales drive the coordinate transformation.",
+        shape_operands=(3,),
+        to_static=_resize_dynamic_static,
+    )
+)
+
+
+def _resize_sizes_infer(args, attrs):
+    x = _resize_input(args[0], "resize_sizes")
+    scales = tensor(args[1], "resize_sizes", "scales")
+    n = x.ndim if attrs["axes"] is None else len(attrs["axes"])
+    if not is_float(scales.dtype) or scales.ndim != 1 or scales.shape[0] != n:
+        raise ShapeError(
+            f"op resize_sizes: scales must be a 1-D float tensor of {n} values, got {scales}"
+        )
+    return TensorType((n,), INDEX_DTYPE)
+
+
+def _resized_dims(shape, axes) -> list:
+    rank = len(shape)
+    return list(shape) if axes is None else [shape[a % rank] for a in axes]
+
+
+def _resize_sizes_ref(x, scales, axes):
+    with np.errstate(invalid="ignore"):
+        out = [d * float(s) for d, s in zip(_resized_dims(x.shape, axes), scales)]
+    # a size no int64 holds (NaN, inf) is -1, which the resize then refuses as negative
+    return np.array([int(v) if np.isfinite(v) and abs(v) < 2**62 else -1 for v in out], np.int64)
+
+
+def _resize_sizes_compute(x, scales, *, axes):
+    dims = _resized_dims(x.shape, axes)
+
+    def size(i):
+        out = te.const(0, INDEX_DTYPE)
+        for k, d in enumerate(dims):
+            v = te.trunc(_f64(d) * te.cast(scales[k], F64))
+            fits = te.logical_and(te.logical_not(te.isnan(v)), te.abs(v) < 2.0**62)
+            v = te.if_then_else(fits, te.cast(v, INDEX_DTYPE), te.const(-1, INDEX_DTYPE))
+            out = te.if_then_else(te.equal(i, k), v, out)
+        return out
+
+    return te.compute((len(dims),), size, "resize_sizes")
+
+
+register(
+    OpDef(
+        "resize_sizes",
+        _resize_sizes_infer,
+        _resize_sizes_ref,
+        attrs={"axes": None},
+        pattern=Pattern.OPAQUE,
+        num_args=(2, 2),
+        compute=_resize_sizes_compute,
+        doc="The sizes a Resize by run-time `scales` gives the `axes` (None: all) it resizes: "
+        "floor(dimension * scale), as int64 (-1 where that is no int64).",
     )
 )
