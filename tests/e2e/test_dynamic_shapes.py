@@ -319,3 +319,21 @@ def test_resize_scales_that_give_a_negative_size_stop_both_runtimes_alike(crt):
     model.opset_import[0].version = 18
     feeds = {"x": np.zeros((1, 1, 4, 4), np.float32), "scales": np.array([1, 1, -2, np.nan], np.float32)}
     _refused_alike(crt, model, feeds, "negative")
+
+
+def _topk_model():
+    node = helper.make_node("TopK", ["x", "k"], ["y", "indices"], axis=1)
+    return _model([node], [_vi("x", TensorProto.FLOAT, ["n", "m"]), _vi("k", TensorProto.INT64, [1])],
+                  [_vi("y", TensorProto.FLOAT, None), _vi("indices", TensorProto.INT64, None)])
+
+
+def test_topk_with_k_read_at_run_time(crt):
+    rng = np.random.default_rng(6)
+    for n, m, k in [(2, 7, 3), (3, 5, 5), (1, 4, 0)]:
+        x = rng.integers(-3, 3, (n, m)).astype(np.float32)  # ties, which go to the lower index
+        _check(crt, _topk_model(), {"x": x, "k": np.array([k], np.int64)})
+
+
+def test_a_k_beyond_the_axis_stops_both_runtimes_alike(crt):
+    feeds = {"x": np.zeros((2, 3), np.float32), "k": np.array([4], np.int64)}
+    _refused_alike(crt, _topk_model(), feeds, "k is outside")

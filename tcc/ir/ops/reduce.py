@@ -645,6 +645,66 @@ def _topk_ref(x, k_tensor=None, *, k, axis, largest, sorted):
     return np.take_along_axis(x, idx, axis=axis), idx
 
 
+def _topk_compute(x, k_tensor=None, *, k, axis, largest, sorted):
+    """A sort as counting: an element's place is the number of elements that come before it
+    (larger, or smaller, NaN counting as the largest; ties by index, as the reference's stable
+    sort orders them), and result position t takes the element whose place is t. Quadratic
+    along the axis, in three plain stages."""
+    if k_tensor is not None:
+        raise no_loop("topk", "a run-time k operand")
+    if value_kind("topk", x.dtype) == "bool":
+        raise no_loop("topk", "bool values")
+    axis = normalize_axis(axis, x.ndim, "topk")
+    n = x.shape[axis]
+
+    def beats(a, b):
+        if not is_float(x.dtype):
+            return te.greater(a, b) if largest else te.less(a, b)
+        nan_a, nan_b = te.isnan(a), te.isnan(b)
+        if largest:
+            return te.logical_or(te.logical_and(nan_a, te.logical_not(nan_b)), te.greater(a, b))
+        return te.logical_or(te.logical_and(te.logical_not(nan_a), nan_b), te.less(a, b))
+
+    def same(a, b):
+        if not is_float(x.dtype):
+            return te.equal(a, b)
+        return te.logical_or(te.equal(a, b), te.logical_and(te.isnan(a), te.isnan(b)))
+
+    def at(i, j):
+        return i[:axis] + (j,) + i[axis + 1 :]
+
+    def place(*i):
+        r = te.reduce_axis(n, "r")
+        a, b = x[at(i, r)], x[i]
+        first = te.logical_or(beats(a, b), te.logical_and(same(a, b), te.less(r, i[axis])))
+        return te.sum(te.const(1, "int64"), axis=[r], where=first)
+
+    places = te.compute(x.shape, place, "topk_place")
+    shape = x.shape[:axis] + (k,) + x.shape[axis + 1 :]
+
+    def index(*i):
+        r = te.reduce_axis(n, "r")
+        return te.sum(te.cast(r, "int64"), axis=[r], where=te.equal(places[at(i, r)], i[axis]))
+
+    indices = te.compute(shape, index, "topk_indices")
+    # clamped where read, so the bounds proof sees it (each place is taken exactly once)
+    values = te.compute(
+        shape, lambda *i: x[at(i, te.min(te.max(indices[i], 0), n - 1))], "topk_values"
+    )
+    return [values, indices]
+
+
+def _topk_static(types, sizes, out, attrs):
+    """TopK with k read at run time: a size the loop program takes, checked against the axis."""
+    x = types[0]
+    axis = normalize_axis(attrs["axis"], x.ndim, "topk")
+    (k,) = sizes[1]
+    fits = E.Logic("and", E.compare("ge", k, 0), E.compare("le", k, x.shape[axis]))
+    dims = x.shape[:axis] + (k,) + x.shape[axis + 1 :]
+    return StaticForm("topk", (0,), {**attrs, "k": k}, dims,
+                      ((fits, f"k is outside [0, the axis's length {x.shape[axis]}]"),))
+
+
 register(
     OpDef(
         "topk",
@@ -653,9 +713,12 @@ register(
         attrs={"k": None, "axis": -1, "largest": True, "sorted": True},
         pattern=Pattern.OPAQUE,
         num_args=(1, 2),
+        compute=_topk_compute,
         doc="(values, int64 indices) of the k largest (or smallest) elements along `axis`, "
         "in order (also when `sorted` is false, which leaves the order open); ties go to "
-        "the lower index. k is an attribute or a run-time operand. No loop program (a sort "
-        "is no te program).",
+        "the lower index. k is an attribute or a run-time operand, read when the program "
+        "runs (`k` is then a size).",
+        shape_operands=(1,),
+        to_static=_topk_static,
     )
 )

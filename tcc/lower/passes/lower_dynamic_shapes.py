@@ -9,6 +9,7 @@ May change: in every graph function (control-flow bodies included), a binding
     y_shape = shape(dims..., checks=[...]) : Shape(y's dims)        binds y's fresh sizes
     y = static_op(...)                                            same variable, same type
 
+An op with several results (topk's values and indices) qualifies when they share one shape.
 The static op's own result type may spell a dimension as the expression the shape binding
 bound (`x * value0` for a tile) rather than the variable: the two are equal once it runs.
 The shape binding also binds the further sizes a static form's attributes use (a slice's
@@ -51,8 +52,13 @@ def _nonneg_check(axis: int, d) -> tuple[E.PrimExpr, str] | None:
 
 def _lower(b: G.Binding) -> list[G.Binding] | None:
     """The bindings that replace `b`, or None to keep it."""
-    call, out = b.value, b.var.type
-    if not isinstance(call, G.Call) or not isinstance(out, G.TensorType):
+    call = b.value
+    results = b.var.type.fields if isinstance(b.var.type, G.TupleType) else (b.var.type,)
+    if not isinstance(call, G.Call) or not all(isinstance(t, G.TensorType) for t in results):
+        return None
+    out = results[0]  # a tuple's results share one shape (topk's values and indices)
+    if any(len(t.shape) != out.ndim or not all(map(E.prove_equal, t.shape, out.shape))
+           for t in results):
         return None
     op = get_op(call.op)
     if op.to_static is None:
@@ -98,11 +104,14 @@ def _lower(b: G.Binding) -> list[G.Binding] | None:
         inferred = then.infer([inferred], attrs)
         form = dataclasses.replace(form, op=form.then[0])
     bound_to = dict(form.binds)
-    if not (isinstance(inferred, G.TensorType) and inferred.dtype == out.dtype
-            and len(inferred.shape) == out.ndim
+    got = inferred.fields if isinstance(inferred, G.TupleType) else (inferred,)
+    if not (len(got) == len(results) and all(
+            isinstance(g, G.TensorType) and g.dtype == t.dtype and len(g.shape) == t.ndim
             and all(E.prove_equal(x, y) or E.prove_equal(E.substitute(x, bound_to), d)
-                    for x, y, d in zip(inferred.shape, out.shape, form.dims))):
-        raise InternalError(f"{where}: its static form {form.op} gives {inferred}, not {out}")
+                    for x, y, d in zip(g.shape, t.shape, form.dims))
+            for g, t in zip(got, results))):
+        raise InternalError(
+            f"{where}: its static form {form.op} gives {inferred}, not {b.var.type}")
     new.append(G.Binding(b.var, G.Call(form.op, args, attrs)))
     return new
 
