@@ -102,7 +102,10 @@ class OneHot(OnnxOp):
             depth = None if known is None else ([int(np.asarray(known).reshape(-1)[0])], True)
         if depth is not None:
             return ctx.emit("one_hot", indices, None, values, depth=depth[0][0], axis=axis)
-        return ctx.emit("one_hot", indices, ctx.input(node, 1), values, axis=axis)
+        depth_v = ctx.input(node, 1)
+        if ctx.type_of(node, 1).dtype != "int64":  # read as a size: the spec's cast to int64
+            depth_v = ctx.emit("cast", depth_v, dtype="int64")
+        return ctx.emit("one_hot", indices, depth_v, values, axis=axis)
 
 
 @converter("NonZero")

@@ -72,7 +72,7 @@ class StaticForm:
     `checks` holds."""
 
     op: str
-    operands: tuple[int, ...]
+    operands: tuple[int | None, ...]  # the dyn op's operands it takes (None: left out)
     attrs: dict[str, Any]
     dims: tuple[Dim, ...]
     checks: tuple[tuple[PrimExpr, str], ...] = ()

@@ -9,11 +9,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from tcc.ir import te
+from tcc.ir.dtype import is_float
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Dim, fresh_var
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import check_dim, nonscalar
-from tcc.ir.ops.registry import OpDef, Pattern, normalize_axis, prod, register, tensor, tuple_type
+from tcc.ir.ops._util import check_dim, no_loop, nonscalar
+from tcc.ir.ops.elementwise import LOOP_DTYPES
+from tcc.ir.ops.registry import (
+    OpDef,
+    Pattern,
+    StaticForm,
+    normalize_axis,
+    prod,
+    register,
+    tensor,
+    tuple_type,
+)
 
 # ---------------------------------------------------------------------------------------------
 # one_hot, nonzero, unique
@@ -48,6 +60,31 @@ def _one_hot_ref(indices, depth_operand, values, depth, axis):
     return np.where(hot, values[1], values[0]).astype(values.dtype)
 
 
+def _one_hot_compute(indices, depth_operand, values, *, depth, axis):
+    if depth_operand is not None:
+        raise no_loop("one_hot", "a run-time depth operand")
+    if indices.dtype not in LOOP_DTYPES or indices.dtype == "bool":
+        raise no_loop("one_hot", f"{indices.dtype} indices")
+    axis = axis % (indices.ndim + 1)
+    wide = "float64" if is_float(indices.dtype) else "int64"  # numpy's wrap, without overflow
+    shape = indices.shape[:axis] + (depth,) + indices.shape[axis:]
+
+    def hot(*i):
+        v = te.cast(indices[i[:axis] + i[axis + 1 :]], wide)
+        wrapped = te.if_then_else(v < te.const(0, wide), v + te.cast(te.const(depth), wide), v)
+        return te.if_then_else(te.equal(wrapped, te.cast(i[axis], wide)), values[1], values[0])
+
+    return te.compute(shape, hot, "one_hot")
+
+
+def _one_hot_static(types, sizes, out, attrs):
+    (depth,) = sizes[1]
+    shape = types[0].shape
+    axis = attrs["axis"] % (len(shape) + 1)
+    dims = shape[:axis] + (depth,) + shape[axis:]
+    return StaticForm("one_hot", (0, None, 2), {**attrs, "depth": depth}, dims)
+
+
 register(
     OpDef(
         "one_hot",
@@ -56,9 +93,13 @@ register(
         attrs={"depth": None, "axis": -1},
         pattern=Pattern.INJECTIVE,
         num_args=(3, 3),
+        compute=_one_hot_compute,
         doc="Operands (indices, depth, values=[off, on]): a new axis of length `depth` at "
         "`axis` holding on where it equals the index (negative indices wrap; others stay off). "
-        "The depth attribute, when set, replaces the run-time depth operand (then None).",
+        "The depth attribute, when set, replaces the run-time depth operand (then None); an "
+        "int64 depth operand is read when the program runs.",
+        shape_operands=(1,),
+        to_static=_one_hot_static,
     )
 )
 

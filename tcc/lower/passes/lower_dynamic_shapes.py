@@ -91,7 +91,7 @@ def _lower(b: G.Binding) -> list[G.Binding] | None:
     value = G.ShapeExpr((*form.dims, *(e for _, e in form.binds)), tuple(checks))
     new.append(G.Binding(G.Var(f"{b.var.name}_shape", result), value))
     static = get_op(form.op)
-    args = tuple(call.args[i] if i < len(call.args) else None for i in form.operands)
+    args = tuple(None if i is None or i >= len(call.args) else call.args[i] for i in form.operands)
     while args and args[-1] is None:
         args = args[:-1]
     attrs = normalize_attrs(static, form.attrs)

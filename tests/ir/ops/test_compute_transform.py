@@ -431,3 +431,11 @@ def test_family_ops_have_loop_programs():
         "gather_nd", "array_feature_extractor", "resize",
     }  # fmt: skip
     assert all(get_op(name).compute is not None for name in have)
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_one_hot(axis):
+    values = np.array([-2.0, 7.0], np.float32)
+    indices = np.array([[0, 3, -1], [-4, 5, 2]], np.int32)  # negative wrap, 5 is out of range
+    exact("one_hot", indices, None, values, depth=4, axis=axis)
+    exact("one_hot", np.array([1.5, -1.0, 2.0], np.float32), None, values, depth=3, axis=axis % 2)
