@@ -8,8 +8,14 @@ Index operands follow ONNX: int32 or int64, negative values count from the end.
 Loop programs: the gathers load `data` at an index read from `indices`, one stage each.
 An index outside the axis is an error in ONNX (the numpy reference raises); the loop
 programs clamp it into the axis instead, so a bad index reads a wrong element rather than
-memory outside the buffer. The scatters have none yet: an output element depends on which
-updates target it, which one te stage per output cannot state; they stay op calls.
+memory outside the buffer.
+
+The scatters' loop programs turn the scatter around: each output element looks through
+every update for the ones that target it (work of size output x updates). With reduction
+'none' it takes the last one (a max over update positions), as numpy's assignment leaves
+it; otherwise it combines its data element and then the targeting updates, in the
+reference's order, as one reduction over the positions "data, update 0, update 1, ...".
+An update whose index is outside the axis targets nothing.
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ import numpy as np
 from tcc.ir import te
 from tcc.ir.dtype import INDEX_DTYPE
 from tcc.ir.errors import ShapeError
+from tcc.ir.expr import as_dim
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import check_dim, nonscalar
+from tcc.ir.ops._util import check_dim, no_loop, nonscalar
 from tcc.ir.ops.registry import OpDef, Pattern, normalize_axis, prod, register, tensor
 
 INDEX_DTYPES = ("int32", "int64")
@@ -243,6 +250,66 @@ def _scatter_into(out: np.ndarray, index: tuple, updates: np.ndarray, reduction:
     return out
 
 
+_TE_COMBINE = {"add": te.sum, "mul": te.prod, "max": te.max, "min": te.min}
+
+
+def _wrapped(value, dim):
+    """An index read from an index tensor as a position on an axis (negative from the end)."""
+    i = te.cast(value, INDEX_DTYPE)
+    return te.if_then_else(i < 0, i + dim, i)
+
+
+def _clamped(i, extent):
+    return te.min(te.max(i, 0), te.const(extent, INDEX_DTYPE) - 1)
+
+
+def _scatter_stages(data, n, targets, update, reduction: str, op: str):
+    """The scatter of `n` updates into `data`: update u (0 <= u < n, clamped where read)
+    lands on output element o where `targets(o, u)` holds, with value `update(o, u)`."""
+    if reduction != "none" and data.dtype == "bool":
+        raise no_loop(op, f"reduction {reduction} of bools")
+    if reduction == "none":
+
+        def last(*o):
+            u = te.reduce_axis(n, "u")
+            return te.max(te.cast(u, INDEX_DTYPE), axis=[u], where=targets(o, u))
+
+        taken = te.compute(data.shape, last, f"{op}_last")
+        return te.compute(
+            data.shape,
+            lambda *o: te.if_then_else(taken[o] >= 0, update(o, _clamped(taken[o], n)), data[o]),
+            op,
+        )
+
+    def combined(*o):
+        r = te.reduce_axis(as_dim(n + 1), "r")  # position 0 is the data element
+        u = _clamped(r - 1, n)
+        first = te.equal(r, 0)
+        value = te.if_then_else(first, data[o], update(o, u))
+        return _TE_COMBINE[reduction](value, axis=[r], where=te.logical_or(first, targets(o, u)))
+
+    return te.compute(data.shape, combined, op)
+
+
+def _scatter_elements_compute(data, indices, updates, *, axis, reduction):
+    op = "scatter_elements"
+    axis = normalize_axis(axis, data.ndim, op)
+    shape = updates.shape
+
+    def at(o, u):  # the update position in o's line along the axis (clamped where smaller)
+        return tuple(u if k == axis else _clamped(o[k], shape[k]) for k in range(data.ndim))
+
+    def targets(o, u):
+        hit = te.equal(_wrapped(indices[at(o, u)], data.shape[axis]), o[axis])
+        for k in range(data.ndim):
+            if k != axis:
+                hit = te.logical_and(hit, o[k] < te.const(shape[k], INDEX_DTYPE))
+        return hit
+
+    return _scatter_stages(data, shape[axis], targets, lambda o, u: updates[at(o, u)],
+                           reduction, op)
+
+
 def _scatter_elements_infer(args, attrs):
     op = "scatter_elements"
     data = nonscalar(tensor(args[0], op, "data"), op)
@@ -271,6 +338,7 @@ register(
         attrs={"axis": 0, "reduction": "none"},
         pattern=Pattern.OPAQUE,
         num_args=(3, 3),
+        compute=_scatter_elements_compute,
         doc="A copy of `data` with out[indices[i][j]][j] = updates[i][j] for axis 0 (combined "
         "by `reduction` when not 'none').",
     )
@@ -295,6 +363,29 @@ def _scatter_nd_ref(data, indices, updates, reduction):
     return _scatter_into(data.copy(), index, updates, reduction)
 
 
+def _scatter_nd_compute(data, indices, updates, *, reduction):
+    op = "scatter_nd"
+    k = indices.shape[-1]
+    tuples = indices.shape[:-1]  # the update slices, numbered in C order
+
+    def position(u):
+        out, rest = [], u
+        for d in reversed(tuples):
+            out.append(rest % d)
+            rest = rest // d
+        return tuple(reversed(out))
+
+    def targets(o, u):
+        q, hit = position(u), None
+        for j in range(k):
+            eq = te.equal(_wrapped(indices[q + (j,)], data.shape[j]), o[j])
+            hit = eq if hit is None else te.logical_and(hit, eq)
+        return te.const(True) if hit is None else hit
+
+    return _scatter_stages(data, prod(tuples), targets,
+                           lambda o, u: updates[position(u) + tuple(o[k:])], reduction, op)
+
+
 register(
     OpDef(
         "scatter_nd",
@@ -303,6 +394,7 @@ register(
         attrs={"reduction": "none"},
         pattern=Pattern.OPAQUE,
         num_args=(3, 3),
+        compute=_scatter_nd_compute,
         doc="A copy of `data` with the slices addressed by the index tuples of `indices` "
         "replaced by (or combined with) `updates`.",
     )

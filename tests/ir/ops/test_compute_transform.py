@@ -439,3 +439,25 @@ def test_one_hot(axis):
     indices = np.array([[0, 3, -1], [-4, 5, 2]], np.int32)  # negative wrap, 5 is out of range
     exact("one_hot", indices, None, values, depth=4, axis=axis)
     exact("one_hot", np.array([1.5, -1.0, 2.0], np.float32), None, values, depth=3, axis=axis % 2)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_elements_combines_in_the_references_order(reduction):
+    rng = np.random.default_rng(11)
+    data = rng.standard_normal((4, 5)).astype(np.float32)
+    updates = rng.standard_normal((3, 2)).astype(np.float32)  # smaller than data on axis 1
+    indices = np.array([[1, -1], [1, 0], [-3, 3]], np.int64)  # duplicates and negatives
+    exact("scatter_elements", data, indices, updates, axis=0, reduction=reduction)
+    exact("scatter_elements", data, indices.T.copy() % 5, updates.T.copy(), axis=1, reduction=reduction)
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "max"])
+def test_scatter_nd_slices_and_elements(reduction):
+    rng = np.random.default_rng(12)
+    data = rng.standard_normal((4, 3, 2)).astype(np.float32)
+    slices = np.array([[[0], [2]], [[-4], [3]]], np.int64)  # 0 twice (-4 wraps to it)
+    exact("scatter_nd", data, slices, rng.standard_normal((2, 2, 3, 2)).astype(np.float32),
+          reduction=reduction)
+    elements = np.array([[1, 2, 0], [1, 2, 0], [3, -1, 1]], np.int64)
+    exact("scatter_nd", data, elements, rng.standard_normal(3).astype(np.float32),
+          reduction=reduction)
