@@ -563,9 +563,12 @@ def _lowest(e, looped: set[int], positive: set[int]) -> int | None:
     if e.op == "mul":
         b = _lowest(e.b, looped, positive)
         return a * b if a is not None and b is not None and a >= 0 and b >= 0 else None
-    if e.op in ("min", "max"):
+    if e.op == "min":
         b = _lowest(e.b, looped, positive)
-        return None if a is None or b is None else (min if e.op == "min" else max)(a, b)
+        return None if a is None or b is None else min(a, b)
+    if e.op == "max":  # at least either operand's least value, even where one is unknown
+        b = _lowest(e.b, looped, positive)
+        return a if b is None else b if a is None else max(a, b)
     if e.op == "floordiv" and isinstance(e.b, E.IntImm) and e.b.value > 0:
         return None if a is None else a // e.b.value
     if e.op == "floordiv":  # a size divided by a size: the VM refused a zero divisor already

@@ -231,3 +231,16 @@ def test_a_size_is_at_least_1_only_where_a_loop_needs_it(extent, proven):
     assert (unproven == []) == proven, unproven
     if not proven:
         assert [str(c) for c in dict(guard_accesses(func, "f")[0].attrs)[PRECONDITIONS_ATTR]] == ["n >= 1"]
+
+
+def test_a_max_is_at_least_its_known_operand():
+    """max(0, x) * 16 >= 0 whatever x is: a loop partition's bound over a select of sizes."""
+    from tcc.ir import expr as E
+    from tcc.ir.verify import _lowest
+
+    n = E.Var("n")
+    unknown = E.binop("sub", 15, E.select(E.compare("ge", 3, n), n, 0))  # sub of a non-constant
+    assert _lowest(unknown, set(), set()) is None
+    assert _lowest(E.BinOp("max", E.IntImm(0), unknown, "int64"), set(), set()) == 0
+    assert _lowest(E.BinOp("max", unknown, E.IntImm(2), "int64"), set(), set()) == 2
+    assert _lowest(E.BinOp("min", E.IntImm(0), unknown, "int64"), set(), set()) is None

@@ -627,6 +627,16 @@ register(
         doc="Center-crop or zero-pad the listed axes to `shape`.",
     )
 )
+def _dyn_center_crop_pad_static(types, sizes, out, attrs):
+    x = types[0]
+    axes = normalize_axes(attrs["axes"], x.ndim, "dyn_center_crop_pad")
+    dims = list(x.shape)
+    for a, d in zip(axes, sizes[1]):
+        dims[a] = d
+    return StaticForm("center_crop_pad", (0,), {"shape": list(sizes[1]), "axes": attrs["axes"]},
+                      tuple(dims))
+
+
 register_op(
     "dyn_center_crop_pad",
     _dyn_center_crop_pad_infer,
@@ -634,4 +644,6 @@ register_op(
     {"axes": REQUIRED},
     num_args=(2, 2),
     doc="center_crop_pad with the target sizes as a run-time tensor.",
+    shape_operands=(1,),
+    to_static=_dyn_center_crop_pad_static,
 )
