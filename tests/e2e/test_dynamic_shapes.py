@@ -337,3 +337,32 @@ def test_topk_with_k_read_at_run_time(crt):
 def test_a_k_beyond_the_axis_stops_both_runtimes_alike(crt):
     feeds = {"x": np.zeros((2, 3), np.float32), "k": np.array([4], np.int64)}
     _refused_alike(crt, _topk_model(), feeds, "k is outside")
+
+
+def _range_model(elem):
+    node = helper.make_node("Range", ["start", "limit", "delta"], ["y"])
+    return _model([node], [_vi(n, elem, []) for n in ("start", "limit", "delta")],
+                  [_vi("y", elem, None)])
+
+
+@pytest.mark.parametrize("dtype, bounds", [
+    (np.float32, [(0.5, 7.2, 0.7), (3.0, -1.0, -0.3), (1.0, 1.0, 2.0)]),
+    (np.int32, [(-3, 10, 4), (5, -7, -2), (0, 3, -1)]),
+])
+def test_range_with_bounds_read_at_run_time(crt, dtype, bounds):
+    """Its length is counted by a kernel, read as a size, then the range is filled."""
+    model = _range_model(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+    for start, limit, delta in bounds:
+        feeds = {n: np.array(v, dtype) for n, v in zip(("start", "limit", "delta"), (start, limit, delta))}
+        got, c_got = _run_both(crt, model, feeds)
+        # tcc fills as numpy's arange (and ONNX's reference) does, in float64; onnxruntime
+        # accumulates in float32, so it is compared to within float32 rounding of the range
+        want = np.arange(*(feeds[n].item() for n in ("start", "limit", "delta"))).astype(dtype)
+        assert got[0].dtype == dtype and np.array_equal(got[0], want) and np.array_equal(got[0], c_got[0])
+        ort = onnxruntime_outputs(model, feeds)[0]
+        np.testing.assert_allclose(got[0], ort, rtol=0, atol=1e-6 * max(abs(start), abs(limit)))
+
+
+def test_a_range_step_of_0_stops_both_runtimes_alike(crt):
+    feeds = {n: np.array(v, np.float32) for n, v in (("start", 0), ("limit", 4), ("delta", 0))}
+    _refused_alike(crt, _range_model(TensorProto.FLOAT), feeds, "negative")

@@ -8,8 +8,8 @@ Loop programs: a size variable the values or the shape use that is no whole dime
 the result (`shape_to_tensor([batch, seq])`) is a scalar argument of the kernel
 (`te.create_prim_func`). Dtypes outside bool, the integer types and float16/32/64 have none
 (NoLoopProgram). dyn_full has none itself: the lower-dynamic-shapes pass rewrites it into
-full over size variables read from its shape operand. dyn_arange has no form yet (its
-bounds may be floats, which cannot be read as sizes).
+full over size variables read from its shape operand. dyn_arange's length is counted by a
+kernel (arange_length, whose result is read as sizes) and filled by arange_from.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ import math
 import numpy as np
 
 from tcc.ir import te
-from tcc.ir.dtype import to_numpy
+from tcc.ir.dtype import is_float, to_numpy
 from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.expr import Dim, PrimExpr, as_dim, fresh_var
 from tcc.ir.graph import ShapeType, TensorType
+from tcc.ir.ops._storage_types import convert
 from tcc.ir.ops._util import (
     ceil_div,
     fresh_vars,
@@ -185,6 +186,77 @@ _register(
     doc="start, start + step, ... up to (excluding) stop.",
     compute=_arange_te,
 )
+def _scalar(t, dtype: str):
+    """The one value of a scalar (or 1-element) te tensor, in `dtype`."""
+    return convert(t[(0,) * t.ndim], dtype)
+
+
+def _arange_length_ref(start, limit, delta):
+    start, limit, delta = (scalar_value(v) for v in (start, limit, delta))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        n = np.ceil((np.float64(limit) - np.float64(start)) / np.float64(delta))
+    # no length (a zero or NaN step, a range past int64): -1, refused as a negative size
+    return np.array([max(int(n), 0) if np.isfinite(n) and abs(n) < 2**62 else -1], np.int64)
+
+
+def _arange_length_te(start, limit, delta):
+    f64 = "float64"
+    n = te.ceil((_scalar(limit, f64) - _scalar(start, f64)) / _scalar(delta, f64))
+    fits = te.logical_and(te.logical_not(te.isnan(n)), te.abs(n) < 2.0**62)
+    length = te.if_then_else(
+        fits, te.max(te.cast(n, "int64"), te.const(0, "int64")), te.const(-1, "int64")
+    )
+    return te.compute((1,), lambda i: length, "arange_length")
+
+
+def _arange_from_infer(args, attrs):
+    start, delta = (tensor(a, "arange_from") for a in args)
+    return TensorType((attrs["length"],), same_dtype([start, delta], "arange_from"))
+
+
+def _arange_from_ref(start, delta, length):
+    dtype = np.asarray(start).dtype
+    start, delta, i = scalar_value(start), scalar_value(delta), np.arange(length)
+    if dtype.kind == "f":  # as numpy's arange fills a float range, in float64
+        return (np.float64(start) + i * ((np.float64(start) + delta) - start)).astype(dtype)
+    return (np.int64(start) + i * np.int64(delta)).astype(dtype)
+
+
+def _arange_from_te(start, delta, *, length):
+    dtype = start.dtype
+    if is_float(dtype):  # numpy fills a float range as start + i * ((start + step) - start)
+        s, d = _scalar(start, "float64"), _scalar(delta, "float64")
+        step = (s + d) - s
+        value = lambda i: convert(s + te.cast(i, "float64") * step, dtype)  # noqa: E731
+    else:
+        s, d = _scalar(start, "int64"), _scalar(delta, "int64")
+        value = lambda i: convert(i * d + s, dtype)  # noqa: E731
+    return te.compute((length,), value, "arange")
+
+
+register(
+    OpDef(
+        "arange_length",
+        lambda args, attrs: TensorType((1,), "int64"),
+        _arange_length_ref,
+        pattern=Pattern.OPAQUE,
+        num_args=(3, 3),
+        compute=_arange_length_te,
+        doc="The length of the range of run-time scalars start, limit and delta, as numpy's "
+        "arange counts it: max(ceil((limit - start) / delta), 0) in float64, as a 1-vector "
+        "(-1 where there is none: a zero or NaN step).",
+    )
+)
+_register(
+    "arange_from",
+    _arange_from_infer,
+    _arange_from_ref,
+    {"length": REQUIRED},
+    num_args=(2, 2),
+    doc="`length` values start, start + delta, ... of run-time scalars start and delta, "
+    "filled as numpy's arange fills them.",
+    compute=_arange_from_te,
+)
 register_op(
     "dyn_arange",
     _dyn_arange_infer,
@@ -192,7 +264,12 @@ register_op(
         scalar_value(start), scalar_value(limit), scalar_value(delta), str(np.asarray(start).dtype)
     ),
     num_args=(3, 3),
-    doc="arange with run-time scalar start, limit and delta (the result has their dtype).",
+    doc="arange with run-time scalar start, limit and delta (the result has their dtype); "
+    "arange_length counts it and arange_from fills it when the program runs.",
+    size_op="arange_length",
+    to_static=lambda types, sizes, out, attrs: StaticForm(
+        "arange_from", (0, 2), {"length": sizes[3][0]}, (sizes[3][0],)
+    ),
 )
 
 

@@ -16,6 +16,10 @@ The shape binding also binds the further sizes a static form's attributes use (a
 first index and step, a reduction's extents), and a form may end in a second op (the
 reshape that drops the axes a reduction kept).
 
+An op whose result size is counted from operand values rather than held by one (a range
+of float bounds) names an op that counts it (`OpDef.size_op`); its result is read as one more
+shape operand.
+
 The first binds a size variable to each value the operand holds; the second checks that the
 values fit the op (a Reshape whose sizes multiply out, an Expand that broadcasts, no negative
 size), each check with a message naming the node, then binds the size variables of `y`'s
@@ -66,13 +70,21 @@ def _lower(b: G.Binding) -> list[G.Binding] | None:
     types = [None if a is None else G.type_of(a) for a in call.args]
     new: list[G.Binding] = []
     sizes: dict[int, tuple] = {}
+    operands = {k: call.args[k] for k in op.shape_operands
+                if k < len(call.args) and call.args[k] is not None}
     try:
-        for k in op.shape_operands:
-            if k >= len(call.args) or call.args[k] is None:
-                continue
+        if op.size_op is not None:  # counted by a kernel, then read as one more operand
+            counter = get_op(op.size_op)
+            count_attrs = normalize_attrs(counter, {})
+            count_call = G.Call(op.size_op, call.args, count_attrs)
+            count_t = counter.infer(types, count_attrs)
+            count = G.Var(f"{b.var.name}_count", count_t)
+            new.append(G.Binding(count, count_call))
+            operands[len(call.args)], types = count, [*types, count_t]
+        for k, arg in operands.items():
             n = static_length(types[k], call.op, f"operand {k}")
             shape_t = G.ShapeType(n, tuple(E.fresh_var("value") for _ in range(n)))
-            read = G.Call("tensor_to_shape", (call.args[k],), {})
+            read = G.Call("tensor_to_shape", (arg,), {})
             new.append(G.Binding(G.Var(f"{b.var.name}_sizes{k}", shape_t), read))
             sizes[k] = shape_t.dims
         if not sizes:  # no operand holds sizes (a reduction given its axes as an attribute)
