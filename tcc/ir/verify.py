@@ -207,12 +207,13 @@ class _Prover:
 
     def assuming(self, cond, holds: bool, fn):
         """`fn()` with what `cond` (or its negation) says about its operands as facts."""
-        n = len(self.facts)
+        n, m = len(self.facts), len(self.positive)
         self._learn(cond, holds)
         try:
             return fn()
         finally:
             del self.facts[n:]
+            del self.positive[m:]
 
     def _learn(self, cond, holds: bool) -> None:
         if isinstance(cond, E.Logic) and cond.op == ("and" if holds else "or"):
@@ -232,6 +233,8 @@ class _Prover:
                 self._fact(a, b + one, None), self._fact(b, None, a - one)
             elif op == "ge":
                 self._fact(a, b, None), self._fact(b, None, a)
+                if isinstance(a, E.Var) and isinstance(b, E.IntImm) and b.value >= 1:
+                    self.positive.append(id(a))  # a size the branch runs with only when >= 1
             elif op == "eq":
                 self._fact(a, b, b), self._fact(b, a, a)
 

@@ -366,3 +366,39 @@ def test_range_with_bounds_read_at_run_time(crt, dtype, bounds):
 def test_a_range_step_of_0_stops_both_runtimes_alike(crt):
     feeds = {n: np.array(v, np.float32) for n, v in (("start", 0), ("limit", 4), ("delta", 0))}
     _refused_alike(crt, _range_model(TensorProto.FLOAT), feeds, "negative")
+
+
+def test_nonzero_sizes_its_result_by_a_count_read_at_run_time(crt):
+    """Data-dependent outputs: a kernel counts, the count becomes a size, a kernel fills."""
+    node = helper.make_node("NonZero", ["x"], ["y"])
+    model = _model([node], [_vi("x", TensorProto.FLOAT, ["n", 3])], [_vi("y", TensorProto.INT64, None)])
+    rng = np.random.default_rng(7)
+    for n in (4, 1, 0):
+        x = rng.integers(-1, 2, (n, 3)).astype(np.float32)
+        _check(crt, model, {"x": x})
+    _check(crt, model, {"x": np.zeros((5, 3), np.float32)})  # nothing selected: (2, 0)
+
+
+@pytest.mark.parametrize("axis", [None, 1])
+def test_compress_by_a_condition_read_at_run_time(crt, axis):
+    node = helper.make_node("Compress", ["x", "cond"], ["y"], **({} if axis is None else {"axis": axis}))
+    model = _model([node], [_vi("x", TensorProto.FLOAT, [2, "m"]), _vi("cond", TensorProto.BOOL, ["c"])],
+                   [_vi("y", TensorProto.FLOAT, None)])
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    for cond in ([True, False, True], [False] * 4, [True, True, False, True, True]):
+        _check(crt, model, {"x": x, "cond": np.array(cond)})
+
+
+@pytest.mark.parametrize("reduction", ["none", "add"])
+def test_scatter_of_any_number_of_updates_none_included(crt, reduction):
+    node = helper.make_node("ScatterElements", ["data", "indices", "updates"], ["y"], axis=0,
+                            reduction=reduction)
+    model = _model([node], [_vi("data", TensorProto.FLOAT, [4, 3]), _vi("indices", TensorProto.INT64, ["u", 3]),
+                            _vi("updates", TensorProto.FLOAT, ["u", 3])], [_vi("y", TensorProto.FLOAT, None)])
+    model.opset_import[0].version = 18
+    rng = np.random.default_rng(8)
+    data = rng.standard_normal((4, 3)).astype(np.float32)
+    for u in (3, 0):
+        indices = np.array([[0, 3, -1], [2, 0, 1], [1, 1, 2]][:u], np.int64).reshape(u, 3)
+        _check(crt, model, {"data": data, "indices": indices,
+                            "updates": rng.standard_normal((u, 3)).astype(np.float32)})

@@ -244,3 +244,12 @@ def test_a_max_is_at_least_its_known_operand():
     assert _lowest(E.BinOp("max", E.IntImm(0), unknown, "int64"), set(), set()) == 0
     assert _lowest(E.BinOp("max", unknown, E.IntImm(2), "int64"), set(), set()) == 2
     assert _lowest(E.BinOp("min", E.IntImm(0), unknown, "int64"), set(), set()) is None
+
+
+def test_a_branch_taken_only_for_a_size_of_at_least_1_needs_no_precondition():
+    """A scatter of no updates reads none: `select(n >= 1, A[min(.., n - 1)], ...)`."""
+    text = _LAST.format(extent="4").replace(
+        "B[0] = A[n - 1]", "B[0] = select(n >= 1, A[min(max(i - 1, 0), n - 1)], 0.0)")
+    func = parse_module(text)["f"]
+    assert unproven_accesses(func, "f") == []
+    assert PRECONDITIONS_ATTR not in dict(guard_accesses(func, "f")[0].attrs)

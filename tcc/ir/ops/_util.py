@@ -161,7 +161,8 @@ def ceil_div(a: Dim, b: int) -> Dim:
 def register_op(name, infer, ref, attrs=None, num_args=(1, 1), pattern=Pattern.INJECTIVE, doc="",
                 **dynamic):
     """Register an `OpDef` given positionally; the pattern defaults to INJECTIVE. `dynamic`
-    gives a dyn_* op's shape_operands and to_static."""
+    gives its other fields by name (a loop program, a dyn_* op's shape_operands and
+    to_static)."""
     return register(OpDef(name, infer, ref, attrs or {}, pattern, num_args, doc=doc, **dynamic))
 
 
@@ -451,3 +452,51 @@ def kept_dims(flags, shape, rank: int) -> tuple[Dim, ...]:
             before = E.binop("add", before, E.binop("sub", 1, f))
         dims.append(as_dim(dim))
     return tuple(dims)
+
+
+# ---------------------------------------------------------------------------------------------
+# data-dependent selections (nonzero, compress): counted first, then filled
+
+
+def unravel(flat, dims) -> tuple:
+    """The C-order position of flat index `flat` (0 <= flat < prod(dims)) in `dims`, each
+    coordinate clamped into its axis so that the bounds proof sees it there."""
+    out = []
+    for d in reversed(dims):
+        out.append(te.min(te.max(flat % d, 0), te.const(d, "int64") - 1))
+        flat = flat // d
+    return tuple(reversed(out))
+
+
+def count_selected(n: Dim, selected, name: str) -> te.Tensor:
+    """A 1-vector: how many of the flat positions 0 <= p < n `selected(p)` holds at."""
+
+    def count(i):
+        p = te.reduce_axis(n, "p")
+        return te.sum(te.const(1, "int64"), axis=[p], where=selected(p))
+
+    if isinstance(n, int) and n > 0:
+        return te.compute((1,), count, name)
+    # a reduction over no position never runs its init: an empty input counts 0 here
+    counted = te.compute((1,), count, f"{name}_sum")
+    zero = te.const(0, "int64")
+    return te.compute((1,), lambda i: te.if_then_else(te.equal(n, 0), zero, counted[i]), name)
+
+
+def selected_positions(n: Dim, count: Dim, selected, name: str) -> te.Tensor:
+    """The `count` flat positions 0 <= p < n where `selected(p)` holds, in order: position p
+    is number j when j selected ones come before it. Two stages of n x n and count x n work
+    (a te program has no running counter)."""
+
+    def before(p):
+        q = te.reduce_axis(n, "q")
+        return te.sum(te.const(1, "int64"), axis=[q], where=te.logical_and(q < p, selected(q)))
+
+    places = te.compute((n,), before, f"{name}_place")
+
+    def position(j):
+        p = te.reduce_axis(n, "p")
+        hit = te.logical_and(selected(p), te.equal(places[p], j))
+        return te.sum(te.cast(p, "int64"), axis=[p], where=hit)
+
+    return te.compute((count,), position, name)

@@ -265,30 +265,34 @@ def _clamped(i, extent):
 
 def _scatter_stages(data, n, targets, update, reduction: str, op: str):
     """The scatter of `n` updates into `data`: update u (0 <= u < n, clamped where read)
-    lands on output element o where `targets(o, u)` holds, with value `update(o, u)`."""
+    lands on output element o where `targets(o, u)` holds, with value `update(o, u)`. Each
+    output element reduces over the positions "data, update 0, ...", never none, as a
+    reduction over no position would leave its result unset."""
     if reduction != "none" and data.dtype == "bool":
         raise no_loop(op, f"reduction {reduction} of bools")
+    def positions(reduce):  # over "data, update 0, update 1, ...": never empty
+        def at(*o):
+            r = te.reduce_axis(as_dim(n + 1), "r")
+            u, first = r - 1, r < 1  # u is read only where r >= 1
+            return reduce(r, o, u, first, te.if_then_else(first, te.const(True), targets(o, u)))
+
+        return at
+
     if reduction == "none":
-
-        def last(*o):
-            u = te.reduce_axis(n, "u")
-            return te.max(te.cast(u, INDEX_DTYPE), axis=[u], where=targets(o, u))
-
+        last = positions(lambda r, o, u, first, hit: te.max(te.cast(r, INDEX_DTYPE), axis=[r], where=hit))
         taken = te.compute(data.shape, last, f"{op}_last")
-        return te.compute(
-            data.shape,
-            lambda *o: te.if_then_else(taken[o] >= 0, update(o, _clamped(taken[o], n)), data[o]),
-            op,
-        )
 
-    def combined(*o):
-        r = te.reduce_axis(as_dim(n + 1), "r")  # position 0 is the data element
-        u = _clamped(r - 1, n)
-        first = te.equal(r, 0)
+        def result(*o):  # the size condition apart, so the bounds proof reads it
+            picked = te.if_then_else(taken[o] >= 1, update(o, _clamped(taken[o] - 1, n)), data[o])
+            return te.if_then_else(te.const(n, INDEX_DTYPE) >= 1, picked, data[o])
+
+        return te.compute(data.shape, result, op)
+
+    def combine(r, o, u, first, hit):
         value = te.if_then_else(first, data[o], update(o, u))
-        return _TE_COMBINE[reduction](value, axis=[r], where=te.logical_or(first, targets(o, u)))
+        return _TE_COMBINE[reduction](value, axis=[r], where=hit)
 
-    return te.compute(data.shape, combined, op)
+    return te.compute(data.shape, positions(combine), op)
 
 
 def _scatter_elements_compute(data, indices, updates, *, axis, reduction):

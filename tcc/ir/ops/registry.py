@@ -63,7 +63,8 @@ class OpDef:
     shape_operands: tuple[int, ...] = ()
     to_static: Callable[..., StaticForm] | None = None
     # An op whose result size is counted from its operands' values (a range's length from
-    # float bounds): the op that counts it, given the same operands, as a 1-D int64 tensor.
+    # float bounds): the op that counts it, given the same operands (and the attributes it
+    # shares), as a 1-D int64 tensor.
     # The pass calls it and reads its values as those of one more shape operand, numbered
     # after the call's own operands.
     size_op: str | None = None

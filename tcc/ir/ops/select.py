@@ -11,10 +11,17 @@ import numpy as np
 
 from tcc.ir import te
 from tcc.ir.dtype import is_float
-from tcc.ir.errors import ShapeError
+from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.expr import Dim, fresh_var
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import check_dim, no_loop, nonscalar
+from tcc.ir.ops._util import (
+    check_dim,
+    count_selected,
+    no_loop,
+    nonscalar,
+    selected_positions,
+    unravel,
+)
 from tcc.ir.ops.elementwise import LOOP_DTYPES
 from tcc.ir.ops.registry import (
     OpDef,
@@ -106,18 +113,75 @@ register(
 
 def _nonzero_infer(args, attrs):
     x = tensor(args[0], "nonzero")
-    return TensorType((max(x.ndim, 1), fresh_var("nnz")), "int64")
+    count = fresh_var("nnz") if attrs["count"] is None else attrs["count"]
+    return TensorType((max(x.ndim, 1), count), "int64")
+
+
+def _nonzero_flags(x):
+    if x.dtype not in LOOP_DTYPES:
+        raise no_loop("nonzero", f"dtype {x.dtype}")
+    shape = x.shape
+    return prod(shape), lambda p: te.not_equal(x[unravel(p, shape)], te.const(0, x.dtype))
+
+
+def _count_infer(op: str):
+    def infer(args, attrs):
+        for a in args:
+            tensor(a, op)
+        return TensorType((1,), "int64")
+
+    return infer
+
+
+def _nonzero_compute(x, *, count):
+    if count is None:
+        raise no_loop("nonzero", "a count not read at run time")
+    n, flags = _nonzero_flags(x)
+    positions = selected_positions(n, count, flags, "nonzero_positions")
+    dims = x.shape or (1,)
+
+    def coordinate(d, j):
+        at = unravel(te.min(te.max(positions[j], 0), n - 1), dims)
+        out = at[-1]
+        for k in range(len(dims) - 1):
+            out = te.if_then_else(te.equal(d, k), at[k], out)
+        return out
+
+    return te.compute((len(dims), count), coordinate, "nonzero")
+
+
+def _nonzero_static(types, sizes, out, attrs):
+    if attrs["count"] is not None:
+        raise NoLoopProgram("nonzero: counted already")
+    (count,) = sizes[1]
+    return StaticForm("nonzero", (0,), {"count": count}, (max(types[0].ndim, 1), count))
 
 
 register(
     OpDef(
+        "nonzero_count",
+        _count_infer("nonzero_count"),
+        lambda x: np.array([np.count_nonzero(x)], np.int64),
+        pattern=Pattern.OPAQUE,
+        compute=lambda x: count_selected(*_nonzero_flags(x), "nonzero_count"),
+        doc="How many elements are nonzero, as a 1-vector (what nonzero's result holds).",
+    )
+)
+register(
+    OpDef(
         "nonzero",
         _nonzero_infer,
-        lambda x: np.array(np.nonzero(np.atleast_1d(x)), dtype=np.int64).reshape(
+        lambda x, count=None: np.array(np.nonzero(np.atleast_1d(x)), dtype=np.int64).reshape(
             max(x.ndim, 1), -1
         ),
+        attrs={"count": None},
         pattern=Pattern.OPAQUE,
-        doc="Indices of the nonzero elements, one row per axis (a scalar counts as a 1-vector).",
+        compute=_nonzero_compute,
+        doc="Indices of the nonzero elements, one row per axis (a scalar counts as a 1-vector). "
+        "Compiled, nonzero_count counts them, the count is read as a size (`count`), and a "
+        "kernel finds each one's place (quadratic in the input's size).",
+        size_op="nonzero_count",
+        to_static=_nonzero_static,
     )
 )
 

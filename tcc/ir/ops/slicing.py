@@ -19,28 +19,34 @@ import numpy as np
 from tcc.ir import expr as E
 from tcc.ir import te
 from tcc.ir.dtype import INDEX_DTYPE
-from tcc.ir.errors import ShapeError
+from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.expr import Dim, as_dim, fresh_var, max_expr, min_expr
 from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import (
     axis_flags,
     ceil_div,
+    count_selected,
     fresh_vars,
     ints,
     known_nonneg,
+    no_loop,
     nonneg,
     normalize_axes,
     operand,
     register_op,
     scalar_value,
+    selected_positions,
+    unravel,
     vector_length,
 )
+from tcc.ir.ops.elementwise import LOOP_DTYPES
 from tcc.ir.ops.registry import (
     REQUIRED,
     OpDef,
     Pattern,
     StaticForm,
     normalize_axis,
+    prod,
     register,
     tensor,
 )
@@ -525,20 +531,85 @@ def _compress_infer(args, attrs):
     cond = tensor(args[1], "compress", "condition")
     if cond.ndim != 1:
         raise ShapeError(f"op compress: condition must be 1-D, got {cond}")
+    count = fresh_var("cp") if attrs["count"] is None else attrs["count"]
     if attrs["axis"] is None:
-        return TensorType((fresh_var("cp"),), x.dtype)
+        return TensorType((count,), x.dtype)
     axis = normalize_axis(attrs["axis"], x.ndim, "compress")
-    return TensorType(x.shape[:axis] + (fresh_var("cp"),) + x.shape[axis + 1 :], x.dtype)
+    return TensorType(x.shape[:axis] + (count,) + x.shape[axis + 1 :], x.dtype)
+
+
+def _compress_flags(x, cond, axis):
+    """(how many condition entries apply, whether entry i holds)."""
+    extent = prod(x.shape) if axis is None else x.shape[normalize_axis(axis, x.ndim, "compress")]
+    if cond.dtype not in LOOP_DTYPES:
+        raise no_loop("compress", f"a {cond.dtype} condition")
+    n = as_dim(E.min_expr(cond.shape[0], extent))  # numpy drops the entries past the axis
+    return n, lambda i: te.not_equal(cond[i], te.const(0, cond.dtype))
+
+
+def _compress_compute(x, cond, *, axis, count):
+    if count is None:
+        raise no_loop("compress", "a count not read at run time")
+    n, flags = _compress_flags(x, cond, axis)
+    positions = selected_positions(n, count, flags, "compress_positions")
+
+    def picked(j):
+        return te.min(te.max(positions[j], 0), n - 1)
+
+    if axis is None:
+        return te.compute((count,), lambda j: x[unravel(picked(j), x.shape)], "compress")
+    a = normalize_axis(axis, x.ndim, "compress")
+    shape = x.shape[:a] + (count,) + x.shape[a + 1 :]
+    return te.compute(shape, lambda *i: x[i[:a] + (picked(i[a]),) + i[a + 1 :]], "compress")
+
+
+def _compress_static(types, sizes, out, attrs):
+    if attrs["count"] is not None:
+        raise NoLoopProgram("compress: counted already")
+    (count,) = sizes[2]
+    x = types[0]
+    if attrs["axis"] is None:
+        dims = (count,)
+    else:
+        a = normalize_axis(attrs["axis"], x.ndim, "compress")
+        dims = x.shape[:a] + (count,) + x.shape[a + 1 :]
+    return StaticForm("compress", (0, 1), {**attrs, "count": count}, dims)
+
+
+def _compress_count_infer(args, attrs):
+    tensor(args[0], "compress_count")
+    tensor(args[1], "compress_count", "condition")
+    return TensorType((1,), "int64")
+
+
+def _compress_count_ref(x, cond, axis):
+    extent = x.size if axis is None else x.shape[axis]
+    return np.array([np.count_nonzero(np.asarray(cond)[:extent])], np.int64)
 
 
 register_op(
-    "compress",
-    _compress_infer,
-    lambda x, cond, axis: np.compress(np.asarray(cond, dtype=bool), x, axis=axis),
+    "compress_count",
+    _compress_count_infer,
+    _compress_count_ref,
     {"axis": None},
     num_args=(2, 2),
     pattern=Pattern.OPAQUE,
-    doc="The slices along `axis` (of the flattened input when None) where condition holds.",
+    doc="How many slices compress keeps, as a 1-vector.",
+    compute=lambda x, cond, *, axis: count_selected(*_compress_flags(x, cond, axis), "compress_count"),
+)
+register_op(
+    "compress",
+    _compress_infer,
+    lambda x, cond, axis, count=None: np.compress(np.asarray(cond, dtype=bool), x, axis=axis),
+    {"axis": None, "count": None},
+    num_args=(2, 2),
+    pattern=Pattern.OPAQUE,
+    doc="The slices along `axis` (of the flattened input when None) where condition holds. "
+    "Compiled, compress_count counts them, the count is read as a size (`count`), and a "
+    "kernel finds each kept slice (quadratic in the condition's length).",
+    compute=_compress_compute,
+    size_op="compress_count",
+    to_static=_compress_static,
 )
 
 

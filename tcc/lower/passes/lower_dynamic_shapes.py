@@ -75,7 +75,8 @@ def _lower(b: G.Binding) -> list[G.Binding] | None:
     try:
         if op.size_op is not None:  # counted by a kernel, then read as one more operand
             counter = get_op(op.size_op)
-            count_attrs = normalize_attrs(counter, {})
+            count_attrs = normalize_attrs(
+                counter, {k: v for k, v in call.attrs.items() if k in counter.attrs})
             count_call = G.Call(op.size_op, call.args, count_attrs)
             count_t = counter.infer(types, count_attrs)
             count = G.Var(f"{b.var.name}_count", count_t)
