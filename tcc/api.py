@@ -65,9 +65,20 @@ def _legalized(mod):
     return lowered, left
 
 
-def ops_without_loop_program(mod) -> dict[str, int]:
-    """Op calls `tcc compile` would refuse (no loop program for them), by op, with counts."""
-    return _legalized(mod)[1]
+def calls_without_loop_program(mod) -> list[dict]:
+    """Each op call `tcc compile` would refuse: the op, the value it binds (named after the
+    ONNX node's output) and why its loop program does not cover it."""
+    from tcc.lower.legalize import no_loop_reason, unlegalized_calls
+
+    lowered, left = _legalized(mod)
+    return [{"op": call.op, "node": name, "reason": no_loop_reason(call)}
+            for name, call in unlegalized_calls(lowered) if call.op in left]
+
+
+WORKAROUND = (
+    "run the model with the reference interpreter instead (`tcc import MODEL -o m.tcir`, "
+    "then `tcc run m.tcir`)"
+)
 
 
 def lower(mod):
@@ -78,10 +89,13 @@ def lower(mod):
     # every kernel is made safe whatever wrote it: size preconditions, else guarded accesses
     verify_if_asked(lowered, "legalization", guard_module(lowered))
     if left:
+        from tcc.lower.legalize import no_loop_reason, unlegalized_calls
+
         listed = ", ".join(f"{op} (x{n})" for op, n in left.items())
+        name, first = next((n, c) for n, c in unlegalized_calls(lowered) if c.op in left)
         raise CompileError(
             f"no loop program yet for op{'s' if len(left) > 1 else ''} {listed}; "
-            "run the model with the reference interpreter (`tcc run FILE.tcir`) instead"
+            f"the first is {name!r} ({no_loop_reason(first)}); {WORKAROUND}"
         )
     return lowered
 

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from tcc.api import ops_without_loop_program
+from tcc.api import WORKAROUND, calls_without_loop_program
 from tcc.frontend.onnx import find_unsupported, from_onnx, load_model
 from tcc.ir.errors import TccError
 from tcc.ir.summary import format_shape, signature
@@ -23,7 +23,7 @@ from tcc.ir.summary import format_shape, signature
               help="Also require every op to have a loop program (so `tcc compile` works).")
 def command(model: Path, as_json: bool, for_compile: bool):
     """Report whether tcc can import MODEL: unsupported ops, inputs and outputs, and the
-    ops `tcc compile` cannot lower yet.
+    ops `tcc compile` cannot lower yet, each with its node, why, and the way around it.
 
     Exits 1 when any op is unsupported or the import fails (with --compile: or an op has
     no loop program), 0 otherwise.
@@ -38,7 +38,10 @@ def command(model: Path, as_json: bool, for_compile: bool):
         try:
             mod = from_onnx(proto)
             report.update(signature(mod["main"]))
-            report["no_loop_program"] = ops_without_loop_program(mod)
+            calls = calls_without_loop_program(mod)
+            ops = sorted({c["op"] for c in calls})
+            report["no_loop_program"] = {op: sum(c["op"] == op for c in calls) for op in ops}
+            report["no_loop_program_calls"] = calls
         except TccError as e:
             report["import_error"] = str(e)
     ok = not unsupported and report["import_error"] is None
@@ -74,8 +77,14 @@ def _print_report(console: Console, r: dict) -> None:
                 t.add_row(kind[:-1], e["name"], ty)
         console.print(t)
     if r.get("no_loop_program"):
-        listed = ", ".join(f"{op} (x{n})" for op, n in r["no_loop_program"].items())
-        console.print(f"[yellow]no loop program yet (tcc compile refuses):[/] {listed}")
+        t = Table(title=f"{r['model']}: no loop program yet (tcc compile refuses)",
+                  title_justify="left")
+        for col in ("node", "op", "why"):
+            t.add_column(col)
+        for c in r["no_loop_program_calls"]:
+            t.add_row(c["node"], c["op"], c["reason"])
+        console.print(t)
+        console.print(f"[yellow]workaround:[/] {WORKAROUND}")
     elif "no_loop_program" in r:
         console.print("every op has a loop program: `tcc compile` can build it")
     console.print("[green]ok: every op is supported[/]" if r["ok"] else "[red]not supported[/]")

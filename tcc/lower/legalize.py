@@ -178,6 +178,25 @@ def kernel_origins(mod: IRModule) -> dict[str, list[str]]:
     return {func: list(names) for func, names in seen.items()}
 
 
+def no_loop_reason(call: Call) -> str:
+    """Why an op call has no loop program: what its loop program says it does not cover."""
+    op = get_op(call.op)
+    if op.compute is None:
+        return f"op {call.op} has no loop program"
+    try:
+        op.compute(*placeholders([None if a is None else type_of(a) for a in call.args]),
+                   **dict(call.attrs))
+    except NoLoopProgram as e:
+        return str(e)
+    return f"op {call.op}: its operands have no loop program"
+
+
+def unlegalized_calls(mod: IRModule) -> list[tuple[str, Call]]:
+    """The op calls left in the graph functions, with the names they are bound to."""
+    return [(b.var.name, b.value) for f in mod.graph_functions.values() for b in f.bindings
+            if isinstance(b.value, Call)]
+
+
 def unlegalized_ops(mod: IRModule) -> dict[str, int]:
     """Op calls left in the graph functions, by op name, with their counts."""
     counts: dict[str, int] = {}

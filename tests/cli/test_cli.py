@@ -200,6 +200,26 @@ def test_check_compile_lists_ops_without_loop_programs(tmp_path):
                           [helper.make_tensor_value_info("y", TP.FLOAT, None)])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "u.onnx")
     r = invoke("check", tmp_path / "u.onnx", "--json")
-    assert r.exit_code == 0 and json.loads(r.output)["no_loop_program"] == {"unique": 1}
+    report = json.loads(r.output)
+    assert r.exit_code == 0 and report["no_loop_program"] == {"unique": 1}
+    assert report["no_loop_program_calls"] == [
+        {"op": "unique", "node": "y", "reason": "op unique has no loop program"}]
     r = invoke("check", tmp_path / "u.onnx", "--json", "--compile")
     assert r.exit_code == 1
+    r = invoke("check", tmp_path / "u.onnx", "--compile")  # the node, and the way around it
+    assert r.exit_code == 1 and "│ y " in r.output and "reference interpreter" in r.output
+    r = invoke("compile", tmp_path / "u.onnx", "-o", tmp_path / "u.tvmpack")
+    assert r.exit_code == 2 and "the first is 'y' (op unique has no loop program)" in r.output
+    assert "tcc import MODEL -o m.tcir" in r.output and not (tmp_path / "u.tvmpack").exists()
+
+
+def test_check_says_why_an_op_has_no_loop_program(tmp_path):
+    """An op whose loop program covers some calls: the reason is what this call lacks."""
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear", antialias=1)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TP.FLOAT, [1, 1, 8, 8]),
+                                        helper.make_tensor_value_info("scales", TP.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "r.onnx")
+    calls = json.loads(invoke("check", tmp_path / "r.onnx", "--json").output)["no_loop_program_calls"]
+    assert [(c["node"], c["op"]) for c in calls] == [("y", "resize")]
+    assert "antialias with a scale known only at run time" in calls[0]["reason"]
