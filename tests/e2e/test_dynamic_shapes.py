@@ -402,3 +402,20 @@ def test_scatter_of_any_number_of_updates_none_included(crt, reduction):
         indices = np.array([[0, 3, -1], [2, 0, 1], [1, 1, 2]][:u], np.int64).reshape(u, 3)
         _check(crt, model, {"data": data, "indices": indices,
                             "updates": rng.standard_normal((u, 3)).astype(np.float32)})
+
+
+def _split_model():
+    node = helper.make_node("Split", ["x", "split"], ["y", "b", "c"], axis=1)
+    return _model([node], [_vi("x", TensorProto.FLOAT, [2, "n"]), _vi("split", TensorProto.INT64, [3])],
+                  [_vi(v, TensorProto.FLOAT, None) for v in ("y", "b", "c")])
+
+
+def test_split_into_parts_read_at_run_time(crt):
+    x = np.arange(20, dtype=np.float32).reshape(2, 10)
+    for parts in [(3, 5, 2), (1, 1, 8)]:
+        _check(crt, _split_model(), {"x": x, "split": np.array(parts, np.int64)})
+
+
+def test_parts_that_do_not_add_up_stop_both_runtimes_alike(crt):
+    feeds = {"x": np.zeros((2, 10), np.float32), "split": np.array([3, 5, 3], np.int64)}
+    _refused_alike(crt, _split_model(), feeds, "do not add up")

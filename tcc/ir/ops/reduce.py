@@ -701,7 +701,7 @@ def _topk_static(types, sizes, out, attrs):
     (k,) = sizes[1]
     fits = E.Logic("and", E.compare("ge", k, 0), E.compare("le", k, x.shape[axis]))
     dims = x.shape[:axis] + (k,) + x.shape[axis + 1 :]
-    return StaticForm("topk", (0,), {**attrs, "k": k}, dims,
+    return StaticForm("topk", (0,), {**attrs, "k": k}, dims + dims,  # values, indices
                       ((fits, f"k is outside [0, the axis's length {x.shape[axis]}]"),))
 
 

@@ -80,7 +80,7 @@ class StaticForm:
     op: str
     operands: tuple[int | None, ...]  # the dyn op's operands it takes (None: left out)
     attrs: dict[str, Any]
-    dims: tuple[Dim, ...]
+    dims: tuple[Dim, ...]  # of every result, one after another
     checks: tuple[tuple[PrimExpr, str], ...] = ()
     # a second static op (name, attrs) applied to the first one's result (a reshape that
     # drops the axes a reduction kept)

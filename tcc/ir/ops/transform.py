@@ -315,11 +315,19 @@ def _dyn_split_infer(args, attrs):
 def _split_compute(x, sizes, axis):
     axis = normalize_axis(axis, x.ndim, "split")
     outs, offset = [], 0
+    # sizes read at run time add up to the axis (the VM checks it first), which the bounds
+    # proof cannot see through a schedule's tiles: the index is clamped into the axis there
+    clamp = not all(isinstance(s, int) for s in sizes)
     for k, size in enumerate(sizes):
         shape = x.shape[:axis] + (as_dim(size),) + x.shape[axis + 1 :]
 
         def value(*i, start=offset):
-            return x[i[:axis] + (i[axis] + start,) + i[axis + 1 :]]
+            at = i[axis] + start
+            if clamp and isinstance(x.shape[axis], int) and x.shape[axis] == 0:
+                return te.const(0, x.dtype)  # every part is empty: nothing is read
+            if clamp:
+                at = te.min(at, te.const(x.shape[axis], "int64") - 1)
+            return x[i[:axis] + (at,) + i[axis + 1 :]]
 
         outs.append(te.compute(shape, value, f"split{k}"))
         offset = as_dim(offset + size)
@@ -334,6 +342,18 @@ _op(
     compute=_split_compute,
     doc="Cut `axis` into consecutive parts of the given sizes (a tuple of tensors).",
 )
+def _dyn_split_static(types, sizes, out, attrs):
+    x, parts = types[0], list(sizes[1])
+    axis = normalize_axis(attrs["axis"], x.ndim, "dyn_split")
+    total = E.const(0)
+    for p in parts:
+        total = E.binop("add", total, p)
+    fits = E.compare("eq", total, x.shape[axis])
+    dims = tuple(d for p in parts for d in x.shape[:axis] + (p,) + x.shape[axis + 1 :])
+    return StaticForm("split", (0,), {"sizes": parts, "axis": attrs["axis"]}, dims,
+                      ((fits, f"the part sizes do not add up to axis {axis}'s length"),))
+
+
 _op(
     "dyn_split",
     _dyn_split_infer,
@@ -341,6 +361,8 @@ _op(
     {"axis": 0},
     num_args=(2, 2),
     doc="split with the part sizes as a run-time tensor.",
+    shape_operands=(1,),
+    to_static=_dyn_split_static,
 )
 
 

@@ -9,7 +9,8 @@ May change: in every graph function (control-flow bodies included), a binding
     y_shape = shape(dims..., checks=[...]) : Shape(y's dims)        binds y's fresh sizes
     y = static_op(...)                                            same variable, same type
 
-An op with several results (topk's values and indices) qualifies when they share one shape.
+An op with several results (topk's values and indices, split's parts) binds the dims of
+all of them, one result after another.
 The static op's own result type may spell a dimension as the expression the shape binding
 bound (`x * value0` for a tile) rather than the variable: the two are equal once it runs.
 The shape binding also binds the further sizes a static form's attributes use (a slice's
@@ -60,10 +61,7 @@ def _lower(b: G.Binding) -> list[G.Binding] | None:
     results = b.var.type.fields if isinstance(b.var.type, G.TupleType) else (b.var.type,)
     if not isinstance(call, G.Call) or not all(isinstance(t, G.TensorType) for t in results):
         return None
-    out = results[0]  # a tuple's results share one shape (topk's values and indices)
-    if any(len(t.shape) != out.ndim or not all(map(E.prove_equal, t.shape, out.shape))
-           for t in results):
-        return None
+    out_dims = tuple(d for t in results for d in t.shape)  # a tuple's, one result after another
     op = get_op(call.op)
     if op.to_static is None:
         return None
@@ -90,7 +88,7 @@ def _lower(b: G.Binding) -> list[G.Binding] | None:
             sizes[k] = shape_t.dims
         if not sizes:  # no operand holds sizes (a reduction given its axes as an attribute)
             return None
-        form = op.to_static(types, sizes, out.shape, dict(call.attrs))
+        form = op.to_static(types, sizes, out_dims, dict(call.attrs))
     except (NoLoopProgram, ShapeError):
         return None
     where = f"{call.op} {b.var.name!r}"
@@ -99,8 +97,11 @@ def _lower(b: G.Binding) -> list[G.Binding] | None:
         check = _nonneg_check(axis, d)
         if check is not None:
             checks.append((check[0], f"{where}: {check[1]}"))
+    if len(form.dims) != len(out_dims):
+        raise InternalError(f"{where}: its static form gives {len(form.dims)} dimensions, "
+                            f"not the {len(out_dims)} of {b.var.type}")
     bound = tuple(v for v, _ in form.binds)
-    result = G.ShapeType(out.ndim + len(bound), (*out.shape, *bound))
+    result = G.ShapeType(len(out_dims) + len(bound), (*out_dims, *bound))
     value = G.ShapeExpr((*form.dims, *(e for _, e in form.binds)), tuple(checks))
     new.append(G.Binding(G.Var(f"{b.var.name}_shape", result), value))
     static = get_op(form.op)
@@ -118,11 +119,12 @@ def _lower(b: G.Binding) -> list[G.Binding] | None:
         form = dataclasses.replace(form, op=form.then[0])
     bound_to = dict(form.binds)
     got = inferred.fields if isinstance(inferred, G.TupleType) else (inferred,)
+    starts = [sum(t.ndim for t in results[:k]) for k in range(len(results))]
     if not (len(got) == len(results) and all(
             isinstance(g, G.TensorType) and g.dtype == t.dtype and len(g.shape) == t.ndim
             and all(E.prove_equal(x, y) or E.prove_equal(E.substitute(x, bound_to), d)
-                    for x, y, d in zip(g.shape, t.shape, form.dims))
-            for g, t in zip(got, results))):
+                    for x, y, d in zip(g.shape, t.shape, form.dims[start:]))
+            for g, t, start in zip(got, results, starts))):
         raise InternalError(
             f"{where}: its static form {form.op} gives {inferred}, not {b.var.type}")
     new.append(G.Binding(b.var, G.Call(form.op, args, attrs)))
