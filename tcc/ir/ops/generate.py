@@ -69,17 +69,10 @@ def _value(value, dtype: str):
     return te.const(np.full((), arr.reshape(()), to_numpy(dtype))[()].item(), dtype)
 
 
-def _convert(v, dtype: str):
-    """`v` in `dtype` with astype's rules (nonzero is True)."""
-    if dtype == "bool" and v.dtype != "bool":
-        return te.not_equal(v, te.const(0, v.dtype))
-    return te.cast(v, dtype)
-
-
 def _shape_to_tensor_te(dims, scalar, dtype):
     _loopable("shape_to_tensor", dtype)
     shape = () if scalar else (len(dims),)
-    values = [_convert(d, dtype) if isinstance(d, PrimExpr) else _value(d, dtype) for d in dims]
+    values = [convert(d, dtype) if isinstance(d, PrimExpr) else _value(d, dtype) for d in dims]
     values = values or [te.const(0, dtype)]
 
     def body(*i):
@@ -159,13 +152,13 @@ def _arange_te(start, stop, step, dtype):
     _loopable("arange", dtype)
     n = _arange_length(start, stop, step)
     if not any(isinstance(v, float) for v in (start, stop, step)):
-        return te.compute((n,), lambda i: _convert(i * step + start, dtype), "arange")
+        return te.compute((n,), lambda i: convert(i * step + start, dtype), "arange")
     # numpy fills a float range as start + i * ((start + step) - start), in float64
     delta = (start + step) - start
     f64 = "float64"
     return te.compute(
         (n,),
-        lambda i: _convert(te.const(start, f64) + te.cast(i, f64) * te.const(delta, f64), dtype),
+        lambda i: convert(te.const(start, f64) + te.cast(i, f64) * te.const(delta, f64), dtype),
         "arange",
     )
 
