@@ -65,14 +65,17 @@ def _legalized(mod):
     return lowered, left
 
 
+def _refused(lowered, left) -> list[dict]:
+    from tcc.lower.legalize import no_loop_reason, unlegalized_calls
+
+    return [{"op": call.op, "node": name, "reason": no_loop_reason(call)}
+            for name, call in unlegalized_calls(lowered) if call.op in left]
+
+
 def calls_without_loop_program(mod) -> list[dict]:
     """Each op call `tcc compile` would refuse: the op, the value it binds (named after the
     ONNX node's output) and why its loop program does not cover it."""
-    from tcc.lower.legalize import no_loop_reason, unlegalized_calls
-
-    lowered, left = _legalized(mod)
-    return [{"op": call.op, "node": name, "reason": no_loop_reason(call)}
-            for name, call in unlegalized_calls(lowered) if call.op in left]
+    return _refused(*_legalized(mod))
 
 
 WORKAROUND = (
@@ -89,13 +92,11 @@ def lower(mod):
     # every kernel is made safe whatever wrote it: size preconditions, else guarded accesses
     verify_if_asked(lowered, "legalization", guard_module(lowered))
     if left:
-        from tcc.lower.legalize import no_loop_reason, unlegalized_calls
-
         listed = ", ".join(f"{op} (x{n})" for op, n in left.items())
-        name, first = next((n, c) for n, c in unlegalized_calls(lowered) if c.op in left)
+        first = _refused(lowered, left)[0]
         raise CompileError(
             f"no loop program yet for op{'s' if len(left) > 1 else ''} {listed}; "
-            f"the first is {name!r} ({no_loop_reason(first)}); {WORKAROUND}"
+            f"the first is {first['node']!r} ({first['reason']}); {WORKAROUND}"
         )
     return lowered
 

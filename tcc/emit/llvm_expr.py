@@ -5,7 +5,7 @@ Values live in registers with one type per dtype (`reg_type`): bool is i1, float
 the other dtypes are themselves. Memory types differ only for bool (i8) and float16 (half).
 The storage types tcc does no arithmetic on are held as tcc holds them: bfloat16 as float
 (rounded to bfloat16), the low-precision types as their code byte (i8); loop programs read
-and write them with `reinterpret` (tcc.ir.ops.storage_types).
+and write them with `reinterpret` (tcc.ir.ops._storage_types).
 When a vector meets a scalar (an operand that does not depend on the vectorized loop), the
 scalar is broadcast, so vector code is scalar code run on all lanes at once.
 

@@ -200,8 +200,6 @@ def unlegalized_calls(mod: IRModule) -> list[tuple[str, Call]]:
 def unlegalized_ops(mod: IRModule) -> dict[str, int]:
     """Op calls left in the graph functions, by op name, with their counts."""
     counts: dict[str, int] = {}
-    for f in mod.graph_functions.values():
-        for b in f.bindings:
-            if isinstance(b.value, Call):
-                counts[b.value.op] = counts.get(b.value.op, 0) + 1
+    for _, call in unlegalized_calls(mod):
+        counts[call.op] = counts.get(call.op, 0) + 1
     return counts

@@ -458,14 +458,31 @@ def kept_dims(flags, shape, rank: int) -> tuple[Dim, ...]:
 # data-dependent selections (nonzero, compress): counted first, then filled
 
 
+def clamp_index(i, extent):
+    """Index `i` clamped into an axis of `extent`: where an index read from data (or bound
+    only by the program's logic) is used, so the bounds proof sees it in the axis."""
+    return te.min(te.max(i, 0), te.const(extent, "int64") - 1)
+
+
 def unravel(flat, dims) -> tuple:
     """The C-order position of flat index `flat` (0 <= flat < prod(dims)) in `dims`, each
     coordinate clamped into its axis so that the bounds proof sees it there."""
     out = []
     for d in reversed(dims):
-        out.append(te.min(te.max(flat % d, 0), te.const(d, "int64") - 1))
+        out.append(clamp_index(flat % d, d))
         flat = flat // d
     return tuple(reversed(out))
+
+
+def count_type(op: str):
+    """The inference of a counting op (OpDef.size_op): any tensor operands, one int64 count."""
+
+    def infer(args, attrs):
+        for a in args:
+            tensor(a, op)
+        return TensorType((1,), "int64")
+
+    return infer
 
 
 def count_selected(n: Dim, selected, name: str) -> te.Tensor:

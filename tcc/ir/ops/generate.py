@@ -26,6 +26,7 @@ from tcc.ir.graph import ShapeType, TensorType
 from tcc.ir.ops._storage_types import convert
 from tcc.ir.ops._util import (
     ceil_div,
+    count_type,
     fresh_vars,
     ints,
     nonneg,
@@ -179,6 +180,8 @@ _register(
     doc="start, start + step, ... up to (excluding) stop.",
     compute=_arange_te,
 )
+
+
 def _scalar(t, dtype: str):
     """The one value of a scalar (or 1-element) te tensor, in `dtype`."""
     return convert(t[(0,) * t.ndim], dtype)
@@ -230,7 +233,7 @@ def _arange_from_te(start, delta, *, length):
 register(
     OpDef(
         "arange_length",
-        lambda args, attrs: TensorType((1,), "int64"),
+        count_type("arange_length"),
         _arange_length_ref,
         pattern=Pattern.OPAQUE,
         num_args=(3, 3),

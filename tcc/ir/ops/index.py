@@ -29,7 +29,7 @@ from tcc.ir.dtype import INDEX_DTYPE
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import as_dim
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import check_dim, no_loop, nonscalar
+from tcc.ir.ops._util import check_dim, clamp_index, no_loop, nonscalar, unravel
 from tcc.ir.ops.registry import OpDef, Pattern, normalize_axis, prod, register, tensor
 
 INDEX_DTYPES = ("int32", "int64")
@@ -56,9 +56,7 @@ def _check_shape(expected, got, op: str, what: str) -> None:
 def _axis_index(value, dim):
     """An index read from an index tensor as a position on an axis of extent `dim`: negative
     values count from the end, and out-of-range ones are clamped into the axis."""
-    i = te.cast(value, INDEX_DTYPE)
-    i = te.if_then_else(i < 0, i + dim, i)
-    return te.min(te.max(i, 0), te.const(dim, INDEX_DTYPE) - 1)
+    return clamp_index(_wrapped(value, dim), dim)
 
 
 def _gather_compute(data, indices, axis):
@@ -259,10 +257,6 @@ def _wrapped(value, dim):
     return te.if_then_else(i < 0, i + dim, i)
 
 
-def _clamped(i, extent):
-    return te.min(te.max(i, 0), te.const(extent, INDEX_DTYPE) - 1)
-
-
 def _scatter_stages(data, n, targets, update, reduction: str, op: str):
     """The scatter of `n` updates into `data`: update u (0 <= u < n, clamped where read)
     lands on output element o where `targets(o, u)` holds, with value `update(o, u)`. Each
@@ -283,7 +277,7 @@ def _scatter_stages(data, n, targets, update, reduction: str, op: str):
         taken = te.compute(data.shape, last, f"{op}_last")
 
         def result(*o):  # the size condition apart, so the bounds proof reads it
-            picked = te.if_then_else(taken[o] >= 1, update(o, _clamped(taken[o] - 1, n)), data[o])
+            picked = te.if_then_else(taken[o] >= 1, update(o, clamp_index(taken[o] - 1, n)), data[o])
             return te.if_then_else(te.const(n, INDEX_DTYPE) >= 1, picked, data[o])
 
         return te.compute(data.shape, result, op)
@@ -301,7 +295,7 @@ def _scatter_elements_compute(data, indices, updates, *, axis, reduction):
     shape = updates.shape
 
     def at(o, u):  # the update position in o's line along the axis (clamped where smaller)
-        return tuple(u if k == axis else _clamped(o[k], shape[k]) for k in range(data.ndim))
+        return tuple(u if k == axis else clamp_index(o[k], shape[k]) for k in range(data.ndim))
 
     def targets(o, u):
         hit = te.equal(_wrapped(indices[at(o, u)], data.shape[axis]), o[axis])
@@ -373,11 +367,7 @@ def _scatter_nd_compute(data, indices, updates, *, reduction):
     tuples = indices.shape[:-1]  # the update slices, numbered in C order
 
     def position(u):
-        out, rest = [], u
-        for d in reversed(tuples):
-            out.append(rest % d)
-            rest = rest // d
-        return tuple(reversed(out))
+        return unravel(u, tuples)
 
     def targets(o, u):
         q, hit = position(u), None

@@ -109,8 +109,6 @@ def _quantize_ref(x, scale, zero_point, axis, block_size, saturate, out_dtype, p
     return np.clip(q, lo, hi).astype(to_numpy(out_dtype))
 
 
-
-
 def _param_loader(p, x, axis: int, block_size: int, op: str):
     """`load(idx)`: the scale or zero point that input element `idx` uses."""
     if p is None:

@@ -29,6 +29,7 @@ from tcc.ir.expr import Dim, as_dim, fresh_var
 from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import (
     axis_flags,
+    clamp_index,
     kept_dims,
     no_loop,
     operand,
@@ -543,7 +544,7 @@ def _scan_compute(name: str):
                 here, idx, inside = i[ax], i[:ax] + (pos,) + i[ax + 1 :], None
             else:
                 here = pick_dim(i, axis)
-                idx = tuple(te.if_then_else(te.equal(axis, j), te.min(te.max(pos, 0), d - 1), i[j])
+                idx = tuple(te.if_then_else(te.equal(axis, j), clamp_index(pos, d), i[j])
                             for j, d in enumerate(x.shape))
                 inside = te.less(r, n)
             if reverse:
@@ -689,7 +690,7 @@ def _topk_compute(x, k_tensor=None, *, k, axis, largest, sorted):
     indices = te.compute(shape, index, "topk_indices")
     # clamped where read, so the bounds proof sees it (each place is taken exactly once)
     values = te.compute(
-        shape, lambda *i: x[at(i, te.min(te.max(indices[i], 0), n - 1))], "topk_values"
+        shape, lambda *i: x[at(i, clamp_index(indices[i], n))], "topk_values"
     )
     return [values, indices]
 

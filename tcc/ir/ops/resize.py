@@ -29,7 +29,7 @@ from tcc.ir.dtype import INDEX_DTYPE, is_float, to_numpy
 from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.expr import Dim, fresh_var, prove_equal
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import operand
+from tcc.ir.ops._util import clamp_index, operand
 from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, StaticForm, register, tensor
 
 # Resizing is separable: each axis is resampled in turn. Along one axis, output sample y maps
@@ -330,7 +330,7 @@ def _nearest_index(c, nearest_mode: str, scale, n_in):
     if nearest_mode == "simple":
         if not isinstance(scale, float):
             v = te.if_then_else(scale < 1.0, te.ceil(c), floor)
-            return _clamp_index(te.cast(v, INDEX_DTYPE), n_in)
+            return clamp_index(te.cast(v, INDEX_DTYPE), n_in)
         nearest_mode = "ceil" if scale < 1 else "floor"
     if nearest_mode == "round_prefer_floor":
         v = te.if_then_else(c - floor > 0.5, floor + 1.0, floor)
@@ -338,7 +338,7 @@ def _nearest_index(c, nearest_mode: str, scale, n_in):
         v = te.if_then_else(c - floor >= 0.5, floor + 1.0, floor)
     else:
         v = floor if nearest_mode == "floor" else te.ceil(c)
-    return _clamp_index(te.cast(v, INDEX_DTYPE), n_in)
+    return clamp_index(te.cast(v, INDEX_DTYPE), n_in)
 
 
 def _if_identity(identity, same, otherwise):
@@ -360,11 +360,6 @@ def _nearest_table(coord, nearest_mode: str, scale, n_in, identity, name: str):
         return _if_identity(identity, y, v)
 
     return te.compute(coord.shape, pick, name)
-
-
-def _clamp_index(i, n_in):
-    """A sample index clamped into the axis: samples past the edges repeat the edge."""
-    return te.min(te.max(i, 0), te.const(n_in, INDEX_DTYPE) - 1)
 
 
 def _kernel_weight(dist, attrs):
@@ -426,7 +421,7 @@ def _taps(coord, a: int, n_in, n_out, scale, attrs):
     def raw_index(y, t):
         return te.cast(base(y), INDEX_DTYPE) + (t + k0)
 
-    index = te.compute((n_out, taps), lambda y, t: _clamp_index(raw_index(y, t), n_in), f"taps{a}")
+    index = te.compute((n_out, taps), lambda y, t: clamp_index(raw_index(y, t), n_in), f"taps{a}")
 
     def weight(y, t):
         dist = te.cast(t + k0, F64) - (coord[y] - base(y))
@@ -532,7 +527,7 @@ def _resize_compute(x, scale_values=None, *, sizes, scales, roi, scale_axes=None
         def gather(*i):
             # the tables hold clamped indices; clamping again where they are read lets the
             # bounds proof see it (tcc.ir.verify does not look into a table's values)
-            at = tuple(_clamp_index(index[a][j], x.shape[a]) if a in index else j
+            at = tuple(clamp_index(index[a][j], x.shape[a]) if a in index else j
                        for a, j in enumerate(i))
             v = te.cast(x[at], F64)
             for coord, n_in, a, identity in outs:
@@ -566,12 +561,12 @@ def _resize_compute(x, scale_values=None, *, sizes, scales, roi, scale_axes=None
                 idx = i[:a] + (j,) + i[a + 1 :]
                 return te.cast(x[idx], F64) if src is None else src[idx]
 
-            taken = [load(_clamp_index(index[i[a], t], n_in)) for t in range(taps)]  # as above
+            taken = [load(clamp_index(index[i[a], t], n_in)) for t in range(taps)]  # as above
             v = _numpy_sum([taken[t] * weights[i[a], t] for t in range(taps)])
             if crop:
                 v = te.if_then_else(outside(coord[i[a]], n_in), extrapolation, v)
             if identity is not False:  # clamped: in bounds without the size check
-                v = _if_identity(identity, load(_clamp_index(i[a], n_in)), v)
+                v = _if_identity(identity, load(clamp_index(i[a], n_in)), v)
             return v
 
         current = te.compute(tuple(shape), resample, f"resample{a}")

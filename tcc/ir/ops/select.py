@@ -17,6 +17,7 @@ from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import (
     check_dim,
     count_selected,
+    count_type,
     no_loop,
     nonscalar,
     selected_positions,
@@ -124,15 +125,6 @@ def _nonzero_flags(x):
     return prod(shape), lambda p: te.not_equal(x[unravel(p, shape)], te.const(0, x.dtype))
 
 
-def _count_infer(op: str):
-    def infer(args, attrs):
-        for a in args:
-            tensor(a, op)
-        return TensorType((1,), "int64")
-
-    return infer
-
-
 def _nonzero_compute(x, *, count):
     if count is None:
         raise no_loop("nonzero", "a count not read at run time")
@@ -141,7 +133,7 @@ def _nonzero_compute(x, *, count):
     dims = x.shape or (1,)
 
     def coordinate(d, j):
-        at = unravel(te.min(te.max(positions[j], 0), n - 1), dims)
+        at = unravel(positions[j], dims)
         out = at[-1]
         for k in range(len(dims) - 1):
             out = te.if_then_else(te.equal(d, k), at[k], out)
@@ -160,7 +152,7 @@ def _nonzero_static(types, sizes, out, attrs):
 register(
     OpDef(
         "nonzero_count",
-        _count_infer("nonzero_count"),
+        count_type("nonzero_count"),
         lambda x: np.array([np.count_nonzero(x)], np.int64),
         pattern=Pattern.OPAQUE,
         compute=lambda x: count_selected(*_nonzero_flags(x), "nonzero_count"),

@@ -25,7 +25,9 @@ from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import (
     axis_flags,
     ceil_div,
+    clamp_index,
     count_selected,
+    count_type,
     fresh_vars,
     ints,
     known_nonneg,
@@ -554,7 +556,7 @@ def _compress_compute(x, cond, *, axis, count):
     positions = selected_positions(n, count, flags, "compress_positions")
 
     def picked(j):
-        return te.min(te.max(positions[j], 0), n - 1)
+        return clamp_index(positions[j], n)
 
     if axis is None:
         return te.compute((count,), lambda j: x[unravel(picked(j), x.shape)], "compress")
@@ -576,12 +578,6 @@ def _compress_static(types, sizes, out, attrs):
     return StaticForm("compress", (0, 1), {**attrs, "count": count}, dims)
 
 
-def _compress_count_infer(args, attrs):
-    tensor(args[0], "compress_count")
-    tensor(args[1], "compress_count", "condition")
-    return TensorType((1,), "int64")
-
-
 def _compress_count_ref(x, cond, axis):
     extent = x.size if axis is None else x.shape[axis]
     return np.array([np.count_nonzero(np.asarray(cond)[:extent])], np.int64)
@@ -589,7 +585,7 @@ def _compress_count_ref(x, cond, axis):
 
 register_op(
     "compress_count",
-    _compress_count_infer,
+    count_type("compress_count"),
     _compress_count_ref,
     {"axis": None},
     num_args=(2, 2),
