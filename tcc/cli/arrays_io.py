@@ -27,10 +27,18 @@ def _load_npy(path: Path, what: str) -> np.ndarray:
             f"{what}: {path} is not a readable .npy file of numbers; save arrays with numpy.save"
         ) from None
     if isinstance(arr, np.lib.npyio.NpzFile):
-        arr.close()
-        raise InputError(f"{what}: {path} is an .npz archive; pass it with --inputs instead")
+        return _load_sequence(path, arr, what)
     _check_data_size(path, arr, what)
     return arr
+
+
+def _load_sequence(path: Path, z, what: str) -> list[np.ndarray]:
+    """An .npz given for one input is a sequence: its arrays in the archive's order."""
+    try:
+        with z:
+            return [z[k] for k in z.files]
+    except Exception:
+        raise InputError(f"{what}: {path} has an unreadable member; write it with numpy.savez") from None
 
 
 def _check_data_size(path: Path, arr: np.ndarray, what: str) -> None:
@@ -46,8 +54,9 @@ def _check_data_size(path: Path, arr: np.ndarray, what: str) -> None:
                          "save it with numpy.save")
 
 
-def load_inputs(pairs: tuple[str, ...], npz: Path | None) -> dict[str, np.ndarray]:
-    """Merge `--inputs FILE.npz` and `--input NAME=PATH.npy` (the latter wins)."""
+def load_inputs(pairs: tuple[str, ...], npz: Path | None) -> dict[str, np.ndarray | list]:
+    """Merge `--inputs FILE.npz` and `--input NAME=PATH.npy` (the latter wins). `--input
+    NAME=PATH.npz` gives a sequence input: the archive's arrays in order."""
     inputs: dict[str, np.ndarray] = {}
     if npz is not None:
         why = not_a_file(npz)
@@ -89,6 +98,18 @@ def safe_file_names(names: list[str]) -> list[str]:
         used.add(cand)
         out.append(cand)
     return out
+
+
+def flatten_outputs(outputs: dict) -> dict[str, np.ndarray]:
+    """Outputs as arrays to write: a sequence's tensors as `NAME.0`, `NAME.1`, ...; an empty
+    optional writes nothing."""
+    flat: dict[str, np.ndarray] = {}
+    for name, value in outputs.items():
+        if isinstance(value, list):
+            flat.update({f"{name}.{i}": np.asarray(v) for i, v in enumerate(value)})
+        elif value is not None:
+            flat[name] = np.asarray(value)
+    return flat
 
 
 def write_output_dir(directory: Path, outputs: dict[str, np.ndarray]) -> list[Path]:

@@ -13,7 +13,7 @@ from rich.table import Table
 from tcc.api import WORKAROUND, calls_without_loop_program
 from tcc.frontend.onnx import find_unsupported, from_onnx, load_model
 from tcc.ir.errors import TccError
-from tcc.ir.summary import format_shape, signature
+from tcc.ir.summary import signature, type_text
 
 
 @click.command("check")
@@ -73,8 +73,7 @@ def _print_report(console: Console, r: dict) -> None:
             t.add_column(col)
         for kind in ("inputs", "outputs"):
             for e in r[kind]:
-                ty = f"{e['dtype']}{format_shape(e['shape'])}" if "shape" in e else json.dumps(e)
-                t.add_row(kind[:-1], e["name"], ty)
+                t.add_row(kind[:-1], e["name"], type_text(e))
         console.print(t)
     if r.get("no_loop_program"):
         t = Table(title=f"{r['model']}: no loop program yet (tcc compile refuses)",

@@ -18,10 +18,17 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from tcc.cli.arrays_io import load_inputs, safe_file_names, write_npz, write_output_dir
+from tcc.cli.arrays_io import (
+    flatten_outputs,
+    load_inputs,
+    safe_file_names,
+    write_npz,
+    write_output_dir,
+)
 from tcc.errors import TccError
 from tcc.infile import not_a_file
-from tcc.ir.errors import InternalError
+from tcc.ir.errors import InputError, InternalError
+from tcc.ir.summary import type_text
 from tcc.outfile import scratch_dir
 from tcc.rt.tensor import numpy_dtype
 
@@ -204,6 +211,9 @@ def make_random_inputs(signature: dict, given: dict, shapes: dict, seed: int = 0
         name = spec["name"]
         if name in out:
             continue
+        if "shape" not in spec:
+            raise InputError(f"--random-inputs: input {name!r} is {type_text(spec)}, which tcc "
+                             f"does not make up; give it with --input {name}=FILE.npz")
         if name in shapes:
             shape = shapes[name]
             if len(shape) != len(spec["shape"]):
@@ -309,7 +319,8 @@ def _check_against_onnx(console: Console, onnx_path: Path, inputs: dict, named: 
 @click.command("run")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--input", "input_pairs", multiple=True, metavar="NAME=PATH.npy",
-              help="An input array, by the model's input name (repeatable).")
+              help="An input array, by the model's input name (repeatable); an .npz "
+                   "archive here gives a sequence input (its arrays in order).")
 @click.option("--inputs", "inputs_npz", type=click.Path(dir_okay=False, path_type=Path),
               help="An .npz archive of inputs keyed by input name.")
 @click.option("--random-inputs", is_flag=True,
@@ -317,7 +328,8 @@ def _check_against_onnx(console: Console, onnx_path: Path, inputs: dict, named: 
 @click.option("--shape", "shape_pairs", multiple=True, metavar="NAME=DIMS",
               help="Shape of a random input, e.g. input_ids=1,128 (symbolic dims default to 1).")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write one NAME.npy per output here (the folder is created if missing).")
+              help="Write one NAME.npy per output here (the folder is created if missing); "
+                   "a sequence output as NAME.0.npy, NAME.1.npy, ...")
 @click.option("--output", "output_npz", type=click.Path(dir_okay=False, path_type=Path),
               help="Write all outputs into one .npz keyed by output name.")
 @click.option("--entry", default="main", show_default=True, help="The function to run.")
@@ -387,21 +399,28 @@ def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, 
         if given:
             raise TccError(f"--shape {given[0]}: that input is given with --input/--inputs")
         inputs = make_random_inputs(runner.signature, inputs, shapes)
+    _check_sequence_inputs(runner.signature, inputs)
     outputs = runner(inputs)
     names = [o["name"] for o in runner.signature["outputs"]]
     named = dict(zip(names, outputs))
     console = Console(highlight=False, soft_wrap=True)
     if output_dir is not None:
-        paths = write_output_dir(output_dir, named)
-        console.print(f"wrote {len(paths)} output(s) to {output_dir}")
+        paths = write_output_dir(output_dir, flatten_outputs(named))
+        console.print(f"wrote {len(paths)} output file(s) to {output_dir}")
     if output_npz is not None:
-        write_npz(output_npz, named)
-        console.print(f"wrote {len(named)} output(s) to {output_npz}")
+        flat = flatten_outputs(named)
+        write_npz(output_npz, flat)
+        console.print(f"wrote {len(flat)} array(s) to {output_npz}")
     if output_dir is None and output_npz is None:
-        for name, arr in named.items():
-            arr = np.asarray(arr)
-            preview = np.array2string(arr.ravel()[:8], precision=5, separator=", ")
-            console.print(f"{name}: {arr.dtype}{list(arr.shape)} {preview}")
+        for name, value in named.items():
+            if value is None:
+                console.print(f"{name}: empty optional")
+            elif isinstance(value, list):
+                console.print(f"{name}: sequence of {len(value)} tensor{'' if len(value) == 1 else 's'}")
+                for i, arr in enumerate(value):
+                    console.print(f"  [{i}] {_preview(arr)}")
+            else:
+                console.print(f"{name}: {_preview(value)}")
     if bench:
         median, lo, hi = runner.bench(inputs, bench)
         console.print(f"bench: {bench} runs, median {median:.3f} ms (min {lo:.3f}, max {hi:.3f})")
@@ -413,6 +432,21 @@ def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, 
         console.print(profile_table(rows, runs))
     if check and not _check_against_onnx(console, onnx_path, inputs, named, rtol, atol):
         raise SystemExit(1)
+
+
+def _preview(arr) -> str:
+    arr = np.asarray(arr)
+    return f"{arr.dtype}{list(arr.shape)} {np.array2string(arr.ravel()[:8], precision=5, separator=', ')}"
+
+
+def _check_sequence_inputs(signature: dict, inputs: dict) -> None:
+    """An .npz given with --input is a sequence; only a sequence input takes one."""
+    for spec in signature["inputs"]:
+        value = inputs.get(spec["name"])
+        if isinstance(value, list) and "sequence" not in spec and "sequence" not in spec.get("optional", {}):
+            raise InputError(f"input {spec['name']!r}: an .npz given with --input is a sequence, but "
+                             f"this input is {type_text(spec)}; pass an .npy file (or every input in "
+                             "one archive with --inputs)")
 
 
 def _make_runner(file: Path, entry: str, runtime: str, public_key: Path | None = None):

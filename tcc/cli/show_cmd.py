@@ -11,7 +11,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from tcc.cli.loading import load_ir
-from tcc.ir.summary import format_shape, module_summary
+from tcc.ir.summary import module_summary, type_text
 
 
 @click.command("show")
@@ -75,12 +75,6 @@ def _print_text(console: Console, text: str) -> None:
         click.echo(text, nl=not text.endswith("\n"))
 
 
-def _shape_text(entry: dict) -> str:
-    if "shape" in entry:
-        return f"{entry['dtype']}{format_shape(entry['shape'])}"
-    return json.dumps(entry)
-
-
 def _print_stats(console: Console, s: dict) -> None:
     for name, f in s["functions"].items():
         sig = Table(title=f"function {name}: signature", title_justify="left")
@@ -89,7 +83,7 @@ def _print_stats(console: Console, s: dict) -> None:
         sig.add_column("type")
         for kind in ("inputs", "outputs"):
             for e in f[kind]:
-                sig.add_row(kind[:-1], e["name"], _shape_text(e))
+                sig.add_row(kind[:-1], e["name"], type_text(e))
         console.print(sig)
         if not f["op_counts"]:
             continue

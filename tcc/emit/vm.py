@@ -118,8 +118,12 @@ def signature(fn: G.Function, name: str = "main") -> dict:
     """The JSON description of an entry function: names, dtypes, symbolic shapes."""
     def one(pub: str, t: G.Type, what: str) -> dict:
         if not isinstance(t, G.TensorType):
-            raise VMCompileError(f"entry function {name!r}: {what} {pub!r} is not a tensor; "
-                                 "only tensor inputs and outputs are supported by the VM yet")
+            kind = {G.SequenceType: "a sequence", G.OptionalType: "an optional"}.get(
+                type(t), "not a tensor")
+            raise VMCompileError(
+                f"entry function {name!r}: {what} {pub!r} is {kind}; a compiled pack takes and "
+                "gives tensors only; run the model with the reference interpreter instead "
+                "(`tcc import MODEL -o m.tcir`, then `tcc run m.tcir`)")
         return {"name": pub, "dtype": t.dtype,
                 "shape": [d if isinstance(d, int) else format_expr(d) for d in t.shape]}
 

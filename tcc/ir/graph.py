@@ -79,7 +79,50 @@ class ShapeType:
                 raise ShapeError(f"Shape type of rank {self.ndim} with {len(self.dims)} dims")
 
 
-Type = TensorType | TupleType | ShapeType
+@dataclass(frozen=True)
+class SequenceType:
+    """A sequence of tensors (ONNX `seq(tensor)`), its length known at run time only.
+
+    Every element has `dtype`. `shape` gives what all elements share: their rank, and per
+    dimension an int where every element has that size or None where elements may differ;
+    `shape` is None while the rank is unknown (an empty sequence nothing was inserted into).
+    Element dims are never size variables: each element may differ, and a value taken out
+    of a sequence (`sequence_at`) gets fresh ones. `empty` says the sequence has no elements
+    (SequenceEmpty's result): it then joins any other sequence of its dtype."""
+
+    dtype: str
+    shape: tuple[int | None, ...] | None = None
+    empty: bool = False
+
+    def __post_init__(self):
+        check_dtype(self.dtype)
+        if self.shape is not None:
+            object.__setattr__(self, "shape", tuple(
+                d if d is None else int(d) for d in self.shape))
+
+    @property
+    def ndim(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+    def __str__(self):
+        from tcc.ir.printer import format_type
+
+        return format_type(self)
+
+
+@dataclass(frozen=True)
+class OptionalType:
+    """A value that may be absent (ONNX `optional(...)`): `elem` or nothing (None at run time)."""
+
+    elem: TensorType | SequenceType
+
+    def __str__(self):
+        from tcc.ir.printer import format_type
+
+        return format_type(self)
+
+
+Type = TensorType | TupleType | ShapeType | SequenceType | OptionalType
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,7 +318,7 @@ def _infer_if(e: If, functions) -> Type:
     if len(then) != len(other):
         raise ShapeError(f"if_: branch {e.then_branch!r} returns {len(then)} values but "
                          f"{e.else_branch!r} returns {len(other)}")
-    return _pack([_join(a, b, f"if_ result {i}") for i, (a, b) in enumerate(zip(then, other))])
+    return _pack([join_types(a, b, f"if_ result {i}") for i, (a, b) in enumerate(zip(then, other))])
 
 
 def _infer_loop(e: Loop, functions) -> Type:
@@ -293,7 +336,7 @@ def _infer_loop(e: Loop, functions) -> Type:
         raise ShapeError(f"loop body {e.body!r} returns {len(outs)} values; it must return "
                          f"the condition and the {n} carried values first")
     _expect_flag(outs[0], "bool", f"the condition {e.body!r} returns")
-    finals = [_join(a, b, f"loop-carried value {k}") for k, (a, b) in
+    finals = [join_types(a, b, f"loop-carried value {k}") for k, (a, b) in
               enumerate(zip(carried, outs[1 : 1 + n]))]
     trips = fresh_var("trips")
     return _pack(finals + [_stacked(t, trips, 0, e.body) for t in outs[1 + n :]])
@@ -320,7 +363,7 @@ def _infer_scan(e: Scan, functions) -> Type:
     if k < 0 or len(e.scan_output_axes) != k or len(e.scan_output_directions) != k:
         raise ShapeError(f"scan body {e.body!r} returns {len(outs)} values for {n} states; "
                          f"each further value needs a scan_output_axes and direction entry")
-    finals = [_join(a, b, f"scan state {i}") for i, (a, b) in enumerate(zip(states, outs))]
+    finals = [join_types(a, b, f"scan state {i}") for i, (a, b) in enumerate(zip(states, outs))]
     scans = [_stacked(t, length, axis, e.body) for t, axis in zip(outs[n:], e.scan_output_axes)]
     return _pack(finals + scans)
 
@@ -363,9 +406,32 @@ def _unify(param: Type, arg: Type, mapping: dict, varying, where: str) -> None:
                     break  # a static dimension that cannot match
             else:
                 return
+    elif isinstance(param, SequenceType) and isinstance(arg, SequenceType):
+        if param.dtype == arg.dtype and (arg.empty or sequence_shape_accepts(param.shape, arg.shape)):
+            return
+    elif isinstance(param, OptionalType) and isinstance(arg, (OptionalType, TensorType, SequenceType)):
+        _unify(param.elem, arg.elem if isinstance(arg, OptionalType) else arg, mapping, varying, where)
+        return
     elif param == arg:
         return
     raise ShapeError(f"{where}: expected {param}, got {arg}")
+
+
+def sequence_shape_accepts(param: tuple | None, arg: tuple | None) -> bool:
+    """A sequence whose elements share `arg` fits a parameter whose elements share `param`."""
+    if param is None:
+        return True
+    if arg is None or len(arg) != len(param):
+        return False
+    return all(p is None or p == a for p, a in zip(param, arg))
+
+
+def join_sequence_shapes(a: tuple | None, b: tuple | None) -> tuple | None:
+    """What the elements of two sequences share: equal ranks keep the dims they agree on;
+    different ranks leave the rank unknown (ONNX lets one sequence mix them)."""
+    if a is None or b is None or len(a) != len(b):
+        return None
+    return tuple(x if x == y else None for x, y in zip(a, b))
 
 
 def _varying(fn: Function, first_param: int, first_out: int, n: int) -> set:
@@ -382,14 +448,23 @@ def _varying(fn: Function, first_param: int, first_out: int, n: int) -> set:
     return out
 
 
-def _join(a: Type, b: Type, what: str) -> Type:
-    """The type of a value that is either of type `a` or of type `b`."""
+def join_types(a: Type, b: Type, what: str) -> Type:
+    """The type of a value that is either of type `a` or of type `b` (a dimension they
+    disagree on becomes a fresh size variable)."""
     if isinstance(a, TupleType) and isinstance(b, TupleType) and len(a.fields) == len(b.fields):
-        return TupleType(tuple(_join(x, y, what) for x, y in zip(a.fields, b.fields)))
+        return TupleType(tuple(join_types(x, y, what) for x, y in zip(a.fields, b.fields)))
     if isinstance(a, TensorType) and isinstance(b, TensorType):
         if a.dtype == b.dtype and a.ndim == b.ndim:
             dims = [x if prove_equal(x, y) else fresh_var("d") for x, y in zip(a.shape, b.shape)]
             return TensorType(tuple(dims), a.dtype)
+    elif isinstance(a, SequenceType) and isinstance(b, SequenceType) and a.dtype == b.dtype:
+        if a.empty or b.empty:
+            return b if a.empty else a
+        return SequenceType(a.dtype, join_sequence_shapes(a.shape, b.shape))
+    elif isinstance(a, OptionalType) or isinstance(b, OptionalType):  # a value or maybe none
+        a_elem = a.elem if isinstance(a, OptionalType) else a
+        b_elem = b.elem if isinstance(b, OptionalType) else b
+        return OptionalType(join_types(a_elem, b_elem, what))
     elif a == b:
         return a
     raise ShapeError(f"{what} is {a} on one path and {b} on another; "
@@ -430,6 +505,8 @@ def _type_vars(t: Type) -> list:
         return free_vars(list(t.shape))
     if isinstance(t, TupleType):
         return [v for f in t.fields for v in _type_vars(f)]
+    if isinstance(t, OptionalType):
+        return _type_vars(t.elem)
     return []
 
 
@@ -440,6 +517,8 @@ def _subst(t: Type, mapping: dict) -> Type:
         return TensorType(tuple(as_dim(substitute(d, mapping)) for d in t.shape), t.dtype)
     if isinstance(t, TupleType):
         return TupleType(tuple(_subst(f, mapping) for f in t.fields))
+    if isinstance(t, OptionalType):
+        return OptionalType(_subst(t.elem, mapping))
     return t
 
 

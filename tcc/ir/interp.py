@@ -24,7 +24,9 @@ from tcc.ir.graph import (
     Function,
     If,
     Loop,
+    OptionalType,
     Scan,
+    SequenceType,
     ShapeExpr,
     ShapeType,
     TensorType,
@@ -60,27 +62,53 @@ def bind_inputs(func: Function, inputs: Sequence[Any] | Mapping[str, Any]) -> tu
         if len(arrays) != len(names):
             raise InputError(f"expected {len(names)} inputs ({', '.join(names)}), got {len(arrays)}")
     env: dict = {}
-    out = []
-    for name, param, value in zip(names, func.params, arrays):
-        arr = np.asarray(value)
-        ptype = param.type
-        if not isinstance(ptype, TensorType):
-            raise InputError(f"input {name!r}: only tensor inputs are supported")
-        want = to_numpy(ptype.dtype)
-        if ptype.dtype == "bfloat16" and arr.dtype.name == "bfloat16":  # ml_dtypes arrays
-            arr = arr.astype(np.float32)
-        if arr.dtype != want:
-            raise InputError(f"input {name!r}: expected dtype {ptype.dtype}, got {arr.dtype}; convert it with astype")
-        if arr.ndim != ptype.ndim:
-            raise InputError(
-                f"input {name!r}: expected rank {ptype.ndim} (shape {_fmt_shape(ptype.shape)}), "
-                f"got rank {arr.ndim} (shape {tuple(arr.shape)})"
-            )
-        _match_shape(ptype.shape, arr.shape, env, lambda i, exp, got, n=name, t=ptype: InputError(
-            f"input {n!r}: dimension {i} is {got} but the signature {_fmt_shape(t.shape)} requires {exp}"
-        ))
-        out.append(arr)
+    out = [_bind_input(f"input {name!r}", param.type, value, env)
+           for name, param, value in zip(names, func.params, arrays)]
     return out, env
+
+
+def _bind_input(what: str, ptype: Type, value, env: dict):
+    """One input checked against its type (`what` names it in errors), size variables bound."""
+    if isinstance(ptype, OptionalType):
+        return None if value is None else _bind_input(what, ptype.elem, value, env)
+    if value is None:
+        raise InputError(f"{what}: no value given; only an optional input may be left empty")
+    if isinstance(ptype, SequenceType):
+        if not isinstance(value, (list, tuple)):
+            raise InputError(f"{what}: expected a sequence, got {type(value).__name__}; give a "
+                             f"list of {ptype.dtype} arrays (from the command line, an .npz of "
+                             "them in order: --input NAME=FILE.npz)")
+        rank = None if ptype.shape is None else len(ptype.shape)
+        element = TensorType(tuple(d if d is not None else Var("any") for d in ptype.shape or ()),
+                             ptype.dtype)
+        items = []
+        for i, item in enumerate(value):
+            arr = np.asarray(item)
+            if rank is None:
+                element = TensorType(tuple(Var("any") for _ in range(arr.ndim)), ptype.dtype)
+            items.append(_bind_input(f"{what} element {i}", element, arr, {}))
+        return items
+    if not isinstance(ptype, TensorType):
+        raise InputError(f"{what}: only tensor, sequence and optional inputs are supported")
+    if isinstance(value, (list, tuple)) and value and not np.isscalar(value[0]) \
+            and all(isinstance(v, np.ndarray) for v in value):
+        raise InputError(f"{what}: expected a tensor, got a sequence of {len(value)} arrays; "
+                         "give one array (from the command line, an .npy file)")
+    arr = np.asarray(value)
+    want = to_numpy(ptype.dtype)
+    if ptype.dtype == "bfloat16" and arr.dtype.name == "bfloat16":  # ml_dtypes arrays
+        arr = arr.astype(np.float32)
+    if arr.dtype != want:
+        raise InputError(f"{what}: expected dtype {ptype.dtype}, got {arr.dtype}; convert it with astype")
+    if arr.ndim != ptype.ndim:
+        raise InputError(
+            f"{what}: expected rank {ptype.ndim} (shape {_fmt_shape(ptype.shape)}), "
+            f"got rank {arr.ndim} (shape {tuple(arr.shape)})"
+        )
+    _match_shape(ptype.shape, arr.shape, env, lambda i, exp, got: InputError(
+        f"{what}: dimension {i} is {got} but the signature {_fmt_shape(ptype.shape)} requires {exp}"
+    ))
+    return arr
 
 
 def check_failure(message: str, cond: PrimExpr, env: dict) -> str:
@@ -127,8 +155,7 @@ class Interpreter:
             result = _round_bfloat16(b.var.type, self._eval(b.value, values, env, b.var.type))
             self._check(b.var.name, b.var.type, result, env)
             values[b.var] = result
-        outs = [self._value(o, values) for o in func.outputs]
-        return [np.asarray(o) for o in outs]
+        return [_output(self._value(o, values)) for o in func.outputs]
 
     def _value(self, e: Expr | None, values: dict):
         if e is None:
@@ -227,11 +254,34 @@ class Interpreter:
             _match_shape(t.shape, arr.shape, env, lambda i, exp, got: InternalError(
                 f"{name}: dimension {i} is {got}, inferred {exp} (op inference and reference disagree)"
             ))
+        if isinstance(t, OptionalType):
+            if value is not None:
+                self._check(name, t.elem, value, env)
+            return
+        if isinstance(t, SequenceType):
+            if not isinstance(value, list):
+                raise InternalError(f"{name}: expected a sequence, got {type(value).__name__}")
+            for i, item in enumerate(value):
+                if item.dtype != to_numpy(t.dtype) or (t.shape is not None and (
+                        item.ndim != len(t.shape)
+                        or any(d is not None and d != n for d, n in zip(t.shape, item.shape)))):
+                    raise InternalError(
+                        f"{name}[{i}]: op produced {item.dtype}{list(item.shape)}, its type says "
+                        f"{t} (op inference and reference disagree)")
+            return
         if isinstance(t, ShapeType) and t.dims is not None:
             if len(value) != t.ndim:
                 raise InputError(f"{name}: expected {t.ndim} sizes, got {len(value)}")
             _match_shape(t.dims, value, env, lambda i, exp, got: InputError(
                 f"{name}: size {i} is {got}, but {exp} is required"))
+
+
+def _output(value):
+    """A function result as returned: an array, a list of arrays (a sequence) or None (an
+    empty optional)."""
+    if value is None or isinstance(value, list):
+        return value
+    return np.asarray(value)
 
 
 def _flag(value) -> bool:

@@ -378,9 +378,41 @@ class Parser:
                 and only is None:
             dims = self.dims(node.args[0], scope, define)
             return G.ShapeType(len(dims), dims)
+        if kind == "Sequence" and only is None and len(node.args) == 2:
+            return self.sequence_type(node)
+        if kind == "Optional" and only is None and len(node.args) == 1 and not node.keywords:
+            elem = self.type_(node.args[0], scope, define)
+            if isinstance(elem, (G.TensorType, G.SequenceType)):
+                return G.OptionalType(elem)
         expected = {"Tensor": 'Tensor((dims...), "dtype")'}.get(
-            only, 'Tensor((dims...), "dtype"), Tuple(types...), Shape(ndim) or Shape((dims...))')
+            only, 'Tensor((dims...), "dtype"), Tuple(types...), Shape(ndim), Shape((dims...)), '
+                  'Sequence((dims or None...) or None, "dtype") or Optional(type)')
         raise self.error(node, f"bad type annotation `{ast.unparse(node)}`; expected {expected}")
+
+    def sequence_type(self, node: ast.Call) -> G.SequenceType:
+        """`Sequence(shape, "dtype"[, empty=True])`: the shape is None or a tuple of int
+        literals and None (element dims are never size variables)."""
+        shape_node, empty = node.args[0], False
+        for kw in node.keywords:
+            if kw.arg != "empty" or not isinstance(kw.value, ast.Constant) \
+                    or not isinstance(kw.value.value, bool):
+                raise self.error(kw.value, "Sequence takes only `empty=True` or `empty=False`")
+            empty = kw.value.value
+        if isinstance(shape_node, ast.Constant) and shape_node.value is None:
+            shape = None
+        elif isinstance(shape_node, ast.Tuple):
+            shape = []
+            for d in shape_node.elts:
+                if isinstance(d, ast.Constant) and d.value is None:
+                    shape.append(None)
+                elif _int(d) is not None and _int(d) >= 0:
+                    shape.append(_int(d))
+                else:
+                    raise self.error(d, "a sequence element dimension is an int or None")
+        else:
+            raise self.error(shape_node, "a sequence's element shape is None or a tuple of "
+                                         "ints and None, e.g. (None, 4)")
+        return G.SequenceType(self.dtype(node.args[1]), shape, empty)
 
     def dims(self, node: ast.AST, scope: Scope, define: bool) -> tuple:
         if not isinstance(node, ast.Tuple):
@@ -411,6 +443,10 @@ class Parser:
         if isinstance(a, G.TupleType) and isinstance(b, G.TupleType):
             return len(a.fields) == len(b.fields) and all(
                 self._types_agree(x, y, fresh) for x, y in zip(a.fields, b.fields))
+        if isinstance(a, G.OptionalType) and isinstance(b, G.OptionalType):
+            return self._types_agree(a.elem, b.elem, fresh)
+        if isinstance(a, G.SequenceType) and isinstance(b, G.SequenceType):
+            return a == b
         return isinstance(a, G.ShapeType) and isinstance(b, G.ShapeType) and a.ndim == b.ndim
         # a declared Shape((dims...)) matches its value when the program runs, as match_cast
 

@@ -171,13 +171,19 @@ def format_expr(e, name_of: NameOf = _raw_name) -> str:
 
 
 def format_type(t, name_of: NameOf = _raw_name) -> str:
-    """A graph type as text: `Tensor((n, 4), "float32")`, `Tuple(...)`, `Shape(2)`."""
+    """A graph type as text: `Tensor((n, 4), "float32")`, `Tuple(...)`, `Shape(2)`,
+    `Sequence((None, 4), "float32")`, `Optional(Tensor(...))`."""
     if isinstance(t, G.TensorType):
         return f"Tensor({_dims(t.shape, name_of)}, {quote(t.dtype)})"
     if isinstance(t, G.TupleType):
         return f"Tuple({', '.join(format_type(f, name_of) for f in t.fields)})"
     if isinstance(t, G.ShapeType):
         return f"Shape({t.ndim})" if t.dims is None else f"Shape({_dims(t.dims, name_of)})"
+    if isinstance(t, G.SequenceType):
+        shape = "None" if t.shape is None else _dims(t.shape, name_of)
+        return f"Sequence({shape}, {quote(t.dtype)}{', empty=True' if t.empty else ''})"
+    if isinstance(t, G.OptionalType):
+        return f"Optional({format_type(t.elem, name_of)})"
     raise TypeError(f"cannot print type {t!r}")
 
 

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tcc.ir.graph import Call, CallTIR, Function, If, Loop, Scan, TensorType, TupleType, Type
+from tcc.ir.graph import (
+    Call,
+    CallTIR,
+    Function,
+    If,
+    Loop,
+    OptionalType,
+    Scan,
+    SequenceType,
+    TensorType,
+    TupleType,
+    Type,
+)
 
 # The op-count name of each graph node that is not an op call.
 NODE_NAMES = {CallTIR: "call_tir", If: "if", Loop: "loop", Scan: "scan"}
@@ -20,7 +32,28 @@ def describe_type(t: Type) -> dict:
         return {"shape": [d if isinstance(d, int) else str(d) for d in t.shape], "dtype": t.dtype}
     if isinstance(t, TupleType):
         return {"tuple": [describe_type(f) for f in t.fields]}
+    if isinstance(t, SequenceType):
+        return {"sequence": {"shape": None if t.shape is None else list(t.shape), "dtype": t.dtype}}
+    if isinstance(t, OptionalType):
+        return {"optional": describe_type(t.elem)}
     return {"type": str(t)}
+
+
+def type_text(entry: dict) -> str:
+    """A described type in one short line: `float32(n, 4)`, `sequence of float32(?, 4)`,
+    `optional float32(n,)`."""
+    if "shape" in entry:
+        shape = entry["shape"]
+        if shape is None:
+            return f"{entry['dtype']}(rank unknown)"
+        return f"{entry['dtype']}{format_shape(['?' if d is None else d for d in shape])}"
+    if "sequence" in entry:
+        return f"sequence of {type_text(entry['sequence'])}"
+    if "optional" in entry:
+        return f"optional {type_text(entry['optional'])}"
+    if "tuple" in entry:
+        return f"tuple({', '.join(type_text(f) for f in entry['tuple'])})"
+    return entry.get("type", "?")
 
 
 def signature(func: Function) -> dict:

@@ -18,9 +18,21 @@ import dataclasses
 import re
 
 from tcc.ir import te
+from tcc.ir.builder import infer_call
 from tcc.ir.errors import InternalError, NoLoopProgram
 from tcc.ir.expr import PrimExpr, Var, free_vars
-from tcc.ir.graph import Binding, Call, CallTIR, Function, TensorType, TupleType, Type, type_of
+from tcc.ir.graph import (
+    Binding,
+    Call,
+    CallTIR,
+    Function,
+    OptionalType,
+    SequenceType,
+    TensorType,
+    TupleType,
+    Type,
+    type_of,
+)
 from tcc.ir.module import IRModule
 from tcc.ir.ops.registry import get_op
 from tcc.ir.structural import structural_hash
@@ -181,10 +193,15 @@ def kernel_origins(mod: IRModule) -> dict[str, list[str]]:
 def no_loop_reason(call: Call) -> str:
     """Why an op call has no loop program: what its loop program says it does not cover."""
     op = get_op(call.op)
+    types = [None if a is None else type_of(a) for a in call.args]
+    if any(isinstance(t, (SequenceType, OptionalType)) for t in types) or isinstance(
+            infer_call(call.op, call.args, dict(call.attrs))[1], (SequenceType, OptionalType)):
+        return (f"op {call.op} works on sequences or optionals, which only the reference "
+                "interpreter runs")
     if op.compute is None:
         return f"op {call.op} has no loop program"
     try:
-        op.compute(*placeholders([None if a is None else type_of(a) for a in call.args]),
+        op.compute(*placeholders(types),
                    **dict(call.attrs))
     except NoLoopProgram as e:
         return str(e)

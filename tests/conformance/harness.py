@@ -168,7 +168,8 @@ def _classify(case, mode: str) -> Result:
     try:
         execute = MODES[mode](mod)
     except TccError as e:
-        if "no loop program" in str(e):  # compiled mode: ops the compiler cannot lower yet
+        # compiled mode: what the compiler cannot lower yet, pointing to the interpreter
+        if "no loop program" in str(e) or "reference interpreter instead" in str(e):
             return Result(name, "unsupported", _first_line(e))
         return Result(name, "run error", f"prepare: {_first_line(e)}")
     except Exception as e:

@@ -224,15 +224,16 @@ def test_scan_opset8_sequence_lens_are_rejected():
 # -- reports ----------------------------------------------------------------------------------
 
 
-def test_sequence_values_in_a_subgraph_are_named_in_the_error():
+def test_map_values_in_a_subgraph_are_named_in_the_error():
+    map_type = helper.make_map_type_proto(TP.INT64, helper.make_tensor_type_proto(F, [1]))
     body = _graph("body", [helper.make_node("Identity", ["cond_in"], ["cond_out"])],
                   [value_info("i", TP.INT64, []), value_info("cond_in", TP.BOOL, []),
-                   helper.make_tensor_sequence_value_info("seq_in", F, None)],
-                  [_out("cond_out"), helper.make_tensor_sequence_value_info("seq_in", F, None)])
+                   helper.make_value_info("map_in", map_type)],
+                  [_out("cond_out"), helper.make_value_info("map_in", map_type)])
     node = helper.make_node("Loop", ["m", "", "x"], ["y"], body=body)
     model = onnx_model([node], [("m", TP.INT64, []), ("x", F, [1])], [_out("y")])
-    with pytest.raises(FrontendError, match="value 'seq_in' has type sequence; tcc supports "
-                                            "tensor values only"):
+    with pytest.raises(FrontendError, match="value 'map_in' has type map; tcc supports "
+                                            "tensors, sequences and optionals"):
         from_onnx(model)
 
 

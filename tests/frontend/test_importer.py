@@ -103,10 +103,12 @@ def test_missing_model_file():
         from_onnx("/nonexistent/model.onnx")
 
 
-def test_sequence_inputs_are_reported():
-    seq = helper.make_tensor_sequence_value_info("s", TP.FLOAT, [2])
-    m = _model([helper.make_node("Identity", ["s"], ["y"])], [seq], [seq])
-    with pytest.raises(FrontendError, match="graph input 's'"):
+def test_map_inputs_are_reported():
+    map_type = helper.make_map_type_proto(TP.INT64, helper.make_tensor_type_proto(TP.FLOAT, [2]))
+    m = _model([helper.make_node("Identity", ["s"], ["y"])], [helper.make_value_info("s", map_type)],
+               [helper.make_value_info("y", map_type)])
+    with pytest.raises(FrontendError, match="graph input 's': only tensor, sequence and optional "
+                                            "inputs are supported, got map_type"):
         from_onnx(m)
 
 

@@ -89,6 +89,32 @@ def f(A: Buffer((n,), "float32"), B: Buffer((1,), "float32")):
     assert second.var is first.var  # the same name in a later sibling scope: the same variable
 
 
+SEQUENCES = '''\
+@function(inputs=["x", "opt"], outputs=["s", "y", "has"])
+def main(x: Tensor((n, 4), "float32"), opt: Optional(Sequence(None, "int64"))) -> Tuple(Sequence((None, 4), "float32"), Tensor((d, 4), "float32"), Tensor((), "bool")):
+    e: Sequence(None, "float32", empty=True) = op.sequence_empty(dtype="float32")
+    s: Sequence((None, 4), "float32") = op.sequence_insert(e, x)
+    y: Tensor((d, 4), "float32") = op.sequence_at(s, const("zero"))
+    has: Tensor((), "bool") = op.optional_has_element(opt)
+    return (s, y, has)
+'''
+
+
+def test_sequence_and_optional_types():
+    """Sequence and optional types read as written and print back the same text; the element
+    taken out of a sequence gets a fresh size variable, bound to the declared `d`."""
+    from tcc.ir.graph import OptionalType, SequenceType
+    from tcc.ir.printer import print_module
+
+    text = 'constants = {"zero": Tensor((), "int64")}\n\n' + SEQUENCES
+    mod = parse_module(text)
+    f = mod["main"]
+    assert f.params[1].type == OptionalType(SequenceType("int64", None))
+    assert [b.var.type for b in f.bindings[:2]] == [
+        SequenceType("float32", None, empty=True), SequenceType("float32", (None, 4))]
+    assert print_module(mod).endswith(SEQUENCES)
+
+
 def test_doc_examples_parse():
     doc = (Path(__file__).parents[2] / "docs" / "ir-text.md").read_text()
     graph, prim = re.findall(r"```python\n(.*?)```", doc, re.S)[1:3]
@@ -147,6 +173,13 @@ def _fn(*body: str, params: str = 'x: Tensor((n, 4), "float32")') -> str:
          "3:12", "not chained"),
         ("@prim_func\ndef f(n: index):\n    pass\n", "2:10", "unknown dtype 'index'"),
         ("@jit\ndef f():\n    pass\n", "1:2", "expected one decorator, @function or @prim_func"),
+        (_fn("return x", params='x: Sequence((n, 4), "float32")'), "2:23",
+         "a sequence element dimension is an int or None"),
+        (_fn("return x", params='x: Sequence((4,), "float32", empty=1)'), "2:45",
+         "Sequence takes only `empty=True` or `empty=False`"),
+        (_fn("return x", params='x: Optional(Shape(2))'), "2:13", "bad type annotation"),
+        (_fn('y: Sequence((3,), "float32") = op.sequence_construct(x)', "return y"), "3:8",
+         "does not match the type op.sequence_construct infers"),
     ],
 )
 def test_errors(text, where, message):

@@ -8,6 +8,7 @@ from tcc.frontend.onnx import (  # noqa: F401  (registers converters)
     nn,
     reduce,
     rnn,
+    sequence,
     transform,
 )
 from tcc.frontend.onnx.importer import find_unsupported, format_unsupported, from_onnx, load_model

@@ -18,6 +18,7 @@ from onnx import numpy_helper
 
 from tcc.frontend.onnx.base import OnnxNode, OnnxOp, converter, normalize_domain
 from tcc.frontend.onnx.importer import ImportContext, convert_node
+from tcc.ir.errors import ShapeError
 from tcc.ir.expr import fresh_var, prove_equal
 from tcc.ir.graph import (
     Expr,
@@ -25,8 +26,10 @@ from tcc.ir.graph import (
     Loop,
     Scan,
     TensorType,
+    TupleType,
     Type,
     infer_control_flow,
+    join_types,
     type_of,
 )
 
@@ -37,7 +40,7 @@ MAX_BODY_IMPORTS = 4
 def _bind(ctx: ImportContext, node: OnnxNode, value: If | Loop | Scan) -> list[Expr | None]:
     """Bind a control-flow node and return one value per ONNX output (None where unused)."""
     rtype = infer_control_flow(value, ctx.mod.functions)
-    n = len(rtype.fields) if not isinstance(rtype, TensorType) else 1
+    n = len(rtype.fields) if isinstance(rtype, TupleType) else 1
     if len(node.outputs) > n:
         raise node.error(f"the node has {len(node.outputs)} outputs but its subgraph gives {n}")
     var = ctx.bb.bind(value, rtype, name=node.outputs[0] or node.op_type.lower())
@@ -162,6 +165,14 @@ def _widen(node: OnnxNode, names: list[str], taken: list[Type], returned: list[T
     other than the one it takes; None when the body keeps every shape."""
     out, changed = [], False
     for name, t, r in zip(names, taken, returned):
+        if not isinstance(t, TensorType):  # a sequence or optional: what both share
+            try:
+                joined = join_types(t, r, f"carried value {name!r}")
+            except ShapeError as e:
+                raise node.error(str(e)) from None
+            changed |= joined != t
+            out.append(joined)
+            continue
         if not (isinstance(r, TensorType) and r.dtype == t.dtype and r.ndim == t.ndim):
             raise node.error(f"carried value {name!r} enters the body as {t} but is returned "
                              f"as {r}; dtype and rank must stay the same")

@@ -32,7 +32,16 @@ from tcc.ir.builder import FunctionBuilder, infer_call
 from tcc.ir.dtype import from_numpy, to_numpy
 from tcc.ir.errors import FrontendError, InternalError, TccError
 from tcc.ir.expr import Dim, PrimExpr, Var, as_dim
-from tcc.ir.graph import Constant, Expr, Function, TensorType, Type, type_of
+from tcc.ir.graph import (
+    Constant,
+    Expr,
+    Function,
+    OptionalType,
+    SequenceType,
+    TensorType,
+    Type,
+    type_of,
+)
 from tcc.ir.module import IRModule
 from tcc.ir.ops.registry import get_op
 
@@ -297,12 +306,13 @@ class ImportContext:
 
 
 def _check_tensor_values(node: OnnxNode, graph: onnx.GraphProto) -> None:
-    """Subgraph inputs and outputs must be tensors (or untyped, inferred from their uses)."""
+    """Subgraph inputs and outputs must be tensors, sequences or optionals (or untyped,
+    inferred from their uses)."""
     for vi in [*graph.input, *graph.output]:
         kind = vi.type.WhichOneof("value")
-        if kind not in (None, "tensor_type"):
+        if kind not in (None, "tensor_type", "sequence_type", "optional_type"):
             raise node.error(f"subgraph {graph.name!r} value {vi.name!r} has type "
-                             f"{kind.removesuffix('_type')}; tcc supports tensor values only")
+                             f"{kind.removesuffix('_type')}; tcc supports tensors, sequences and optionals")
 
 
 def _data_dependent(t: TensorType) -> bool:
@@ -407,12 +417,35 @@ def format_unsupported(unsupported) -> str:
 
 
 def graph_input_type(ctx: ImportContext, vi: onnx.ValueInfoProto) -> Type:
-    tt = vi.type
-    if tt.WhichOneof("value") != "tensor_type":
-        raise FrontendError(f"graph input {vi.name!r}: only tensor inputs are supported, got {tt.WhichOneof('value')}")
+    return value_type(ctx, vi.name, vi.type)
+
+
+def value_type(ctx: ImportContext, name: str, tt: onnx.TypeProto) -> Type:
+    """The tcc type of graph input `name` declared as `tt`: a tensor, a sequence of tensors,
+    or an optional of either."""
+    kind = tt.WhichOneof("value")
+    if kind == "optional_type":
+        elem = value_type(ctx, name, tt.optional_type.elem_type)
+        if not isinstance(elem, (TensorType, SequenceType)):
+            raise FrontendError(f"graph input {name!r}: an optional holds a tensor or a sequence")
+        return OptionalType(elem)
+    if kind == "sequence_type":
+        elem = tt.sequence_type.elem_type
+        if elem.WhichOneof("value") != "tensor_type":
+            raise FrontendError(f"graph input {name!r}: only sequences of tensors are supported, "
+                                f"got a sequence of {elem.WhichOneof('value')}")
+        dtype = onnx_dtype(elem.tensor_type.elem_type)
+        if not elem.tensor_type.HasField("shape"):
+            return SequenceType(dtype, None)
+        return SequenceType(dtype, tuple(
+            int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0 else None
+            for d in elem.tensor_type.shape.dim))
+    if kind != "tensor_type":
+        raise FrontendError(f"graph input {name!r}: only tensor, sequence and optional inputs "
+                            f"are supported, got {kind}")
     dtype = onnx_dtype(tt.tensor_type.elem_type)
     if not tt.tensor_type.HasField("shape"):
-        raise FrontendError(f"graph input {vi.name!r} has no shape (not even a rank); re-export the model with input shapes")
+        raise FrontendError(f"graph input {name!r} has no shape (not even a rank); re-export the model with input shapes")
     dims: list[Dim] = []
     for k, d in enumerate(tt.tensor_type.shape.dim):
         if d.HasField("dim_value") and d.dim_value >= 0:
@@ -420,7 +453,7 @@ def graph_input_type(ctx: ImportContext, vi: onnx.ValueInfoProto) -> Type:
         elif d.HasField("dim_param") and d.dim_param:
             dims.append(ctx.size_var(d.dim_param))
         else:
-            dims.append(ctx.size_var(f"{vi.name}_dim{k}"))
+            dims.append(ctx.size_var(f"{name}_dim{k}"))
     return TensorType(tuple(dims), dtype)
 
 
@@ -485,7 +518,7 @@ def convert_node(ctx: ImportContext, node: OnnxNode) -> None:
 
 def _convert_by_function_body(ctx: ImportContext, node: OnnxNode) -> None:
     """Convert an op that has no converter through its ONNX function body."""
-    input_types = [_type_proto(ctx.type_of(node, i)) for i in range(len(node.inputs))]
+    input_types = [_type_proto(_operand_type(ctx, node, i)) for i in range(len(node.inputs))]
     body = functions.function_body(node.proto, node.opset, input_types)
     full = f"{node.domain}.{node.op_type}" if node.domain else node.op_type
     if body is None:
@@ -501,8 +534,33 @@ def _convert_by_function_body(ctx: ImportContext, node: OnnxNode) -> None:
     ctx.node = node
 
 
-def _type_proto(t: TensorType | None) -> onnx.TypeProto | None:
+def _operand_type(ctx: ImportContext, node: OnnxNode, i: int) -> Type | None:
+    """The type of operand `i`: a sequence or optional as it is, a tensor without forcing it
+    into the graph."""
+    if node.has_input(i) and node.inputs[i] in ctx.values:
+        t = type_of(ctx.values[node.inputs[i]])
+        if isinstance(t, (SequenceType, OptionalType)):
+            return t
+    return ctx.type_of(node, i)
+
+
+def _type_proto(t: Type | None) -> onnx.TypeProto | None:
     if t is None:
+        return None
+    if isinstance(t, OptionalType):
+        elem = _type_proto(t.elem)
+        return None if elem is None else onnx.helper.make_optional_type_proto(elem)
+    if isinstance(t, SequenceType):
+        elem = _type_proto(TensorType((), t.dtype))
+        if elem is None:
+            return None
+        if t.shape is None:
+            elem.tensor_type.ClearField("shape")
+        else:
+            elem = onnx.helper.make_tensor_type_proto(
+                elem.tensor_type.elem_type, [d if d is not None else "?" for d in t.shape])
+        return onnx.helper.make_sequence_type_proto(elem)
+    if not isinstance(t, TensorType):
         return None
     try:
         elem = (

@@ -19,6 +19,7 @@ from tcc.ir.ops import (  # noqa: F401
     rnn,
     rotary,
     select,
+    sequence,
     signal,
     slicing,
     softmax,

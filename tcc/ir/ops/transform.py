@@ -20,7 +20,7 @@ from tcc.ir import expr as E
 from tcc.ir import te
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Dim, as_dim, fresh_var, prove_equal
-from tcc.ir.graph import TensorType, TupleType
+from tcc.ir.graph import OptionalType, SequenceType, TensorType, TupleType
 from tcc.ir.ops._util import (
     axis_flags,
     broadcast_index,
@@ -49,11 +49,12 @@ from tcc.ir.ops.registry import (
 register(
     OpDef(
         "identity",
-        lambda args, attrs: tensor(args[0], "identity"),
-        lambda x: np.array(x, copy=True),
+        lambda args, attrs: args[0] if isinstance(args[0], (SequenceType, OptionalType))
+        else tensor(args[0], "identity"),
+        lambda x: x if x is None or isinstance(x, list) else np.array(x, copy=True),
         pattern=Pattern.ELEMWISE,
         compute=lambda x: te.compute(x.shape, lambda *i: x[i], "identity"),
-        doc="A copy of the input.",
+        doc="A copy of the input (a tensor, or a sequence or optional in the interpreter).",
     )
 )
 
