@@ -12,6 +12,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import tcc.rt
+from tcc.frontend.onnx import from_onnx
+from tcc.ir.interp import run
 from tcc.rt.errors import RunInputError
 from tests.e2e.test_models import onnxruntime_outputs
 from tests.packs import compiled_pack
@@ -387,6 +389,37 @@ def test_compress_by_a_condition_read_at_run_time(crt, axis):
     x = np.arange(10, dtype=np.float32).reshape(2, 5)
     for cond in ([True, False, True], [False] * 4, [True, True, False, True, True]):
         _check(crt, model, {"x": x, "cond": np.array(cond)})
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+@pytest.mark.parametrize("sorted_", [0, 1])
+def test_unique_counts_then_fills_all_four_results(crt, axis, sorted_):
+    """Unique with repeats, negative zero and NaN (NaN last when sorted, as np.unique has
+    it), at several sizes from one pack; an empty input gives empty results."""
+    attrs = {"sorted": sorted_, **({} if axis is None else {"axis": axis})}
+    node = helper.make_node("Unique", ["x"], ["y", "indices", "inverse", "counts"], **attrs)
+    model = _model([node], [_vi("x", TensorProto.FLOAT, ["n", 2])],
+                   [_vi(o, TensorProto.FLOAT if o == "y" else TensorProto.INT64, None)
+                    for o in ("y", "indices", "inverse", "counts")])
+    rng = np.random.default_rng(9)
+    for n in (6, 3, 1):
+        x = rng.integers(-1, 2, (n, 2)).astype(np.float32)
+        x[0, 0] = -0.0
+        _check(crt, model, {"x": x})
+    if axis is None:  # onnxruntime keeps each NaN apart; np.unique (tcc's reference) one, last
+        x = np.array([[2, np.nan], [1, 2], [np.nan, 0.0]], np.float32)
+        got, c_got = _run_both(crt, model, {"x": x})
+        want = run(from_onnx(model), {"x": x})
+        assert want[0].size == 4 and np.isnan(want[0][-1 if sorted_ else 1])
+        for g, c, w in zip(got, c_got, want):
+            np.testing.assert_array_equal(g, w)
+            np.testing.assert_array_equal(g, c)
+    empty = {"x": np.zeros((0, 2), np.float32)}  # along axis 1: two equal empty columns
+    got, c_got = _run_both(crt, model, empty)
+    want = run(from_onnx(model), empty)
+    assert got[0].shape == {None: (0,), 0: (0, 2), 1: (0, 1)}[axis]
+    for g, c, w in zip(got, c_got, want):
+        assert g.shape == w.shape and np.array_equal(g, w) and np.array_equal(g, c)
 
 
 @pytest.mark.parametrize("reduction", ["none", "add"])

@@ -7,6 +7,8 @@ interpreter binds from the result.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from tcc.ir import te
@@ -16,6 +18,7 @@ from tcc.ir.expr import Dim, fresh_var
 from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import (
     check_dim,
+    clamp_index,
     count_selected,
     count_type,
     no_loop,
@@ -180,7 +183,7 @@ register(
 
 def _unique_infer(args, attrs):
     x = tensor(args[0], "unique")
-    n = fresh_var("uniq")
+    n = fresh_var("uniq") if attrs["count"] is None else attrs["count"]
     if attrs["axis"] is None:
         y, inverse_len = (n,), prod(x.shape)
     else:
@@ -194,7 +197,7 @@ def _unique_infer(args, attrs):
     )
 
 
-def _unique_ref(x, axis, sorted):
+def _unique_ref(x, axis, sorted, count=None):
     flat = x.reshape(-1) if axis is None else x
     y, first, inverse, counts = np.unique(
         flat, return_index=True, return_inverse=True, return_counts=True, axis=axis
@@ -210,15 +213,186 @@ def _unique_ref(x, axis, sorted):
     return (y, *as_index)
 
 
+class _Slices:
+    """The items Unique compares: the elements of x (axis None) or its slices along `axis`,
+    `n` of them with `m` elements each; `element(p, k)` is element k of item p."""
+
+    def __init__(self, x, axis):
+        # compared and copied only: bfloat16 (held as float32) needs no rounding
+        if x.dtype not in (*LOOP_DTYPES, "bfloat16") or x.dtype == "bool":
+            raise no_loop("unique", f"dtype {x.dtype}")
+        self.x = x
+        if axis is None:
+            self.axis, self.n, self.m, self.rest = None, prod(x.shape), 1, ()
+        else:
+            self.axis = normalize_axis(axis, x.ndim, "unique")
+            self.rest = x.shape[: self.axis] + x.shape[self.axis + 1 :]
+            self.n, self.m = x.shape[self.axis], prod(self.rest)
+
+    def element(self, p, k):
+        if self.axis is None:
+            return self.x[unravel(p, self.x.shape)]
+        at = unravel(k, self.rest) if self.rest else ()
+        return self.x[at[: self.axis] + (p,) + at[self.axis :]]
+
+    def item_at(self, out_index, p):
+        """Element `out_index` of a result that holds item p where x holds the item at its
+        place along the axis."""
+        if self.axis is None:
+            return self.x[unravel(p, self.x.shape)]
+        return self.x[out_index[: self.axis] + (p,) + out_index[self.axis + 1 :]]
+
+
+def _where_nonempty(dims, value, otherwise):
+    """`value()` where every one of `dims` is at least 1, else `otherwise`: an access clamped
+    into those dims is in bounds only then."""
+    if any(isinstance(d, int) and d == 0 for d in dims):
+        return otherwise
+    symbolic = [te.greater_equal(d, 1) for d in dims if not isinstance(d, int)]
+    if not symbolic:
+        return value()
+    return te.if_then_else(functools.reduce(te.logical_and, symbolic), value(), otherwise)
+
+
+def _same(dtype, a, b):
+    if not is_float(dtype):
+        return te.equal(a, b)
+    return te.logical_or(te.equal(a, b), te.logical_and(te.isnan(a), te.isnan(b)))
+
+
+def _below(dtype, a, b):
+    """a orders before b: by value, NaN last (as np.unique sorts)."""
+    if not is_float(dtype):
+        return te.less(a, b)
+    return te.logical_or(te.less(a, b), te.logical_and(te.logical_not(te.isnan(a)), te.isnan(b)))
+
+
+def _unique_stages(x, axis, sorted):
+    """(items, first-occurrence flags, the first place where two items differ, rank): an
+    item's rank is its place in the result (among first occurrences, by value or by first
+    occurrence). Quadratic in the number of items, in plain stages."""
+    s = _Slices(x, axis)
+    n, m, dtype = s.n, s.m, x.dtype
+
+    def first_difference(p, q):
+        k = te.reduce_axis(m, "k")
+        differs = te.logical_not(_same(dtype, s.element(p, k), s.element(q, k)))
+        return te.min(te.if_then_else(differs, te.cast(k, "int64"), te.const(m, "int64")), axis=[k])
+
+    diff = te.compute((n, n), first_difference, "unique_first_difference")
+    if not (isinstance(m, int) and m > 0):  # items of no element are all equal
+        found = diff
+        diff = te.compute((n, n), lambda p, q: te.if_then_else(
+            te.equal(m, 0), te.const(0, "int64"), found[p, q]), "unique_difference")
+
+    def same_item(p, q):
+        return te.equal(diff[p, q], te.const(m, "int64"))
+
+    def earlier_copies(p):
+        q = te.reduce_axis(n, "q")
+        return te.sum(te.const(1, "int64"), axis=[q], where=te.logical_and(q < p, same_item(q, p)))
+
+    copies = te.compute((n,), earlier_copies, "unique_earlier_copies")
+
+    def first(p):
+        return te.equal(copies[p], te.const(0, "int64"))
+
+    def rank(p):
+        q = te.reduce_axis(n, "q")
+        if sorted:
+            d = clamp_index(diff[q, p], m)
+            # items differ only where they have elements: said so for the bounds proof
+            below = _where_nonempty(s.rest, lambda: _below(dtype, s.element(q, d), s.element(p, d)),
+                                    te.const(False, "bool"))
+            before = te.logical_and(te.logical_not(same_item(q, p)), below)
+        else:
+            before = q < p
+        return te.sum(te.const(1, "int64"), axis=[q], where=te.logical_and(first(q), before))
+
+    ranks = te.compute((n,), rank, "unique_rank")
+    return s, first, same_item, ranks
+
+
+def _unique_count_compute(x, *, axis):
+    s, first, _, _ = _unique_stages(x, axis, False)
+    return count_selected(s.n, first, "unique_count")
+
+
+def _unique_compute(x, *, axis, sorted, count):
+    if count is None:
+        raise no_loop("unique", "a count not read at run time")
+    s, first, same_item, ranks = _unique_stages(x, axis, sorted)
+    n = s.n
+
+    def place(j):
+        p = te.reduce_axis(n, "p")
+        hit = te.logical_and(first(p), te.equal(ranks[p], j))
+        return te.sum(te.cast(p, "int64"), axis=[p], where=hit)
+
+    indices = te.compute((count,), place, "unique_indices")
+
+    def value(i, j):
+        # a result item exists only where x has elements: said so for the bounds proof
+        return _where_nonempty(x.shape, lambda: s.item_at(i, clamp_index(indices[j], n)),
+                               te.const(0, x.dtype))
+
+    if s.axis is None:
+        values = te.compute((count,), lambda j: value(None, j), "unique_values")
+    else:
+        shape = s.rest[: s.axis] + (count,) + s.rest[s.axis :]
+        values = te.compute(shape, lambda *i: value(i, i[s.axis]), "unique_values")
+
+    def inverse(i):
+        q = te.reduce_axis(n, "q")
+        return te.sum(ranks[q], axis=[q], where=te.logical_and(first(q), same_item(q, i)))
+
+    def copies(j):
+        i = te.reduce_axis(n, "i")
+        return te.sum(te.const(1, "int64"), axis=[i], where=same_item(clamp_index(indices[j], n), i))
+
+    return [values, indices, te.compute((n,), inverse, "unique_inverse"),
+            te.compute((count,), copies, "unique_counts")]
+
+
+def _unique_static(types, sizes, out, attrs):
+    if attrs["count"] is not None:
+        raise NoLoopProgram("unique: counted already")
+    (count,) = sizes[1]
+    x = types[0]
+    if attrs["axis"] is None:
+        y, inverse_len = (count,), prod(x.shape)
+    else:
+        axis = normalize_axis(attrs["axis"], x.ndim, "unique")
+        y, inverse_len = x.shape[:axis] + (count,) + x.shape[axis + 1 :], x.shape[axis]
+    return StaticForm("unique", (0,), {**attrs, "count": count},
+                      (*y, count, inverse_len, count))
+
+
+register(
+    OpDef(
+        "unique_count",
+        count_type("unique_count"),
+        lambda x, axis=None: np.array([_unique_ref(x, axis, True)[1].size], np.int64),
+        attrs={"axis": None},
+        pattern=Pattern.OPAQUE,
+        compute=_unique_count_compute,
+        doc="How many unique elements (or slices along `axis`) x has, as a 1-vector.",
+    )
+)
 register(
     OpDef(
         "unique",
         _unique_infer,
         _unique_ref,
-        attrs={"axis": None, "sorted": True},
+        attrs={"axis": None, "sorted": True, "count": None},
         pattern=Pattern.OPAQUE,
+        compute=_unique_compute,
         doc="(values, first-occurrence indices, inverse indices, counts) of the unique "
-        "elements (or slices along `axis`), sorted or in order of first occurrence.",
+        "elements (or slices along `axis`), sorted (NaN last) or in order of first "
+        "occurrence. Compiled, unique_count counts them, the count is read as a size "
+        "(`count`), and kernels compare every pair of items (quadratic in their number).",
+        size_op="unique_count",
+        to_static=_unique_static,
     )
 )
 
