@@ -3,8 +3,8 @@ grid_sample and affine_grid.
 
 Layouts are channels-first (NC + spatial dims). Pure data movement (depth_to_space,
 space_to_depth) is INJECTIVE; col2im and the ops that sample at data-dependent positions
-are OPAQUE. Loop programs exist for the rearrangements and affine_grid; col2im, roi_align
-and grid_sample have none yet (legalization leaves them as op calls).
+are OPAQUE. Loop programs exist for the rearrangements, affine_grid and grid_sample;
+col2im and roi_align have none yet (legalization leaves them as op calls).
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from tcc.ir.expr import as_dim, fresh_var
 from tcc.ir.graph import TensorType
 from tcc.ir.ops._util import (
     check_rank,
+    clamp_index,
     compute_dtype,
     crop_spatial,
+    float_operands,
     scatter_windows,
     spatial_params,
 )
@@ -362,6 +364,108 @@ def _grid_sample_ref(x, grid, *, mode, padding_mode, align_corners):
     return np.moveaxis(np.asarray(out), -1, 1).astype(x.dtype)
 
 
+def _te_reflect(x, lo, hi):
+    """`_reflect` as a te expression over float64 `x` and bounds."""
+    rng = hi - lo
+    below, above = te.less(x, lo), te.greater(x, hi)
+    dx = te.if_then_else(below, lo - x, x - hi)
+    folds = te.if_then_else(te.greater(rng, 0.0), te.floor(dx / rng), te.const(0.0, "float64"))
+    r = dx - folds * rng
+    even = te.equal(te.fmod(folds, te.const(2.0, "float64")), 0.0)
+    return te.if_then_else(below, te.if_then_else(even, lo + r, hi - r),
+                           te.if_then_else(above, te.if_then_else(even, hi - r, lo + r), x))
+
+
+def _grid_sample_compute(x, grid, *, mode, padding_mode, align_corners):
+    """Each output gathers every tap of the interpolation kernel (1, 2 or 4 per axis) and sums
+    them in the reference's order, coordinates and weights in float64 as it computes them."""
+    float_operands("grid_sample", x, grid)
+    nd, dims, f64 = len(x.shape) - 2, x.shape[2:], "float64"
+    acc = "float32" if x.dtype == "float16" else x.dtype  # compute_dtype
+
+    def size(d):
+        return te.cast(d, f64)
+
+    def as_index(c, d):
+        """A float tap position as an int64 (first held within a few taps of the axis, so
+        that a far-out coordinate converts exactly; it stays outside the axis)."""
+        return te.cast(te.min(te.max(c, te.const(-4.0, f64)), size(d) + 4.0), "int64")
+
+    lo = [te.const(0.0 if align_corners else -0.5, f64) for _ in dims]
+    hi = [size(d) - (1.0 if align_corners else 0.5) for d in dims]
+
+    def coordinate(i, g):
+        c = (g + 1.0) / 2.0 * (size(dims[i]) - 1.0) if align_corners else ((g + 1.0) * size(dims[i]) - 1.0) / 2.0
+        c = te.cast(te.cast(c, "float32"), f64)
+        if mode == "nearest":
+            c = te.nearbyint(c)
+        if padding_mode == "border":
+            outside = te.logical_or(te.less(c, lo[i]), te.greater(c, hi[i]))
+            c = te.if_then_else(outside, te.min(te.max(c, te.const(0.0, f64)), size(dims[i]) - 1.0), c)
+        elif padding_mode == "reflection":
+            c = _te_reflect(c, lo[i], hi[i])
+        return c
+
+    def taps(i, c):
+        """(position, weight or None) of each tap along axis i around coordinate c."""
+        if mode == "nearest":
+            return [(as_index(te.trunc(c), dims[i]), None)]
+        base = te.floor(c)
+        t, at = c - base, as_index(base, dims[i])
+        if mode == "linear":
+            return [(at, 1.0 - t), (at + 1, t)]
+        a = -0.75  # Keys cubic convolution (_cubic_coeffs)
+        s, u = t + 1.0, 1.0 - t
+        v = u + 1.0
+        weights = [((s * a - 5 * a) * s + 8 * a) * s - 4 * a,
+                   ((t * (a + 2) - (a + 3)) * t) * t + 1.0,
+                   ((u * (a + 2) - (a + 3)) * u) * u + 1.0,
+                   ((v * a - 5 * a) * v + 8 * a) * v - 4 * a]
+        return [(at + (k - 1), w) for k, w in enumerate(weights)]
+
+    def tap_position(i, k):
+        """Stage: where tap k along axis i reads, before clamping into the axis (reflected
+        back inside with reflection padding)."""
+        shape = grid.shape[:-1]
+        raw = te.compute(shape, lambda *at: taps(i, coordinates[i][at])[k][0],
+                         f"grid_sample_tap{i}_{k}")
+        if padding_mode != "reflection":
+            return raw
+        return te.compute(shape, lambda *at: as_index(te.trunc(_te_reflect(
+            te.cast(raw[at], f64), lo[i], hi[i])), dims[i]), f"grid_sample_reflected_tap{i}_{k}")
+
+    # one stage per axis for the coordinates and per tap for its position: the indices of the
+    # loads stay small (a reflection would otherwise repeat the coordinate's own expression)
+    coordinates = [
+        te.compute(grid.shape[:-1], lambda n, *out, i=i: coordinate(
+            i, te.cast(grid[(n, *out, nd - 1 - i)], f64)), f"grid_sample_coordinate{i}")
+        for i in range(nd)]
+    count = {"nearest": 1, "linear": 2, "cubic": 4}[mode]
+    positions = [[tap_position(i, k) for k in range(count)] for i in range(nd)]
+    weights = [[None if mode == "nearest" else te.compute(
+        grid.shape[:-1], lambda *at, i=i, k=k: taps(i, coordinates[i][at])[k][1],
+        f"grid_sample_weight{i}_{k}") for k in range(count)] for i in range(nd)]
+
+    def sample(n, ch, *out):
+        at = (n, *out)
+        total = te.const(0.0, acc)
+        for combo in itertools.product(range(count), repeat=nd):
+            weight, inside, index = te.const(1.0, f64), None, []
+            for i, k in enumerate(combo):
+                d, p, w = dims[i], positions[i][k][at], weights[i][k]
+                weight = weight if w is None else weight * w[at]
+                if padding_mode == "zeros":
+                    ok = te.logical_and(te.greater_equal(p, 0), te.less(p, d))
+                    inside = ok if inside is None else te.logical_and(inside, ok)
+                index.append(clamp_index(p, d))
+            if inside is not None:
+                weight = te.if_then_else(inside, weight, te.const(0.0, f64))
+            total = total + te.cast(x[(n, ch, *index)], acc) * te.cast(weight, acc)
+        return te.cast(total, x.dtype)
+
+    return te.compute((x.shape[0], x.shape[1], *grid.shape[1:-1]), sample, "grid_sample")
+
+
 register(
     OpDef(
         "grid_sample",
@@ -370,6 +474,7 @@ register(
         {"mode": "linear", "padding_mode": "zeros", "align_corners": False},
         Pattern.OPAQUE,
         (2, 2),
+        compute=_grid_sample_compute,
         doc="Sample x (N, C, *spatial) at grid (N, *out, ndim) positions in [-1, 1]; mode "
         "nearest/linear/cubic, padding_mode zeros/border/reflection.",
     )

@@ -363,6 +363,22 @@ def test_affine_grid(size, align_corners):
     check("affine_grid", theta.astype("float64"), tol=1e-12, size=size, align_corners=align_corners)
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample(mode, padding_mode, align_corners):
+    """Grid points inside, on the border of and well outside [-1, 1] (mirrored several times
+    with reflection padding), in 2-D, and in 3-D for the cheaper modes."""
+    grid = RNG.uniform(-3.5, 3.5, (2, 3, 4, 2)).astype("float32")
+    grid[0, 0, :2] = [[-1, -1], [1, 1]]
+    check("grid_sample", randn(2, 3, 4, 5), grid, tol=1e-5, mode=mode,
+          padding_mode=padding_mode, align_corners=align_corners)
+    if mode != "cubic":
+        grid3 = RNG.uniform(-1.5, 1.5, (1, 2, 3, 2, 3)).astype("float64")
+        check("grid_sample", randn(1, 2, 3, 4, 2, dtype="float64"), grid3, tol=1e-12, mode=mode,
+              padding_mode=padding_mode, align_corners=align_corners)
+
+
 def test_affine_grid_with_size_operand_has_no_loop_program():
     types = [TensorType((1, 2, 3), "float32"), TensorType((4,), "int64")]
     assert op_prim_func("affine_grid", types, {"size": None, "align_corners": False}) is None
@@ -393,6 +409,8 @@ SYMBOLIC = [
     ("depth_to_space", [(N, 8, 2, 2)], {"block_size": 2, "mode": "DCR"}),
     ("space_to_depth", [(2, 1, N, 4)], {"block_size": 2, "mode": "CRD"}),
     ("affine_grid", [(N, 2, 3)], {"size": [1, 1, 2, 3], "align_corners": True}),
+    ("grid_sample", [(N, 2, 4, 5), (N, 3, 3, 2)],
+     {"mode": "cubic", "padding_mode": "reflection", "align_corners": False}),
 ]
 
 
