@@ -125,6 +125,11 @@ def test_hung_worker_is_killed_and_replaced(monkeypatch):
         (np.array(["a"], dtype=object), np.array(["a"], dtype=object), True),
         ([np.float32([1.0])], [np.float32([1.0])], True),
         (np.float32([1.0]), [np.float32([1.0])], False),
+        # near zero, rounding of the largest magnitude (54: 4 ulps = 2.6e-5) is not an error
+        (np.float32([54.0, 0.0]), np.float32([54.0, 1.9e-7]), True),
+        (np.float32([54.0, 0.0]), np.float32([54.0, 1e-5]), True),
+        (np.float32([54.0, 0.0]), np.float32([54.0, 5e-5]), False),
+        (np.float64([54.0, 0.0]), np.float64([54.0, 1.9e-7]), False),
     ],
 )
 def test_compare_value(got, want, ok):

@@ -6,13 +6,16 @@ them are fresh size variables bound when the program runs.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from tcc.ir import te
 from tcc.ir.dtype import is_float, to_numpy
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Dim, fresh_var
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import operand, scalar_int, static_length
+from tcc.ir.ops._util import no_loop, operand, scalar_int, static_length
 from tcc.ir.ops.registry import OpDef, Pattern, normalize_axis, register, tensor
 
 # Complex values are real tensors whose last dimension holds (re, im); a real signal has a
@@ -80,6 +83,50 @@ def _dft_ref(x, length_tensor=None, axis_tensor=None, *, length, axis, inverse, 
     return _complex_out(out, x.dtype)
 
 
+def _dft_compute(x, length_tensor=None, axis_tensor=None, *, length, axis, inverse, onesided):
+    """The transform as its defining sum (quadratic along the axis), in float64: each output
+    bin sums the input bins it reads, each turned by the angle 2 pi (j k mod n) / n. The
+    inverse of a onesided spectrum (irfft) extends it Hermitian-symmetrically: bins other
+    than 0 and n/2 count twice and their mirror images' imaginary parts cancel."""
+    if length_tensor is not None or axis_tensor is not None:
+        raise no_loop("dft", "a run-time length or axis operand")
+    axis = _dft_axis(axis, len(x.shape))
+    f64, size, complex_in = "float64", x.shape[axis], x.shape[-1] == 2
+    irfft = inverse and onesided
+    n = length if length is not None else (2 * (size - 1) if irfft else size)
+    out_len = n if irfft or not onesided else n // 2 + 1
+    used = n // 2 + 1 if irfft else n  # input bins read (fewer present: zero padding)
+    spatial = x.shape[:axis] + (out_len,) + x.shape[axis + 1 : -1]
+    turn = 1.0 if inverse else -1.0
+
+    def load(i, j, c):
+        return te.cast(x[i[:axis] + (j,) + i[axis + 1 :] + (c,)], f64)
+
+    def part(imaginary: bool):
+        def body(*i):
+            j, k = te.reduce_axis(size, "j"), i[axis]
+            m = te.cast(j, "int64") * te.cast(k, "int64") % te.cast(n, "int64")
+            theta = te.cast(m, f64) * (2 * math.pi) / te.cast(n, f64)
+            cos, sin = te.cos(theta), te.sin(theta) * turn
+            re, im = load(i, j, 0), load(i, j, 1) if complex_in else te.const(0.0, f64)
+            value = im * cos + re * sin if imaginary else re * cos - im * sin
+            if irfft:
+                edge = te.logical_or(te.equal(j, 0), te.equal(j * 2, n))
+                value = te.if_then_else(edge, value, value * 2.0)
+            where = None if isinstance(size, int) and isinstance(used, int) and size <= used \
+                else te.less(j, used)
+            return te.sum(value, axis=[j], where=where)
+        return te.compute(spatial, body, "dft_imag" if imaginary else "dft_real")
+
+    scale = (lambda v: v / te.cast(n, f64)) if inverse else (lambda v: v)
+    real = part(False)
+    if irfft:
+        return te.compute(spatial + (1,), lambda *i: te.cast(scale(real[i[:-1]]), x.dtype), "dft")
+    imag = part(True)
+    return te.compute(spatial + (2,), lambda *i: te.cast(scale(te.if_then_else(
+        te.equal(i[-1], 0), real[i[:-1]], imag[i[:-1]])), x.dtype), "dft")
+
+
 register(
     OpDef(
         "dft",
@@ -88,6 +135,7 @@ register(
         attrs={"length": None, "axis": 1, "inverse": False, "onesided": False},
         pattern=Pattern.OPAQUE,
         num_args=(1, 3),
+        compute=_dft_compute,
         doc="Discrete Fourier transform along `axis` (counted over the full rank) of a "
         "(re, im) signal, zero-padded or cut to `length`; length and axis may instead be "
         "run-time operands. `onesided` keeps the n//2+1 unique bins (for the inverse it "

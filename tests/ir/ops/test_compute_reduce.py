@@ -379,6 +379,21 @@ def test_grid_sample(mode, padding_mode, align_corners):
               padding_mode=padding_mode, align_corners=align_corners)
 
 
+@pytest.mark.parametrize("inverse, onesided", [(False, False), (True, False), (False, True),
+                                               (True, True)])
+@pytest.mark.parametrize("length", [None, 6, 11])
+@pytest.mark.parametrize("channels", [1, 2])
+def test_dft(inverse, onesided, length, channels):
+    """The defining sum against numpy's FFT, along a middle axis, padded or cut to `length`
+    (the onesided inverse reads n // 2 + 1 bins of a Hermitian spectrum)."""
+    if inverse and onesided and channels == 1:
+        return  # irfft reads complex bins
+    x = randn(2, 8, 3, channels, dtype="float64")
+    check("dft", x, tol=1e-10, length=length, axis=1, inverse=inverse, onesided=onesided)
+    check("dft", x.astype("float32"), tol=2e-5, length=length, axis=1, inverse=inverse,
+          onesided=onesided)
+
+
 def test_affine_grid_with_size_operand_has_no_loop_program():
     types = [TensorType((1, 2, 3), "float32"), TensorType((4,), "int64")]
     assert op_prim_func("affine_grid", types, {"size": None, "align_corners": False}) is None
@@ -409,6 +424,7 @@ SYMBOLIC = [
     ("depth_to_space", [(N, 8, 2, 2)], {"block_size": 2, "mode": "DCR"}),
     ("space_to_depth", [(2, 1, N, 4)], {"block_size": 2, "mode": "CRD"}),
     ("affine_grid", [(N, 2, 3)], {"size": [1, 1, 2, 3], "align_corners": True}),
+    ("dft", [(2, N, 2)], {"length": None, "axis": 1, "inverse": True, "onesided": False}),
     ("grid_sample", [(N, 2, 4, 5), (N, 3, 3, 2)],
      {"mode": "cubic", "padding_mode": "reflection", "align_corners": False}),
 ]
