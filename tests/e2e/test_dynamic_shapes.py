@@ -57,13 +57,13 @@ def _refused_alike(crt, model, feeds, words: str = "") -> str:
     return message
 
 
-def _check(crt, model, feeds):
+def _check(crt, model, feeds, atol=0.0):
     want = onnxruntime_outputs(model, feeds)
     got, c_got = _run_both(crt, model, feeds)
     for g, c, w in zip(got, c_got, want):
         assert g.dtype == w.dtype and g.shape == w.shape, f"{g.dtype}{g.shape} vs {w.dtype}{w.shape}"
-        np.testing.assert_allclose(g, w, rtol=1e-6, atol=0)
-        assert np.array_equal(g, c)
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=atol)
+        assert np.array_equal(g, c, equal_nan=g.dtype.kind == "f")
 
 
 def _expand_model():
@@ -420,6 +420,33 @@ def test_unique_counts_then_fills_all_four_results(crt, axis, sorted_):
     assert got[0].shape == {None: (0,), 0: (0, 2), 1: (0, 1)}[axis]
     for g, c, w in zip(got, c_got, want):
         assert g.shape == w.shape and np.array_equal(g, w) and np.array_equal(g, c)
+
+
+@pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+def test_a_window_of_a_size_read_at_run_time(crt, op):
+    node = helper.make_node(op, ["size"], ["y"], periodic=0)
+    model = _model([node], [_vi("size", TensorProto.INT64, [])], [_vi("y", TensorProto.FLOAT, None)])
+    for size in (8, 1, 0):  # onnxruntime's float32 cosines leave 1.5e-8 where 0 is exact
+        _check(crt, model, {"size": np.array(size, np.int64)}, atol=1e-7)
+    message = _refused_alike(crt, model, {"size": np.array(-3, np.int64)}, "negative")
+    assert message.startswith("window 'y': the window size is negative")
+
+
+def test_stft_with_its_frame_step_and_length_read_at_run_time(crt):
+    node = helper.make_node("STFT", ["x", "step", "", "length"], ["y"])
+    model = _model([node], [_vi("x", TensorProto.FLOAT, [1, "n", 1]), _vi("step", TensorProto.INT64, []),
+                            _vi("length", TensorProto.INT64, [])], [_vi("y", TensorProto.FLOAT, None)])
+    x = np.random.default_rng(10).standard_normal((1, 40, 1)).astype(np.float32)
+    for step, length in ((4, 16), (7, 9), (1, 40)):
+        feeds = {"x": x, "step": np.array(step, np.int64), "length": np.array(length, np.int64)}
+        want = onnxruntime_outputs(model, feeds)[0]
+        got, c_got = _run_both(crt, model, feeds)
+        np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        assert np.array_equal(got[0], c_got[0])
+    for step, length, words in ((0, 8, "frame_step must be at least 1"),
+                                (2, 41, "the frame length is outside")):
+        feeds = {"x": x, "step": np.array(step, np.int64), "length": np.array(length, np.int64)}
+        assert _refused_alike(crt, model, feeds, words).startswith("stft 'y': ")
 
 
 @pytest.mark.parametrize("reduction", ["none", "add"])

@@ -10,13 +10,14 @@ import math
 
 import numpy as np
 
+from tcc.ir import expr as E
 from tcc.ir import te
 from tcc.ir.dtype import is_float, to_numpy
-from tcc.ir.errors import ShapeError
+from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.expr import Dim, fresh_var
 from tcc.ir.graph import TensorType
-from tcc.ir.ops._util import no_loop, operand, scalar_int, static_length
-from tcc.ir.ops.registry import OpDef, Pattern, normalize_axis, register, tensor
+from tcc.ir.ops._util import clamp_index, no_loop, operand, scalar_int, static_length
+from tcc.ir.ops.registry import OpDef, Pattern, StaticForm, normalize_axis, register, tensor
 
 # Complex values are real tensors whose last dimension holds (re, im); a real signal has a
 # last dimension of 1.
@@ -160,14 +161,21 @@ def _stft_infer(args, attrs):
     if length is None:
         raise ShapeError("op stft: give frame_length or a window")
     bins = length // 2 + 1 if attrs["onesided"] else length
-    if step_t is not None or length_t is not None:
-        frames: Dim = fresh_var("frames")
+    if attrs["bins"] is not None:
+        bins = attrs["bins"]
+    elif length_t is not None and window is None:  # known when the program runs
+        bins = fresh_var("bins")
+    if attrs["frames"] is not None:
+        frames: Dim = attrs["frames"]
+    elif step_t is not None or length_t is not None:
+        frames = fresh_var("frames")
     else:
         frames = (x.shape[1] - length) // attrs["frame_step"] + 1
     return TensorType((x.shape[0], frames, bins, 2), x.dtype)
 
 
-def _stft_ref(x, window=None, step_t=None, length_t=None, *, frame_step, frame_length, onesided):
+def _stft_ref(x, window=None, step_t=None, length_t=None, *, frame_step, frame_length, onesided,
+              frames=None, bins=None):
     step = scalar_int(step_t) if step_t is not None else frame_step
     if window is not None:
         n = window.shape[0]
@@ -184,18 +192,81 @@ def _stft_ref(x, window=None, step_t=None, length_t=None, *, frame_step, frame_l
     return _complex_out(out, x.dtype)
 
 
+def _stft_compute(x, window=None, step_t=None, length_t=None, *, frame_step, frame_length,
+                  onesided, frames, bins):
+    """Each frame's transform as the defining sum in float64 (as dft's loop program)."""
+    if step_t is not None or length_t is not None:
+        raise no_loop("stft", "a frame step or length not read at run time")
+    n = window.shape[0] if window is not None else frame_length
+    f64, complex_in = "float64", x.shape[-1] == 2
+    if bins is None:
+        bins = n // 2 + 1 if onesided else n
+    if frames is None:
+        frames = (x.shape[1] - n) // frame_step + 1
+    shape = (x.shape[0], frames, bins)
+
+    def part(imaginary: bool):
+        def body(b, f, k):
+            j = te.reduce_axis(n, "j")
+            # f * step + j < length holds for every frame; clamped so the bounds proof sees it
+            at = clamp_index(f * frame_step + j, x.shape[1])
+            m = te.cast(j, "int64") * te.cast(k, "int64") % te.cast(n, "int64")
+            theta = te.cast(m, f64) * (2 * math.pi) / te.cast(n, f64)
+            cos, sin = te.cos(theta), -te.sin(theta)
+            re = te.cast(x[b, at, 0], f64)
+            im = te.cast(x[b, at, 1], f64) if complex_in else te.const(0.0, f64)
+            if window is not None:
+                w = te.cast(window[j], f64)
+                re, im = re * w, im * w
+            return te.sum(im * cos + re * sin if imaginary else re * cos - im * sin, axis=[j])
+        return te.compute(shape, body, "stft_imag" if imaginary else "stft_real")
+
+    real, imag = part(False), part(True)
+    return te.compute(shape + (2,), lambda b, f, k, c: te.cast(te.if_then_else(
+        te.equal(c, 0), real[b, f, k], imag[b, f, k]), x.dtype), "stft")
+
+
+def _stft_static(types, sizes, out, attrs):
+    """STFT with its frame step (and length) read at run time: sizes its kernel takes."""
+    x, window = types[0], types[1] if len(types) > 1 else None
+    step = sizes[2][0] if 2 in sizes else attrs["frame_step"]
+    if window is not None:
+        length = window.shape[0]
+    else:
+        length = sizes[3][0] if 3 in sizes else attrs["frame_length"]
+    if length is None:
+        raise NoLoopProgram("stft: no frame length")
+    checks = [(E.compare("ge", step, 1), "frame_step must be at least 1"),
+              (E.Logic("and", E.compare("ge", length, 1), E.compare("le", length, x.shape[1])),
+               f"the frame length is outside [1, the signal's length {x.shape[1]}]")]
+    count = (x.shape[1] - length) // step + 1
+    half = length // 2 + 1 if attrs["onesided"] else length
+    # plain sizes for the kernel, bound to the counts
+    frames, bins = E.fresh_var("frames"), E.fresh_var("bins")
+    return StaticForm("stft", (0, 1), {**attrs, "frame_step": step, "frame_length": length,
+                                       "frames": frames, "bins": bins},
+                      (x.shape[0], count, half, 2), tuple(checks),
+                      binds=((frames, count), (bins, half)))
+
+
 register(
     OpDef(
         "stft",
         _stft_infer,
         _stft_ref,
-        attrs={"frame_step": 1, "frame_length": None, "onesided": True},
+        attrs={"frame_step": 1, "frame_length": None, "onesided": True, "frames": None,
+               "bins": None},
         pattern=Pattern.OPAQUE,
         num_args=(1, 4),
+        compute=_stft_compute,
+        shape_operands=(2, 3),
+        to_static=_stft_static,
         doc="Short-time Fourier transform of (batch, length, 1|2) signals: frames of "
         "`frame_length` (the window's length when one is given) every `frame_step` samples, "
         "each windowed and transformed; result (batch, frames, bins, 2). Operands: signal, "
-        "window, then run-time frame_step and frame_length replacing the attributes.",
+        "window, then run-time frame_step and frame_length replacing the attributes. "
+        "`frames` and `bins`, when given, are the frame and bin counts (sizes the loop "
+        "program takes).",
     )
 )
 
@@ -231,6 +302,30 @@ def _window_ref(size_tensor=None, *, size, kind, periodic, dtype):
     return np.asarray(w).astype(to_numpy(dtype))
 
 
+def _window_compute(size_tensor=None, *, size, kind, periodic, dtype):
+    """The cosine sum in float64, as the reference computes it."""
+    if size_tensor is not None or size is None:
+        raise no_loop("window", "a size not read at run time")
+    f64 = "float64"
+    period = te.cast(size if periodic else size - 1, f64)
+
+    def point(i):
+        angle = te.cast(i, f64) * (2 * math.pi) / period
+        total = None
+        for k, a in enumerate(WINDOWS[kind]):
+            term = te.const(a, f64) if k == 0 else te.cos(angle * float(k)) * ((-1) ** k * a)
+            total = term if total is None else total + term
+        return te.cast(total, dtype)
+
+    return te.compute((size,), point, "window")
+
+
+def _window_static(types, sizes, out, attrs):
+    (size,) = sizes[0]
+    return StaticForm("window", (), {**attrs, "size": size}, (size,),
+                      ((E.compare("ge", size, 0), "the window size is negative"),))
+
+
 register(
     OpDef(
         "window",
@@ -239,6 +334,9 @@ register(
         attrs={"size": None, "kind": "hann", "periodic": True, "dtype": "float32"},
         pattern=Pattern.OPAQUE,
         num_args=(0, 1),
+        compute=_window_compute,
+        shape_operands=(0,),
+        to_static=_window_static,
         doc="A hann, hamming or blackman window of `size` points (or a run-time size "
         "operand); `periodic` windows have period `size`, symmetric ones `size - 1`.",
     )

@@ -394,6 +394,22 @@ def test_dft(inverse, onesided, length, channels):
           onesided=onesided)
 
 
+@pytest.mark.parametrize("onesided", [False, True])
+@pytest.mark.parametrize("windowed", [False, True])
+@pytest.mark.parametrize("channels", [1, 2])
+def test_stft(onesided, windowed, channels):
+    x = randn(2, 20, channels, dtype="float64")
+    window = randn(6, dtype="float64") if windowed else None
+    check("stft", x, window, tol=1e-10, frame_step=3, frame_length=None if windowed else 6,
+          onesided=onesided)
+
+
+@pytest.mark.parametrize("kind", ["hann", "hamming", "blackman"])
+@pytest.mark.parametrize("periodic", [False, True])
+def test_window(kind, periodic):
+    check("window", tol=1e-7, size=9, kind=kind, periodic=periodic, dtype="float32")
+
+
 def test_affine_grid_with_size_operand_has_no_loop_program():
     types = [TensorType((1, 2, 3), "float32"), TensorType((4,), "int64")]
     assert op_prim_func("affine_grid", types, {"size": None, "align_corners": False}) is None
