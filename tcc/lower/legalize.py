@@ -34,7 +34,8 @@ from tcc.ir.graph import (
     type_of,
 )
 from tcc.ir.module import IRModule
-from tcc.ir.ops.registry import get_op
+from tcc.ir.ops._storage_types import decode, encode
+from tcc.ir.ops.registry import get_op, normalize_attrs
 from tcc.ir.structural import structural_hash
 from tcc.ir.tir import PrimFunc
 
@@ -53,11 +54,33 @@ def op_prim_func(op_name: str, arg_types: list[Type | None], attrs: dict) -> Pri
             raise InternalError(f"op {op_name}: loop programs take tensors, got {t}")
     holders = placeholders(arg_types)
     try:
-        out = op.compute(*holders, **attrs)
+        outs = compute_call(op_name, holders, attrs)
     except NoLoopProgram:
         return None
-    outs = list(out) if isinstance(out, (list, tuple)) else [out]
     return te.create_prim_func([h for h in holders if h is not None] + outs)
+
+
+def compute_call(op_name: str, args: list[te.Tensor | None], attrs: dict,
+                 result_type: Type | None = None) -> list[te.Tensor]:
+    """The te outputs of one op call on `args` (its result type inferred when not given). On
+    bfloat16 operands the op computes on the float32 values they hold and each bfloat16
+    result is rounded once at the end, as the reference does (numpy on float32 arrays, the
+    result rounded to bfloat16)."""
+    op = get_op(op_name)
+    if not any(a is not None and a.dtype == "bfloat16" for a in args):
+        out = op.compute(*args, **attrs)
+        return list(out) if isinstance(out, (list, tuple)) else [out]
+    if result_type is None:
+        result_type = op.infer([None if a is None else TensorType(a.shape, a.dtype) for a in args],
+                               normalize_attrs(op, attrs))
+    wide = [a if a is None or a.dtype != "bfloat16" else te.compute(
+        a.shape, lambda *i, a=a: decode(a[i]), f"{a.name}_float32") for a in args]
+    out = op.compute(*wide, **attrs)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    types = result_type.fields if isinstance(result_type, TupleType) else (result_type,)
+    return [te.compute(o.shape, lambda *i, o=o: encode(o[i], "bfloat16"), f"{o.name}_bfloat16")
+            if t.dtype == "bfloat16" and o.dtype == "float32" else o
+            for o, t in zip(outs, types)]
 
 
 def placeholders(arg_types: list[TensorType | None]) -> list[te.Tensor | None]:

@@ -195,21 +195,24 @@ def test_run_option_misuse(workdir, extra, message):
 
 
 def test_check_compile_lists_ops_without_loop_programs(tmp_path):
-    g = helper.make_graph([helper.make_node("Unique", ["x"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TP.FLOAT, [4])],
-                          [helper.make_tensor_value_info("y", TP.FLOAT, None)])
+    g = helper.make_graph([helper.make_node("NonMaxSuppression", ["b", "s"], ["y"])], "g",
+                          [helper.make_tensor_value_info("b", TP.FLOAT, [1, 4, 4]),
+                           helper.make_tensor_value_info("s", TP.FLOAT, [1, 1, 4])],
+                          [helper.make_tensor_value_info("y", TP.INT64, None)])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "u.onnx")
     r = invoke("check", tmp_path / "u.onnx", "--json")
     report = json.loads(r.output)
-    assert r.exit_code == 0 and report["no_loop_program"] == {"unique": 1}
-    assert report["no_loop_program_calls"] == [
-        {"op": "unique", "node": "y", "reason": "op unique has no loop program"}]
+    assert r.exit_code == 0 and report["no_loop_program"] == {"non_max_suppression": 1}
+    assert report["no_loop_program_calls"] == [{
+        "op": "non_max_suppression", "node": "y",
+        "reason": "op non_max_suppression has no loop program"}]
     r = invoke("check", tmp_path / "u.onnx", "--json", "--compile")
     assert r.exit_code == 1
     r = invoke("check", tmp_path / "u.onnx", "--compile")  # the node, and the way around it
     assert r.exit_code == 1 and "│ y " in r.output and "reference interpreter" in r.output
     r = invoke("compile", tmp_path / "u.onnx", "-o", tmp_path / "u.tvmpack")
-    assert r.exit_code == 2 and "the first is 'y' (op unique has no loop program)" in r.output
+    assert r.exit_code == 2 and "the first is 'y' (op non_max_suppression has no loop program)" \
+        in r.output
     assert "tcc import MODEL -o m.tcir" in r.output and not (tmp_path / "u.tvmpack").exists()
 
 

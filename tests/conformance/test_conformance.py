@@ -136,6 +136,24 @@ def test_compare_value(got, want, ok):
     assert (harness.compare_value(got, want, rtol=1e-3, atol=1e-7) == "") == ok
 
 
+def test_bfloat16_outputs_are_compared_to_bfloat16_rounding():
+    """Expected bfloat16 values (held as float32) differ by a bfloat16 unit where the data
+    accumulated in bfloat16: within 4 of them at the largest magnitude, not beyond."""
+    import ml_dtypes
+    from onnx import numpy_helper
+
+    want = np.array([0.37695312, 1.0], ml_dtypes.bfloat16)
+    proto = numpy_helper.from_array(want)
+    for stored in (want, proto):
+        eps = harness.stored_eps(stored)
+        assert eps == 2.0**-7
+        assert harness.compare_value(np.float32([0.375, 1.0]), harness.as_numpy(stored),
+                                     1e-3, 1e-7, eps) == ""
+        assert harness.compare_value(np.float32([0.3, 1.0]), harness.as_numpy(stored),
+                                     1e-3, 1e-7, eps) != ""
+    assert harness.stored_eps(np.float32([1.0])) is None
+
+
 def test_sample_is_deterministic_and_spread():
     cases = harness.collect(filter_="test_add", sample=4)
     names = [c.name for c in cases]

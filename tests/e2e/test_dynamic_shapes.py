@@ -256,6 +256,21 @@ def test_pad_with_run_time_axes(crt):
                             "axes": np.array(axes, np.int64)})
 
 
+@pytest.mark.parametrize("mode", ["reflect", "wrap", "edge"])
+def test_repeating_pads_read_at_run_time(crt, mode):
+    """Pads (negative ones crop first) read at run time in the modes that repeat the axis;
+    an axis cropped away entirely leaves nothing to repeat, which both runtimes refuse."""
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)
+    model = _model([node], [_vi("x", TensorProto.FLOAT, ["n", 4]), _vi("pads", TensorProto.INT64, [4])],
+                   [_vi("y", TensorProto.FLOAT, None)])
+    model.opset_import[0].version = 19
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for pads in ((1, 2, 2, 3), (0, -1, 2, 1), (2, 0, 0, 0)):
+        _check(crt, model, {"x": x, "pads": np.array(pads, np.int64)})
+    _refused_alike(crt, model, {"x": x, "pads": np.array((0, -4, 0, 1), np.int64)},
+                   f"axis 1 is empty after its negative pads, and {mode} padding has nothing")
+
+
 def _cumsum_model(op, **attrs):
     node = helper.make_node(op, ["x", "axis"], ["y"], **attrs)
     return _model([node], [_vi("x", TensorProto.FLOAT, ["n", 3, 4]), _vi("axis", TensorProto.INT64, [])],

@@ -218,8 +218,7 @@ class _Slices:
     `n` of them with `m` elements each; `element(p, k)` is element k of item p."""
 
     def __init__(self, x, axis):
-        # compared and copied only: bfloat16 (held as float32) needs no rounding
-        if x.dtype not in (*LOOP_DTYPES, "bfloat16") or x.dtype == "bool":
+        if x.dtype not in LOOP_DTYPES or x.dtype == "bool":
             raise no_loop("unique", f"dtype {x.dtype}")
         self.x = x
         if axis is None:

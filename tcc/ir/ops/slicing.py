@@ -362,10 +362,16 @@ def _dyn_pad_ref(x, pads, value=None, axes=None, mode="constant"):
 
 
 def _crop(pad: Dim) -> Dim:
-    """How much a (possibly negative) pad crops: max(-pad, 0)."""
+    """How much a (possibly negative) pad crops: max(-pad, 0). A symbolic pad is a value
+    read at run time, which may be negative (unlike a dimension)."""
     if isinstance(pad, int):
         return max(-pad, 0)
-    return 0 if known_nonneg(pad) else max_expr(-pad, 0)
+    return max_expr(-pad, 0)
+
+
+def _grow(pad: Dim) -> Dim:
+    """How much a (possibly negative) pad adds: max(pad, 0)."""
+    return max(pad, 0) if isinstance(pad, int) else max_expr(pad, 0)
 
 
 def _pad_source(j, dim: Dim, begin: Dim, end: Dim, mode: str):
@@ -373,18 +379,22 @@ def _pad_source(j, dim: Dim, begin: Dim, end: Dim, mode: str):
     axis is cropped by the negative pads first, then extended by `mode` (as numpy.pad)."""
     lo = _crop(begin)
     n = as_dim(dim - lo - _crop(end))  # the cropped extent
-    c = j - nonneg(begin)  # the position in the cropped axis
+    c = j - _grow(begin)  # the position in the cropped axis
     if mode == "edge":
         c = te.min(te.max(c, 0), n - 1)
     elif mode == "wrap":
-        c = c % n
+        c = c % (n if isinstance(n, int) else max_expr(n, 1))
     elif isinstance(n, int) and n == 1:
         c = 0
     else:  # reflect: the mirrored axis repeats with period 2 (n - 1), edges not repeated
         period = 2 * (n - 1) if isinstance(n, int) else max_expr(2 * (n - 1), 1)
         m = c % period
         c = te.min(m, period - m)
-    return c + lo
+    if all(isinstance(d, int) for d in (dim, begin, end)):
+        return c + lo
+    # pads read at run time: in the axis whenever the pads fit it (the VM checks that the
+    # result is not negative); clamped so the bounds proof sees it there
+    return clamp_index(c + lo, dim)
 
 
 def _pad_compute(x, value=None, *, pads, mode):
@@ -455,6 +465,12 @@ def _dyn_pad_static(types, sizes, out, attrs):
     # the ends as what is left of each result dimension, so the static op's result type is
     # the call's own
     ends = [as_dim(o - d - b) for o, d, b in zip(out, x.shape, begins)]
+    if attrs["mode"] != "constant":  # edge, reflect and wrap repeat what the crop leaves
+        for a, (d, b, e) in enumerate(zip(x.shape, begins, pads[x.ndim:])):
+            left = E.binop("add", E.binop("add", d, E.binop("min", b, 0)), E.binop("min", e, 0))
+            checks.append((E.Logic("or", E.compare("eq", dims[a], 0), E.compare("ge", left, 1)),
+                           f"axis {a} is empty after its negative pads, and {attrs['mode']} "
+                           "padding has nothing to repeat"))
     return StaticForm("pad", (0, 2), {"pads": begins + ends, "mode": attrs["mode"]}, dims,
                       tuple(checks))
 

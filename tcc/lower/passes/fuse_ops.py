@@ -29,7 +29,7 @@ from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.module import IRModule
 from tcc.ir.ops.registry import Pattern, get_op
 from tcc.ir.tir import PrimFunc
-from tcc.lower.legalize import ORIGINS_ATTR, KernelTable, placeholders
+from tcc.lower.legalize import ORIGINS_ATTR, KernelTable, compute_call, placeholders
 from tcc.lower.passes import register_pass
 from tcc.lower.passes.plan_memory import VIEW_OPS
 
@@ -123,12 +123,12 @@ def _group_prim_func(members: list[G.Binding]) -> tuple[PrimFunc, list[G.Expr]] 
     for b in members:
         args = [None if a is None else tensors[_operand_key(a)] for a in b.value.args]
         try:
-            out = get_op(b.value.op).compute(*args, **b.value.attrs)
+            outs = compute_call(b.value.op, args, dict(b.value.attrs), b.var.type)
         except NoLoopProgram:
             return None
-        if not isinstance(out, te.Tensor):  # a loop program of several outputs
+        if len(outs) != 1:  # a loop program of several outputs
             return None
-        tensors[_operand_key(b.var)] = out
+        tensors[_operand_key(b.var)] = outs[0]
     (result,) = te.inline_injective([tensors[_operand_key(members[-1].var)]])
     try:
         func = te.create_prim_func([*holders, result])
