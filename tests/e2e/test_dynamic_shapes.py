@@ -271,6 +271,25 @@ def test_repeating_pads_read_at_run_time(crt, mode):
                    f"axis 1 is empty after its negative pads, and {mode} padding has nothing")
 
 
+def test_col2im_with_its_image_and_block_shapes_read_at_run_time(crt):
+    node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"], strides=[1, 2])
+    model = _model([node], [_vi("x", TensorProto.FLOAT, [1, "c", "l"]), _vi("image", TensorProto.INT64, [2]),
+                            _vi("block", TensorProto.INT64, [2])], [_vi("y", TensorProto.FLOAT, None)])
+    model.opset_import[0].version = 18
+    rng = np.random.default_rng(11)
+    for image, block in (((4, 5), (2, 3)), ((3, 3), (1, 1))):
+        blocks = (image[0] - block[0] + 1) * ((image[1] - block[1]) // 2 + 1)
+        x = rng.standard_normal((1, 2 * block[0] * block[1], blocks)).astype(np.float32)
+        _check(crt, model, {"x": x, "image": np.array(image, np.int64),
+                            "block": np.array(block, np.int64)}, atol=1e-6)
+    x = np.zeros((1, 12, 6), np.float32)
+    for image, block, words in (((4, 5), (5, 1), "the image's dim 0 and its pads hold no block"),
+                                ((4, 5), (2, 4), "is not a multiple of the block size"),
+                                ((4, 7), (2, 3), "is not the number of blocks")):
+        _refused_alike(crt, model, {"x": x, "image": np.array(image, np.int64),
+                                    "block": np.array(block, np.int64)}, words)
+
+
 def _cumsum_model(op, **attrs):
     node = helper.make_node(op, ["x", "axis"], ["y"], **attrs)
     return _model([node], [_vi("x", TensorProto.FLOAT, ["n", 3, 4]), _vi("axis", TensorProto.INT64, [])],

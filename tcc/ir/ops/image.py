@@ -3,8 +3,7 @@ grid_sample and affine_grid.
 
 Layouts are channels-first (NC + spatial dims). Pure data movement (depth_to_space,
 space_to_depth) is INJECTIVE; col2im and the ops that sample at data-dependent positions
-are OPAQUE. Loop programs exist for the rearrangements, affine_grid and grid_sample;
-col2im and roi_align have none yet (legalization leaves them as op calls).
+are OPAQUE. Loop programs exist for all but roi_align (legalization leaves it an op call).
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ import math
 
 import numpy as np
 
+from tcc.ir import expr as E
 from tcc.ir import te
 from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.expr import as_dim, fresh_var
@@ -24,10 +24,13 @@ from tcc.ir.ops._util import (
     compute_dtype,
     crop_spatial,
     float_operands,
+    no_loop,
     scatter_windows,
     spatial_params,
+    unravel,
 )
-from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, prod, register, tensor
+from tcc.ir.ops.elementwise import LOOP_DTYPES
+from tcc.ir.ops.registry import REQUIRED, OpDef, Pattern, StaticForm, prod, register, tensor
 
 # ---------------------------------------------------------------------------------------------
 # depth <-> space rearrangement
@@ -133,7 +136,9 @@ def _col2im_infer(args, attrs):
     x = tensor(args[0], "col2im")
     check_rank("col2im", x, 3)
     image, block = attrs["image_shape"], attrs["block_shape"]
-    if block is not None:
+    if attrs["channels"] is not None:
+        c = attrs["channels"]
+    elif block is not None:
         ksize = prod(block)
         if isinstance(x.shape[1], int) and isinstance(ksize, int) and x.shape[1] % ksize:
             raise ShapeError(
@@ -149,7 +154,8 @@ def _col2im_infer(args, attrs):
     return TensorType((x.shape[0], c, *dims), x.dtype)
 
 
-def _col2im_ref(x, image=None, block=None, *, image_shape, block_shape, strides, padding, dilation):
+def _col2im_ref(x, image=None, block=None, *, image_shape, block_shape, strides, padding, dilation,
+                channels=None):
     image = list(image_shape) if image_shape is not None else [int(v) for v in image]
     kernel = list(block_shape) if block_shape is not None else [int(v) for v in block]
     nd = len(image)
@@ -160,6 +166,68 @@ def _col2im_ref(x, image=None, block=None, *, image_shape, block_shape, strides,
     cols = x.reshape((n, -1, *kernel, *blocks))
     y = scatter_windows(cols, padded, s, d)
     return crop_spatial(y, p, image)
+
+
+def _col2im_compute(x, image=None, block=None, *, image_shape, block_shape, strides, padding,
+                    dilation, channels=None):
+    """Each image pixel sums, over the block's positions k, the column entry of the block
+    that covers it with position k (if one does): the reference's window-by-window sum,
+    gathered per pixel, adding in the same order."""
+    if image is not None or block is not None or image_shape is None or block_shape is None:
+        raise no_loop("col2im", "an image or block shape not read at run time")
+    if x.dtype == "bool" or x.dtype not in LOOP_DTYPES:
+        raise no_loop("col2im", f"dtype {x.dtype}")
+    nd = len(image_shape)
+    s, p, d = spatial_params({"strides": strides, "padding": padding, "dilation": dilation}, nd)
+    size = prod(block_shape)
+    blocks = [(image_shape[i] + p[i] + p[nd + i] - d[i] * (block_shape[i] - 1) - 1) // s[i] + 1
+              for i in range(nd)]
+    c_out = channels if channels is not None else as_dim(x.shape[1] // size)
+
+    def pixel(n, c, *at):
+        k = te.reduce_axis(size, "k")
+        offsets = unravel(k, block_shape)
+        covered, column = None, 0
+        for i in range(nd):
+            t = at[i] + p[i] - offsets[i] * d[i]  # where the block's corner would be
+            conds = [te.greater_equal(t, 0), te.less(t, blocks[i] * s[i])]
+            if s[i] != 1:
+                conds.append(te.equal(t % s[i], 0))
+            for cond in conds:
+                covered = cond if covered is None else te.logical_and(covered, cond)
+            column = column * blocks[i] + t // s[i]
+        # in range wherever `covered` holds; clamped so the bounds proof sees it
+        row = clamp_index(c * size + k, x.shape[1])
+        return te.sum(x[n, row, clamp_index(column, x.shape[2])], axis=[k], where=covered)
+
+    return te.compute((x.shape[0], c_out, *image_shape), pixel, "col2im")
+
+
+def _col2im_static(types, sizes, out, attrs):
+    """Col2Im with its image and block shapes read at run time: sizes its kernel takes,
+    checked against the columns."""
+    x = types[0]
+    image = list(sizes[1]) if 1 in sizes else list(attrs["image_shape"])
+    block = list(sizes[2]) if 2 in sizes else list(attrs["block_shape"])
+    nd = len(image)
+    if len(block) != nd:
+        raise ShapeError(f"op col2im: {len(block)} block dims for {nd} image dims")
+    s, p, d = spatial_params(attrs, nd)
+    size = prod(block)
+    blocks = [(image[i] + p[i] + p[nd + i] - d[i] * (block[i] - 1) - 1) // s[i] + 1
+              for i in range(nd)]
+    checks = [(E.compare("ge", b, 1), f"block dim {i} is below 1") for i, b in enumerate(block)]
+    checks += [(E.compare("ge", n, 1), f"the image's dim {i} and its pads hold no block")
+               for i, n in enumerate(blocks)]
+    checks.append((E.compare("eq", E.binop("floormod", x.shape[1], size), 0),
+                   f"the columns' dim 1 ({x.shape[1]}) is not a multiple of the block size"))
+    checks.append((E.compare("eq", x.shape[2], prod(blocks)),
+                   "the columns' dim 2 is not the number of blocks the image holds"))
+    count = x.shape[1] // size
+    channels = E.fresh_var("channels")  # a plain size for the kernel, bound to the count
+    static = {**attrs, "image_shape": image, "block_shape": block, "channels": channels}
+    return StaticForm("col2im", (0,), static, (x.shape[0], count, *image), tuple(checks),
+                      binds=((channels, count),))
 
 
 register(
@@ -173,11 +241,16 @@ register(
             "strides": None,
             "padding": None,
             "dilation": None,
+            "channels": None,
         },
         Pattern.OPAQUE,
         (1, 3),
+        compute=_col2im_compute,
         doc="Sum the columns (N, C*prod(block), L) back into image blocks (N, C, *image). "
-        "`image_shape`/`block_shape` attributes, or (when None) operands known at run time.",
+        "`image_shape`/`block_shape` attributes, or (when None) operands known at run time; "
+        "`channels`, when given, is C (a size the loop program takes).",
+        shape_operands=(1, 2),
+        to_static=_col2im_static,
     )
 )
 

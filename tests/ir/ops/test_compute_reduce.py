@@ -10,6 +10,7 @@ from tcc.ir.expr import Var, evaluate, free_vars
 from tcc.ir.graph import TensorType
 from tcc.ir.module import IRModule
 from tcc.ir.ops import OPS
+from tcc.ir.ops._util import spatial_params
 from tcc.ir.ops.reduce import REDUCTIONS
 from tcc.ir.parser import parse_module
 from tcc.ir.printer import print_module
@@ -408,6 +409,24 @@ def test_stft(onesided, windowed, channels):
 @pytest.mark.parametrize("periodic", [False, True])
 def test_window(kind, periodic):
     check("window", tol=1e-7, size=9, kind=kind, periodic=periodic, dtype="float32")
+
+
+@pytest.mark.parametrize("image, block, strides, padding, dilation", [
+    ([5, 5], [2, 2], None, None, None),
+    ([5, 6], [3, 2], [2, 1], [1, 0, 2, 1], [1, 2]),
+    ([7], [3], [2], [1, 1], [2]),
+    ([3, 4, 3], [2, 1, 2], None, [0, 1, 0, 1, 0, 1], None),
+])
+def test_col2im(image, block, strides, padding, dilation):
+    nd = len(image)
+    s, p, d = spatial_params({"strides": strides, "padding": padding, "dilation": dilation}, nd)
+    blocks = [(image[i] + p[i] + p[nd + i] - d[i] * (block[i] - 1) - 1) // s[i] + 1
+              for i in range(nd)]
+    x = randn(2, 3 * int(np.prod(block)), int(np.prod(blocks)))
+    attrs = dict(image_shape=image, block_shape=block, strides=strides, padding=padding,
+                 dilation=dilation)
+    check("col2im", x, tol=1e-5, **attrs)
+    check("col2im", randi(*x.shape), tol=0, **attrs)
 
 
 def test_affine_grid_with_size_operand_has_no_loop_program():
