@@ -16,7 +16,8 @@ tap reads the input under `if_then_else` on its index, so it never loads out of 
 Half floats accumulate in float32 and, like the bias, are added and rounded in a second
 stage, as the references do. A transposed convolution gathers: output position q reads
 input position (q + pad - tap * dilation) / stride where that divides exactly. deform_conv
-(data-dependent bilinear sampling) has no loop program, nor do bool operands.
+first samples every tap bilinearly into a stage of columns, then multiplies them with the
+weights. Bool operands have no loop program.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tcc.ir.ops._util import (
     check_positive,
     check_rank,
     check_vector,
+    clamp_index,
     compute_dtype,
     crop_spatial,
     data_op,
@@ -553,6 +555,61 @@ def _deform_conv_ref(
     return _bias(np.ascontiguousarray(y), b).astype(x.dtype)
 
 
+def _deform_conv_compute(
+    x, w, offset, b=None, mask=None, *, strides, padding, dilation, groups, offset_groups
+):
+    """Two stages, as the reference: every kernel tap sampled bilinearly (in float64, as
+    numpy promotes the integer base positions plus the offsets) at its offset position and
+    masked, then the grouped product with the weights in the compute dtype."""
+    if len(x.shape) != 4 or any(t is not None and t.dtype != x.dtype for t in (w, offset, b, mask)) \
+            or x.dtype not in ("float16", "float32", "float64"):
+        raise NoLoopProgram("op deform_conv: only 2-D float operands of one dtype have a loop "
+                            "program")
+    s, p, d = spatial_params({"strides": strides, "padding": padding, "dilation": dilation}, 2)
+    ct, f64 = str(compute_dtype(np.dtype(x.dtype))), "float64"
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    oh, ow = offset.shape[2:]
+    taps = kh * kw
+    per_group = as_dim(c // offset_groups)
+
+    def sample(bn, ch, y, xx, i, j):
+        g, k = ch // per_group, i * kw + j
+        at = 2 * (g * taps + k)
+        ys = te.cast(y * s[0] - p[0] + i * d[0], f64) + te.cast(offset[bn, at, y, xx], f64)
+        xs = te.cast(xx * s[1] - p[1] + j * d[1], f64) + te.cast(offset[bn, at + 1, y, xx], f64)
+        y0, x0 = te.floor(ys), te.floor(xs)
+        total = te.const(0.0, f64)
+        for dy, dx in ((0, 0), (0, 1), (1, 0), (1, 1)):
+            yy, xf = y0 + float(dy), x0 + float(dx)
+            weight = (1.0 - te.abs(ys - yy)) * (1.0 - te.abs(xs - xf))
+            ok = te.logical_and(
+                te.logical_and(te.greater_equal(yy, 0.0), te.less(yy, te.cast(h, f64))),
+                te.logical_and(te.greater_equal(xf, 0.0), te.less(xf, te.cast(wd, f64))))
+            # the position held within the image before it converts (a far one stays far)
+            yi = clamp_index(te.cast(te.min(te.max(yy, -1.0), te.cast(h, f64)), "int64"), h)
+            xi = clamp_index(te.cast(te.min(te.max(xf, -1.0), te.cast(wd, f64)), "int64"), wd)
+            value = te.cast(te.cast(x[bn, ch, yi, xi], ct), f64)
+            total = total + value * te.if_then_else(ok, weight, te.const(0.0, f64))
+        if mask is not None:
+            total = total * te.cast(te.cast(mask[bn, g * taps + k, y, xx], ct), f64)
+        return te.cast(total, ct)
+
+    cols = te.compute((n, c, oh, ow, kh, kw), sample, "deform_conv_cols")
+    out_per_group = as_dim(o // groups)
+
+    def product(bn, oc, y, xx):
+        ci, i, j = te.reduce_axis(cg, "ci"), te.reduce_axis(kh, "i"), te.reduce_axis(kw, "j")
+        ch = oc // out_per_group * cg + ci
+        return te.sum(cols[bn, ch, y, xx, i, j] * te.cast(w[oc, ci, i, j], ct), axis=[ci, i, j])
+
+    y = te.compute((n, o, oh, ow), product, "deform_conv_product")
+    if b is None:
+        return te.compute(y.shape, lambda *i: te.cast(y[i], x.dtype), "deform_conv")
+    return te.compute(y.shape, lambda bn, oc, yy, xx: te.cast(
+        y[bn, oc, yy, xx] + te.cast(b[oc], ct), x.dtype), "deform_conv")
+
+
 register(
     OpDef(
         "deform_conv",
@@ -561,7 +618,8 @@ register(
         {**_CONV_ATTRS, "offset_groups": 1},
         Pattern.OPAQUE,
         (3, 5),
+        compute=_deform_conv_compute,
         doc="2-D deformable convolution (data, weight, offset, bias?, mask?): each kernel tap "
-        "reads the input bilinearly at its position plus a learned offset (no loop program).",
+        "reads the input bilinearly at its position plus a learned offset.",
     )
 )

@@ -445,3 +445,20 @@ def test_prim_func_text_round_trip(op, types, attrs):
     func = op_prim_func(op, types, normalize_attrs(OPS[op], attrs))
     mod = IRModule({"f": func})
     assert structural_equal(parse_module(print_module(mod)), mod)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+@pytest.mark.parametrize("groups, offset_groups, masked, biased", [
+    (1, 1, False, False), (2, 2, True, True), (1, 2, True, False)])
+def test_deform_conv(dtype, groups, offset_groups, masked, biased):
+    """Offsets that move taps between pixels, onto the border and out of the image."""
+    x = rand(2, 4, 5, 6, dtype=dtype)
+    weight = rand(6, 4 // groups, 3, 2, dtype=dtype)
+    attrs = dict(strides=[2, 1], padding=[1, 0, 1, 1], dilation=[1, 2], groups=groups,
+                 offset_groups=offset_groups)
+    oh, ow = (5 + 2 - 2 - 1) // 2 + 1, (6 + 1 - 2 - 1) + 1
+    offset = (rng.standard_normal((2, offset_groups * 6 * 2, oh, ow)) * 2).astype(dtype)
+    offset[0, 0, 0, 0] = -40.0  # far outside
+    mask = rand(2, offset_groups * 6, oh, ow, dtype=dtype) if masked else None
+    bias = rand(6, dtype=dtype) if biased else None
+    check("deform_conv", x, weight, offset, bias, mask, **attrs)
