@@ -431,6 +431,28 @@ def _tensor_scatter_ref(past_cache, update, write_indices, mode, axis):
     return out
 
 
+def _tensor_scatter_compute(past_cache, update, write_indices=None, *, mode, axis):
+    """Each cache position reads the update entry written there, if any: entry j goes to
+    write_index + j (modulo the cache length in circular mode, where the last of several
+    entries landing on one position wins, as numpy's assignment has it)."""
+    axis = normalize_axis(axis, len(past_cache.shape), "tensor_scatter")
+    length, seq = past_cache.shape[axis], update.shape[axis]
+    i64 = "int64"
+
+    def value(*i):
+        start = te.const(0, i64) if write_indices is None else te.cast(write_indices[i[0]], i64)
+        j = te.cast(i[axis], i64) - start
+        if mode == "circular":
+            j = j % te.cast(length, i64)  # the first entry landing here; later ones lap it
+            last = j + (te.cast(seq, i64) - 1 - j) // te.cast(length, i64) * te.cast(length, i64)
+            j = te.if_then_else(te.less(j, te.cast(seq, i64)), last, j)
+        hit = te.logical_and(te.greater_equal(j, 0), te.less(j, te.cast(seq, i64)))
+        at = i[:axis] + (clamp_index(j, seq),) + i[axis + 1 :]
+        return te.if_then_else(hit, update[at], past_cache[i])
+
+    return te.compute(past_cache.shape, value, "tensor_scatter")
+
+
 register(
     OpDef(
         "tensor_scatter",
@@ -439,6 +461,7 @@ register(
         attrs={"mode": "linear", "axis": -2},
         pattern=Pattern.OPAQUE,
         num_args=(2, 3),
+        compute=_tensor_scatter_compute,
         doc="KV-cache update: write `update` into `past_cache` along the sequence `axis` from "
         "each batch row's write index (zero when absent), wrapping around in 'circular' mode.",
     )

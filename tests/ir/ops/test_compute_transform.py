@@ -461,3 +461,15 @@ def test_scatter_nd_slices_and_elements(reduction):
     elements = np.array([[1, 2, 0], [1, 2, 0], [3, -1, 1]], np.int64)
     exact("scatter_nd", data, elements, rng.standard_normal(3).astype(np.float32),
           reduction=reduction)
+
+
+@pytest.mark.parametrize("mode, seq, starts", [
+    ("linear", 3, None), ("linear", 2, [3, 0]), ("circular", 4, [3, 1]), ("circular", 7, [2, 4])])
+def test_tensor_scatter_writes_each_row_from_its_index(mode, seq, starts):
+    """A KV-cache update along axis 1 of (2, 5, 3); circular writes wrap, and where more
+    entries than the cache holds land on one position, the last one stays."""
+    rng = np.random.default_rng(13)
+    cache = rng.standard_normal((2, 5, 3)).astype(np.float32)
+    update = rng.standard_normal((2, seq, 3)).astype(np.float32)
+    index = None if starts is None else np.array(starts, np.int64)
+    exact("tensor_scatter", cache, update, index, mode=mode, axis=1)
