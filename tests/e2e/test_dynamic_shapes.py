@@ -290,6 +290,19 @@ def test_col2im_with_its_image_and_block_shapes_read_at_run_time(crt):
                                     "block": np.array(block, np.int64)}, words)
 
 
+@pytest.mark.parametrize("align_corners", [0, 1])
+def test_affine_grid_of_a_size_read_at_run_time(crt, align_corners):
+    node = helper.make_node("AffineGrid", ["theta", "size"], ["y"], align_corners=align_corners)
+    model = _model([node], [_vi("theta", TensorProto.FLOAT, ["n", 2, 3]), _vi("size", TensorProto.INT64, [4])],
+                   [_vi("y", TensorProto.FLOAT, None)])
+    model.opset_import[0].version = 20
+    theta = np.random.default_rng(12).standard_normal((2, 2, 3)).astype(np.float32)
+    for size in ((2, 3, 4, 5), (2, 1, 2, 7)):  # (onnxruntime and ONNX differ on an axis of 1)
+        _check(crt, model, {"theta": theta, "size": np.array(size, np.int64)}, atol=1e-6)
+    _refused_alike(crt, model, {"theta": theta, "size": np.array((3, 1, 4, 4), np.int64)},
+                   "the size's batch is not theta's")
+
+
 def _cumsum_model(op, **attrs):
     node = helper.make_node(op, ["x", "axis"], ["y"], **attrs)
     return _model([node], [_vi("x", TensorProto.FLOAT, ["n", 3, 4]), _vi("axis", TensorProto.INT64, [])],

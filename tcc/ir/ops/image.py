@@ -586,7 +586,7 @@ def _affine_grid_compute(theta, size_operand=None, *, size, align_corners):
     """Each output is theta's row j applied to the base-grid point, in float64 as the
     reference computes (x coordinate first, then the homogeneous 1)."""
     if size is None or size_operand is not None:
-        raise NoLoopProgram("op affine_grid: a run-time size operand has no loop program")
+        raise NoLoopProgram("op affine_grid: a size not read at run time has no loop program")
     spatial = list(size[2:])
     nd, f64 = len(spatial), "float64"
 
@@ -594,11 +594,15 @@ def _affine_grid_compute(theta, size_operand=None, *, size, align_corners):
         """numpy's linspace(-1, 1, d)[i] (last point exact), or the pixel centre (2i+1)/d - 1."""
         d, v = spatial[axis], te.cast(i, f64)
         if not align_corners:
-            return (v * 2.0 + 1.0) / te.const(float(d), f64) - 1.0
-        if d == 1:
+            return (v * 2.0 + 1.0) / te.cast(d, f64) - 1.0
+        if isinstance(d, int) and d == 1:
             return te.const(-1.0, f64)
         end = te.equal(i, d - 1)
-        return te.if_then_else(end, te.const(1.0, f64), v * (2.0 / (d - 1)) + -1.0)
+        step = 2.0 / (d - 1) if isinstance(d, int) else 2.0 / te.cast(d - 1, f64)
+        inner = te.if_then_else(end, te.const(1.0, f64), v * step + -1.0)
+        if isinstance(d, int):
+            return inner
+        return te.if_then_else(te.equal(d, 1), te.const(-1.0, f64), inner)
 
     def at(*i):
         n, j = i[0], i[-1]
@@ -613,6 +617,21 @@ def _affine_grid_compute(theta, size_operand=None, *, size, align_corners):
     return te.compute((theta.shape[0], *spatial, nd), at, "affine_grid")
 
 
+def _affine_grid_static(types, sizes, out, attrs):
+    """AffineGrid with its size operand read at run time (N, C, *spatial): sizes the kernel
+    takes, the batch checked against theta's."""
+    theta, size = types[0], list(sizes[1])
+    nd = len(size) - 2
+    static = all(isinstance(d, int) for d in theta.shape[1:])
+    if nd < 1 or (static and theta.shape[1:] != (nd, nd + 1)):
+        raise ShapeError(f"op affine_grid: a size of {len(size)} values for theta {theta}")
+    checks = [(E.compare("eq", size[0], theta.shape[0]),
+               f"the size's batch is not theta's ({theta.shape[0]})")]
+    checks += [(E.compare("ge", d, 0), f"size {2 + i} is negative") for i, d in enumerate(size[2:])]
+    return StaticForm("affine_grid", (0,), {**attrs, "size": size},
+                      (theta.shape[0], *size[2:], nd), tuple(checks))
+
+
 register(
     OpDef(
         "affine_grid",
@@ -622,6 +641,8 @@ register(
         Pattern.OPAQUE,
         (1, 2),
         compute=_affine_grid_compute,
+        shape_operands=(1,),
+        to_static=_affine_grid_static,
         doc="Sampling grid (N, *spatial, nd) of the affine maps theta (N, nd, nd+1) for an "
         "output of shape `size` (N, C, *spatial) (attribute, or run-time operand when None).",
     )
