@@ -206,3 +206,21 @@ def test_taking_an_element_of_unknown_rank_is_refused_at_import():
     model = onnx_model(nodes, [], [_out("y")], opset=18)
     with pytest.raises(FrontendError, match="the rank of the sequence's elements is not known"):
         from_onnx(model)
+
+
+def test_a_plain_tensor_is_its_own_element_and_always_present():
+    """OptionalGetElement and OptionalHasElement of a tensor need no optional at all: the
+    import leaves no optional op, so the model compiles."""
+    import tcc.rt
+    from tests.packs import compiled_pack
+
+    nodes = [helper.make_node("OptionalGetElement", ["x"], ["v"]),
+             helper.make_node("OptionalHasElement", ["x"], ["has"]),
+             helper.make_node("Relu", ["v"], ["y"])]
+    model = onnx_model(nodes, [("x", F, ["n"])], [_out("y"), _out("has")], opset=18)
+    mod = _check(model, {"x": _x(4)})
+    assert [b.value.op for b in mod["main"].bindings] == ["relu", "identity"]
+    with tcc.rt.load(compiled_pack(model)) as m:
+        y, has = m["main"]({"x": _x(4)})
+    np.testing.assert_array_equal(y, np.maximum(_x(4), 0))
+    assert has.dtype == np.bool_ and bool(has)

@@ -7,9 +7,11 @@ SequenceInsert) is imported instead.
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 
 from tcc.frontend.onnx.base import OnnxOp, converter, onnx_dtype
+from tcc.ir.graph import OptionalType, type_of
 
 
 @converter("SequenceEmpty")
@@ -95,10 +97,17 @@ class Optional(OnnxOp):
                         shape=shape, sequence=sequence)
 
 
+def _is_optional(ctx, node) -> bool:
+    return node.has_input(0) and isinstance(type_of(ctx.input(node, 0)), OptionalType)
+
+
 @converter("OptionalHasElement")
 class OptionalHasElement(OnnxOp):
     @classmethod
     def v15(cls, ctx, node):
+        if node.has_input(0) and not _is_optional(ctx, node):  # a plain value is there
+            ctx.set_known(node.outputs[0], np.array(True))
+            return None
         return ctx.emit("optional_has_element", ctx.input(node, 0))
 
 
@@ -106,4 +115,6 @@ class OptionalHasElement(OnnxOp):
 class OptionalGetElement(OnnxOp):
     @classmethod
     def v15(cls, ctx, node):
+        if not _is_optional(ctx, node):  # a tensor or sequence is its own element
+            return ctx.input(node, 0)
         return ctx.emit("optional_get_element", ctx.input(node, 0))

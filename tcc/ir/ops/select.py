@@ -479,6 +479,16 @@ register(
 # ---------------------------------------------------------------------------------------------
 # binarize
 
+
+def _binarize_compute(x, *, threshold):
+    # numpy compares a float array with the (weak) Python float in the array's dtype, an
+    # integer array in float64
+    at = x.dtype if is_float(x.dtype) else "float64"
+    return te.compute(x.shape, lambda *i: te.if_then_else(
+        te.greater(te.cast(x[i], at), te.const(float(threshold), at)),
+        te.const(1, x.dtype), te.const(0, x.dtype)), "binarize")
+
+
 register(
     OpDef(
         "binarize",
@@ -486,6 +496,7 @@ register(
         lambda x, threshold: (x > threshold).astype(x.dtype),
         attrs={"threshold": 0.0},
         pattern=Pattern.ELEMWISE,
+        compute=_binarize_compute,
         doc="1 where x > threshold, else 0, in the dtype of x.",
     )
 )

@@ -32,3 +32,11 @@ def test_unique_of_bools_has_no_loop_program():
     (x,) = placeholders([TensorType((2,), "bool")])
     with pytest.raises(NoLoopProgram, match="dtype bool"):
         get_op("unique").compute(x, axis=None, sorted=True, count=2)
+
+
+@pytest.mark.parametrize("dtype, threshold", [("float32", 0.1), ("float64", 0.1), ("int32", 1.5)])
+def test_binarize(dtype, threshold):
+    x = np.array([0.1, 0.2, -1.0, np.nan, 1.5, 2.0] if dtype != "int32" else [0, 1, 2, 3, -2, 1],
+                 dtype)
+    assert_close(run_compute("binarize", x, threshold=threshold),
+                 [ref("binarize", x, threshold=threshold)], rtol=0, atol=0)
