@@ -30,6 +30,9 @@ class StageTimes:
     seconds: dict[str, float] = field(default_factory=dict)
     # buffer accesses of a loaded .tcir that could not be proven in bounds and were guarded
     guarded: list[str] = field(default_factory=list)
+    # one-line warnings of the tuning database: lines skipped, records that do not replay
+    tuning_warnings: list[str] = field(default_factory=list)
+    tuned: int = 0  # kernels scheduled by a tuning record
 
 
 def load_module(source, guarded: list[str] | None = None):
@@ -111,13 +114,16 @@ def compile_to_bytes(
     schedule: bool = True,
     plan_memory: bool = True,
     sign=None,
+    db=None,
 ) -> bytes:
     """Compile `source` (see load_module) into the bytes of a .tvmpack, running the graph
     passes first unless `optimize` is False (`disable_passes` skips some of them), and
     scheduling every kernel by the default rules unless `schedule` is False. With
     `plan_memory` (the default) kernel outputs share arenas (docs/vm.md, "Memory
     planning"); without it each is allocated on its own. `sign` is the path of an Ed25519
-    private key (PEM) that signs the pack (docs/security.md)."""
+    private key (PEM) that signs the pack (docs/security.md). `db` is a tuning database whose
+    best record for each kernel and this target schedules it instead of the default rules
+    (docs/tuning.md)."""
     from tcc.emit.llvm import compile_prim_funcs
     from tcc.emit.pack import pack_bytes
     from tcc.emit.target import parse_target
@@ -151,8 +157,12 @@ def compile_to_bytes(
     if schedule:
         from tcc.lower.rules import schedule_module
 
+        state["tuned"] = {}
+        if db is not None:
+            state["tuned"] = stage(
+                "tuning", lambda: _tuned(state["lowered"], str(parsed_target), db, times))
         state["lowered"] = stage(
-            "schedule", lambda: schedule_module(state["lowered"], parsed_target)
+            "schedule", lambda: schedule_module(state["lowered"], parsed_target, state["tuned"])
         )
     state["exe"] = stage("vm", lambda: compile_module(state["lowered"], plan=plan_memory))
     state["kernels"] = stage(
@@ -165,6 +175,18 @@ def compile_to_bytes(
             sign=signer,
         ),
     )
+
+
+def _tuned(lowered, target: str, db, times: StageTimes) -> dict:
+    """The kernels the tuning database `db` (a path) schedules; its warnings go to `times`."""
+    from tcc.tune.apply import tuned_prim_funcs
+    from tcc.tune.database import Database
+
+    database = Database(db)
+    tuned, warnings = tuned_prim_funcs(lowered, target, database)
+    times.tuning_warnings += database.problems + warnings
+    times.tuned = len(tuned)
+    return tuned
 
 
 def write_atomic(path, data: bytes) -> None:

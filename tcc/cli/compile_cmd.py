@@ -17,6 +17,7 @@ _STAGES = {
     "import": "importing",
     "optimize": "optimizing the graph",
     "legalize": "legalizing ops to loop programs",
+    "tuning": "applying the tuning database",
     "schedule": "scheduling loop programs (default rules)",
     "vm": "compiling graph functions to bytecode",
     "llvm": "generating CPU code (LLVM)",
@@ -26,10 +27,12 @@ _STAGES = {
 
 def _build(source: Path, target: str, output: Path, verbose: bool, optimize: bool = False,
            disable_passes: tuple[str, ...] = (), plan_memory: bool = True,
-           schedule: bool = True, sign: Path | None = None) -> None:
+           schedule: bool = True, sign: Path | None = None, db: Path | None = None) -> None:
     why = not_a_file(source)
     if why:
         raise TccError(f"{source}: {why}")
+    if db is not None and not_a_file(db):
+        raise TccError(f"--db {db}: {not_a_file(db)}")
     console = Console(stderr=True, highlight=False)
     times = StageTimes()
     with Progress(
@@ -40,9 +43,11 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
         data = compile_to_bytes(
             source, target, on_stage=lambda s: progress.update(task, description=_STAGES[s]),
             times=times, optimize=optimize, disable_passes=disable_passes,
-            plan_memory=plan_memory, schedule=schedule, sign=sign,
+            plan_memory=plan_memory, schedule=schedule, sign=sign, db=db,
         )
     write_atomic(output, data)
+    for warning in times.tuning_warnings:
+        console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     if times.guarded:
         console.print(f"warning: {len(times.guarded)} buffer access(es) of {source} could not be proven "
                       f"in bounds and run guarded (first: {escape(times.guarded[0])}); TCC_VERIFY=1 "
@@ -55,6 +60,8 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
     if verbose:
         for name, s in times.seconds.items():
             Console(highlight=False).print(f"  {name:9s} {s * 1000:9.1f} ms")
+        if db is not None:
+            Console(highlight=False).print(f"  {times.tuned} kernel(s) scheduled by {db}")
 
 
 _target = click.option(
@@ -66,6 +73,11 @@ _sign = click.option(
     help="Sign the pack with this Ed25519 private key (PEM; make one with "
          "`openssl genpkey -algorithm ed25519 -out key.pem`); `tcc run --require-signature` "
          "checks it. Needs tcc[sign].",
+)
+_db = click.option(
+    "--db", type=click.Path(dir_okay=False, path_type=Path), metavar="DB",
+    help="A tuning database: each kernel it has a record for on this target gets its best "
+         "record's schedule instead of the default rules (docs/tuning.md).",
 )
 _no_schedule = click.option(
     "--no-schedule", is_flag=True,
@@ -86,17 +98,18 @@ _no_schedule = click.option(
 @click.option("--no-plan-memory", is_flag=True,
               help="Allocate every kernel output on its own instead of in shared arenas.")
 @_no_schedule
+@_db
 @_sign
 def compile_command(model: Path, target: str, output: Path | None, verbose: bool,
                     no_optimize: bool, disable_passes: tuple[str, ...], no_plan_memory: bool,
-                    no_schedule: bool, sign: Path | None):
+                    no_schedule: bool, db: Path | None, sign: Path | None):
     """Compile an ONNX model (or a .tcir file) into a .tvmpack.
 
     Runs the graph passes of `tcc optimize` first (unless --no-optimize), then generates
     code as `tcc emit` does."""
     _build(model, target, output or model.with_suffix(".tvmpack"), verbose,
            optimize=not no_optimize, disable_passes=disable_passes,
-           plan_memory=not no_plan_memory, schedule=not no_schedule, sign=sign)
+           plan_memory=not no_plan_memory, schedule=not no_schedule, sign=sign, db=db)
 
 
 @click.command("emit")
@@ -106,12 +119,13 @@ def compile_command(model: Path, target: str, output: Path | None, verbose: bool
               help="The pack to write (default: IR_FILE with the suffix .tvmpack).")
 @click.option("-v", "--verbose", is_flag=True, help="Print the time of every stage.")
 @_no_schedule
+@_db
 @_sign
 def emit_command(ir_file: Path, target: str, output: Path | None, verbose: bool,
-                 no_schedule: bool, sign: Path | None):
+                 no_schedule: bool, db: Path | None, sign: Path | None):
     """Generate code for a .tcir file and write a .tvmpack (the module as it is: run
     `tcc optimize` first for the graph passes)."""
     if ir_file.suffix != ".tcir":
         raise TccError(f"{ir_file}: `tcc emit` reads a .tcir file; use `tcc compile` for ONNX models")
     _build(ir_file, target, output or ir_file.with_suffix(".tvmpack"), verbose,
-           schedule=not no_schedule, sign=sign)
+           schedule=not no_schedule, sign=sign, db=db)

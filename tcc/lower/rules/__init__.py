@@ -79,11 +79,17 @@ def _scheduled(func: T.PrimFunc, machine: Machine) -> tuple[T.PrimFunc, list[str
 
 
 def schedule_prim_func(func: T.PrimFunc, target) -> T.PrimFunc:
-    """`func` scheduled by the default rules for `target` (a `Target` or a `Machine`), its
-    buffers then compacted: once every stage is scheduled, since the primitives expect
-    buffers allocated in blocks (a micro-kernel's local tile becomes registers); then tiles
-    cut by a split that does not divide get a guard-free copy for all but the last."""
-    return unswitch_guards(compact_buffers(_scheduled(func, Machine.of(target))[0]))
+    """`func` scheduled by the default rules for `target` (a `Target` or a `Machine`), then
+    finished (`finish_schedule`)."""
+    return finish_schedule(_scheduled(func, Machine.of(target))[0])
+
+
+def finish_schedule(func: T.PrimFunc) -> T.PrimFunc:
+    """A scheduled `func` with its buffers compacted: once every stage is scheduled, since
+    the primitives expect buffers allocated in blocks (a micro-kernel's local tile becomes
+    registers); then tiles cut by a split that does not divide get a guard-free copy for all
+    but the last."""
+    return unswitch_guards(compact_buffers(func))
 
 
 def stage_rules(func: T.PrimFunc, target) -> list[str]:
@@ -91,12 +97,15 @@ def stage_rules(func: T.PrimFunc, target) -> list[str]:
     return _scheduled(func, Machine.of(target))[1]
 
 
-def schedule_module(mod: IRModule, target) -> IRModule:
-    """A new module whose PrimFuncs are scheduled by the default rules; graph functions and
-    constants are shared with `mod`, which is not changed."""
+def schedule_module(mod: IRModule, target, scheduled: dict | None = None) -> IRModule:
+    """A new module whose PrimFuncs are scheduled by the default rules, except those
+    `scheduled` gives already (by name: tuned ones); graph functions and constants are shared
+    with `mod`, which is not changed."""
     machine = Machine.of(target)
+    scheduled = scheduled or {}
     functions = {
-        name: schedule_prim_func(f, machine) if isinstance(f, T.PrimFunc) else f
+        name: scheduled.get(name) or schedule_prim_func(f, machine)
+        if isinstance(f, T.PrimFunc) else f
         for name, f in mod.functions.items()
     }
     scheduled = dataclasses.replace(mod, functions=functions)

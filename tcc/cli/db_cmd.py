@@ -1,0 +1,69 @@
+"""`tcc db show DB` and `tcc db merge A B ... -o C`: what a tuning database holds, and the
+union of several."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from tcc.errors import TccError
+from tcc.infile import not_a_file
+from tcc.tune.database import Database, merge
+
+
+@click.group("db")
+def command():
+    """Tuning databases: one JSON record a line, each a measured schedule of one kernel
+    (docs/tuning.md). `tcc compile --db` applies the best record of each kernel."""
+
+
+def _warn(problems: list[str]) -> None:
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    for p in problems:
+        err.print(f"warning: {p}", markup=False)
+
+
+@command.command("show")
+@click.argument("db", type=click.Path(dir_okay=False, path_type=Path))
+def show_command(db: Path):
+    """The best record of each workload and target, with its speedup over the default
+    schedule where the database has the default's time too."""
+    why = not_a_file(db)
+    if why:
+        raise TccError(f"{db}: {why}")
+    database = Database(db)
+    _warn(database.problems)
+    keys = dict.fromkeys((r.workload, r.target) for r in database.records)
+    table = Table(title=f"{db}: {len(database.records)} records, {len(keys)} workloads",
+                  title_justify="left")
+    for col in ("workload", "target", "ok", "failed", "default ms", "best ms", "speedup"):
+        table.add_column(col, justify="right" if col not in ("workload", "target") else "left")
+    for workload, target in keys:
+        records = database.for_workload(workload, target)
+        ok = [r for r in records if r.latency is not None]
+        best = database.best(workload, target)
+        defaults = [r.latency for r in ok if r.default]
+        default = min(defaults) if defaults else None
+        speedup = f"{default / best.latency:.2f}x" if default and best and best.latency else "-"
+        table.add_row(workload[:12], target, str(len(ok)), str(len(records) - len(ok)),
+                      "-" if default is None else f"{default * 1e3:.3f}",
+                      "-" if best is None else f"{best.latency * 1e3:.3f}", speedup)
+    Console(highlight=False, soft_wrap=True).print(table)
+
+
+@command.command("merge")
+@click.argument("dbs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The merged database to write (whole or not at all).")
+def merge_command(dbs: tuple[Path, ...], output: Path):
+    """Write every distinct record of the databases DBS into one."""
+    for db in dbs:
+        why = not_a_file(db)
+        if why:
+            raise TccError(f"{db}: {why}")
+    count, problems = merge(dbs, output)
+    _warn(problems)
+    Console(highlight=False).print(f"merged {len(dbs)} databases -> {output}: {count} records")

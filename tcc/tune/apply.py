@@ -1,0 +1,48 @@
+"""Applying a tuning database when compiling: a kernel whose workload (the structural hash of
+its PrimFunc as legalized) has a successful record for the target gets the best record's
+trace replayed in place of the default rules. A record made for another target is never
+looked at; one whose trace no longer replays (written by another tcc version, say) leaves
+the kernel to the default rules, with a one-line warning."""
+
+from __future__ import annotations
+
+from tcc.ir.errors import TccError
+from tcc.ir.module import IRModule
+from tcc.ir.structural import structural_hash
+from tcc.ir.tir import PrimFunc
+from tcc.lower.rules import finish_schedule
+from tcc.lower.schedule import Schedule, ScheduleError
+from tcc.lower.schedule.trace import Trace
+from tcc.tune.database import Database
+
+
+def workload_key(func: PrimFunc) -> str:
+    """The key records of `func` are stored under."""
+    return structural_hash(func)
+
+
+def replay(func: PrimFunc, trace_json: dict) -> PrimFunc:
+    """`func` scheduled by a recorded trace (ScheduleError when it does not replay)."""
+    sch = Schedule(func)
+    Trace.from_json(trace_json).apply(sch)
+    return finish_schedule(sch.func)
+
+
+def tuned_prim_funcs(mod: IRModule, target: str, db: Database) -> tuple[dict[str, PrimFunc], list[str]]:
+    """The kernels of `mod` the database has records for on `target`, each scheduled by its
+    best record, and one warning for each record that does not replay."""
+    tuned: dict[str, PrimFunc] = {}
+    warnings: list[str] = []
+    for name, func in mod.prim_funcs.items():
+        workload = workload_key(func)
+        record = db.best(workload, target)
+        if record is None:
+            continue
+        try:
+            tuned[name] = replay(func, record.trace)
+        except (ScheduleError, TccError) as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            warnings.append(f"{db.path}: the best record of kernel {name!r} (workload "
+                            f"{workload[:12]}) does not replay ({first}); it gets the default "
+                            "schedule")
+    return tuned, warnings

@@ -1,0 +1,176 @@
+"""The tuning database: one JSON record per line, each appended and flushed as it is written.
+
+A record is one measured schedule of one workload (DESIGN.md §5):
+
+    {"format": "tcc-tuning-record", "version": 1,
+     "workload": "<structural hash of the kernel as legalized>", "target": "<target string>",
+     "shapes": {"n": 1, ...}, "trace": <trace JSON (tcc.lower.schedule.trace)>,
+     "seconds": [<one per repeat>], "status": "ok" | "failed", "error": "...",
+     "default": <whether the trace is the untuned default schedule>, "tcc": "<tcc version>"}
+
+Records are keyed by workload and target: models that share a kernel share its records, and
+a record from another target is never applied. Appending writes the whole line, flushes and
+syncs it before returning, so a tune killed at any moment loses no finished record; a line
+a kill cut short is reported when the file is read, and the next append starts a new line.
+Reading never stops at a bad line: each one gives a one-line problem naming the file and
+line, and the other records still load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tcc.errors import TccError
+
+FORMAT = "tcc-tuning-record"
+VERSION = 1
+STATUSES = ("ok", "failed")
+
+
+class DatabaseError(TccError):
+    """A tuning database that cannot be read or written at all."""
+
+
+@dataclass(frozen=True)
+class Record:
+    workload: str
+    target: str
+    trace: dict
+    seconds: tuple[float, ...] = ()
+    status: str = "ok"
+    shapes: dict = field(default_factory=dict)
+    error: str = ""
+    tcc: str = ""
+    default: bool = False
+
+    @property
+    def latency(self) -> float | None:
+        """The median of the repeats (robust to a noisy one), or None for a failed record."""
+        if self.status != "ok" or not self.seconds:
+            return None
+        return statistics.median(self.seconds)
+
+    def as_json(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "workload": self.workload,
+                "target": self.target, "shapes": dict(self.shapes), "trace": self.trace,
+                "seconds": list(self.seconds), "status": self.status, "error": self.error,
+                "default": self.default, "tcc": self.tcc}
+
+    def line(self) -> str:
+        return json.dumps(self.as_json(), sort_keys=True, separators=(",", ":"))
+
+    @staticmethod
+    def from_json(data) -> Record:
+        """A record from its JSON object; ValueError saying what is wrong."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a record is a JSON object, got {type(data).__name__}")
+        if data.get("format") != FORMAT:
+            raise ValueError(f"format is {data.get('format')!r}, expected {FORMAT!r}")
+        if data.get("version") != VERSION:
+            raise ValueError(f"version {data.get('version')!r} is not one this tcc reads "
+                             f"({VERSION})")
+        for key, kind in (("workload", str), ("target", str), ("trace", dict),
+                          ("seconds", list), ("status", str), ("shapes", dict)):
+            if not isinstance(data.get(key), kind):
+                raise ValueError(f"'{key}' is {data.get(key)!r}, expected a {kind.__name__}")
+        if data["status"] not in STATUSES:
+            raise ValueError(f"status {data['status']!r} is not one of {', '.join(STATUSES)}")
+        seconds = data["seconds"]
+        if not all(isinstance(s, (int, float)) and not isinstance(s, bool) and s >= 0
+                   for s in seconds):
+            raise ValueError(f"seconds {seconds!r} are not all non-negative numbers")
+        shapes = data["shapes"]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in shapes.values()):
+            raise ValueError(f"shapes {shapes!r} are not all integers")
+        if not isinstance(data.get("default", False), bool):
+            raise ValueError(f"'default' is {data.get('default')!r}, expected true or false")
+        return Record(data["workload"], data["target"], data["trace"],
+                      tuple(float(s) for s in seconds), data["status"], dict(shapes),
+                      str(data.get("error", "")), str(data.get("tcc", "")),
+                      data.get("default", False))
+
+
+def read_records(path: Path) -> tuple[list[Record], list[str]]:
+    """The records of the database at `path`, and a one-line problem for each line that is
+    not one (`FILE:LINE: what is wrong`). A missing file is an empty database."""
+    path = Path(path)
+    if not path.exists():
+        return [], []
+    if path.is_dir():
+        raise DatabaseError(f"{path} is a directory, not a tuning database")
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as e:
+        raise DatabaseError(f"{path}: cannot read the tuning database: {e.strerror or e}") from None
+    records, problems = [], []
+    for number, raw in enumerate(text.split("\n"), 1):
+        if not raw.strip():
+            continue
+        try:
+            records.append(Record.from_json(json.loads(raw)))
+        except json.JSONDecodeError as e:
+            cut = " (cut short: a tune stopped while writing it?)" if number == text.count(
+                "\n") + 1 else ""
+            problems.append(f"{path}:{number}: not a JSON record ({e.msg}){cut}; line skipped")
+        except ValueError as e:
+            problems.append(f"{path}:{number}: {e}; line skipped")
+    return records, problems
+
+
+class Database:
+    """The records of one database file, and appending to it."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.records, self.problems = read_records(self.path)
+
+    def append(self, record: Record) -> None:
+        """Write `record` as one line and make it durable before returning."""
+        line = record.line() + "\n"
+        try:
+            with open(self.path, "ab") as f:
+                if f.tell() > 0 and not _ends_with_newline(self.path):
+                    line = "\n" + line  # after a line a kill cut short
+                f.write(line.encode())
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise DatabaseError(
+                f"{self.path}: cannot append to the tuning database: {e.strerror or e}") from None
+        self.records.append(record)
+
+    def for_workload(self, workload: str, target: str) -> list[Record]:
+        return [r for r in self.records if r.workload == workload and r.target == target]
+
+    def best(self, workload: str, target: str) -> Record | None:
+        """The fastest successful record of `workload` on `target` (the first of equals)."""
+        ok = [r for r in self.for_workload(workload, target) if r.latency is not None]
+        return min(ok, key=lambda r: r.latency) if ok else None
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
+def merge(paths: Iterable, out) -> tuple[int, list[str]]:
+    """Write the records of every database in `paths` to `out`, each distinct record once, in
+    order of first appearance; returns how many were written and the problems read."""
+    from tcc.outfile import open_output
+
+    seen: dict[str, None] = {}
+    problems: list[str] = []
+    for p in paths:
+        records, bad = read_records(Path(p))
+        problems += bad
+        for r in records:
+            seen.setdefault(r.line(), None)
+    with open_output(Path(out), f"--output {out}: cannot write the merged database") as f:
+        f.write("".join(line + "\n" for line in seen).encode())
+    return len(seen), problems

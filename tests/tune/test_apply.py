@@ -1,0 +1,134 @@
+"""Compiling with a tuning database: the best record of a kernel's workload on the target
+schedules it; records of other targets and records that do not replay are not used, and the
+pack computes the same either way."""
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto as TP
+from onnx import helper
+
+import tcc.rt
+from tcc.api import StageTimes, compile_to_bytes, lower
+from tcc.cli.main import cli
+from tcc.emit.target import host_target
+from tcc.frontend.onnx import from_onnx
+from tcc.ir.module import IRModule
+from tcc.ir.printer import print_module
+from tcc.lower.passes import run_pipeline
+from tcc.lower.rules import _stages
+from tcc.lower.schedule import Schedule
+from tcc.tune.apply import tuned_prim_funcs, workload_key
+from tcc.tune.database import Database, Record
+
+
+def _model():
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, ["n", 16])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+                          [helper.make_tensor("w", TP.FLOAT, [16, 8],
+                                              np.linspace(-1, 1, 128).tolist())])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _lowered():
+    target = host_target()
+    return lower(run_pipeline(from_onnx(_model()), target=target)), str(target)
+
+
+def _hand_record(func, target: str, **kw) -> Record:
+    """A schedule written by hand: the first stage's outer loop split by 2 and parallel."""
+    sch = Schedule(func)
+    block = sch.get_block(_stages(func)[0])
+    outer, _ = sch.split(sch.get_loops(block)[0], [None, 2])
+    sch.parallel(outer)
+    return Record(workload_key(func), target, sch.trace.as_json(), (1e-4,), **kw)
+
+
+def _run(pack: bytes, tmp_path, x):
+    path = tmp_path / "m.tvmpack"
+    path.write_bytes(pack)
+    with tcc.rt.load(path) as m:
+        return m["main"]({"x": x})
+
+
+def test_the_best_record_schedules_its_kernel_and_the_pack_computes_the_same(tmp_path):
+    lowered, target = _lowered()
+    (name, func), = [(n, f) for n, f in lowered.prim_funcs.items()]
+    db = Database(tmp_path / "t.db")
+    db.append(_hand_record(func, target))
+    tuned, warnings = tuned_prim_funcs(lowered, target, db)
+    assert list(tuned) == [name] and warnings == []
+    text = print_module(IRModule({name: tuned[name]}))
+    assert "in parallel(0, (n + 1) // 2):" in text  # the record's loop, not the rules'
+    times = StageTimes()
+    pack = compile_to_bytes(_model(), db=tmp_path / "t.db", times=times)
+    assert times.tuned == 1 and "tuning" in times.seconds
+    assert compile_to_bytes(_model(), db=tmp_path / "t.db") == pack  # byte-identical
+    assert pack != compile_to_bytes(_model())
+    x = np.random.default_rng(0).standard_normal((5, 16)).astype(np.float32)
+    np.testing.assert_array_equal(_run(pack, tmp_path, x), _run(compile_to_bytes(_model()), tmp_path, x))
+
+
+def test_records_of_another_target_are_never_applied(tmp_path):
+    lowered, target = _lowered()
+    (func,) = lowered.prim_funcs.values()
+    db = Database(tmp_path / "t.db")
+    db.append(_hand_record(func, "llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=znver9"))
+    assert tuned_prim_funcs(lowered, target, db) == ({}, [])
+
+
+def test_a_record_that_does_not_replay_falls_back_to_the_default_with_one_warning(tmp_path):
+    lowered, target = _lowered()
+    (name, func), = lowered.prim_funcs.items()
+    record = _hand_record(func, target)
+    broken = Record(record.workload, target, {**record.trace, "instructions": [
+        {"kind": "get_block", "inputs": [], "attrs": {"name": "no_such_block"}, "outputs": ["b0"]}]},
+        (1e-5,))
+    db = Database(tmp_path / "t.db")
+    db.append(broken)
+    tuned, warnings = tuned_prim_funcs(lowered, target, db)
+    assert tuned == {} and len(warnings) == 1 and "\n" not in warnings[0]
+    assert f"the best record of kernel {name!r}" in warnings[0] and "default schedule" in warnings[0]
+    r = CliRunner().invoke(cli, ["compile", str(_onnx(tmp_path)), "-o", str(tmp_path / "m.tvmpack"),
+                                 "--db", str(tmp_path / "t.db")])
+    assert r.exit_code == 0, r.output
+    assert "warning: " in r.output and "does not replay" in r.output
+
+
+def _onnx(tmp_path):
+    import onnx
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(), path)
+    return path
+
+
+def test_db_show_and_merge(tmp_path):
+    lowered, target = _lowered()
+    (func,) = lowered.prim_funcs.values()
+    db = Database(tmp_path / "a.db")
+    db.append(Record(workload_key(func), target, _hand_record(func, target).trace, (4e-3,),
+                     default=True))
+    db.append(_hand_record(func, target))
+    (tmp_path / "a.db").write_text((tmp_path / "a.db").read_text() + "{oops\n")
+    r = CliRunner().invoke(cli, ["db", "show", str(tmp_path / "a.db")])
+    assert r.exit_code == 0, r.output
+    assert f"warning: {tmp_path / 'a.db'}:3: not a JSON record" in r.output
+    assert workload_key(func)[:12] in r.output and "40.00x" in r.output
+    r = CliRunner().invoke(cli, ["db", "merge", str(tmp_path / "a.db"), str(tmp_path / "a.db"),
+                                 "-o", str(tmp_path / "c.db")])
+    assert r.exit_code == 0 and "2 records" in r.output, r.output
+    r = CliRunner().invoke(cli, ["db", "show", str(tmp_path / "missing.db")])
+    assert r.exit_code == 2 and "missing.db: no such file" in r.output
+
+
+@pytest.mark.parametrize("command", ["compile", "emit"])
+def test_a_missing_database_is_a_one_line_error(tmp_path, command):
+    source = _onnx(tmp_path)
+    if command == "emit":
+        r = CliRunner().invoke(cli, ["import", str(source), "-o", str(tmp_path / "m.tcir")])
+        source = tmp_path / "m.tcir"
+    r = CliRunner().invoke(cli, [command, str(source), "-o", str(tmp_path / "m.tvmpack"),
+                                 "--db", str(tmp_path / "none.db")])
+    assert r.exit_code == 2 and r.output.strip().endswith("none.db: no such file"), r.output

@@ -1,0 +1,87 @@
+"""The tuning database: records append durably, bad lines are named and skipped, the best
+record is chosen per workload and target, and databases merge."""
+
+import json
+
+import pytest
+
+from tcc.tune.database import Database, DatabaseError, Record, merge, read_records
+
+TRACE = {"format": "tcc-trace", "version": 1, "instructions": []}
+
+
+def _record(workload="w1", target="llvm -mcpu=a", seconds=(1e-3,), status="ok", default=False):
+    return Record(workload, target, TRACE, tuple(seconds), status, {"n": 4}, tcc="0.1.0",
+                  default=default)
+
+
+def test_records_round_trip_and_append_one_durable_line_each(tmp_path):
+    db = Database(tmp_path / "t.db")
+    records = [_record(seconds=(3e-3, 1e-3, 2e-3)), _record("w2", status="failed", seconds=())]
+    for r in records:
+        db.append(r)
+    lines = (tmp_path / "t.db").read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[0])["workload"] == "w1"
+    again = Database(tmp_path / "t.db")
+    assert again.records == records and again.problems == []
+    assert again.records[0].latency == 2e-3  # the median of the repeats
+    assert again.records[1].latency is None
+
+
+def test_a_line_cut_short_by_a_kill_is_named_and_the_next_append_starts_a_new_line(tmp_path):
+    path = tmp_path / "t.db"
+    Database(path).append(_record())
+    with open(path, "a") as f:  # what kill -9 in the middle of a write leaves
+        f.write(_record("w2").line()[:40])
+    db = Database(path)
+    assert [r.workload for r in db.records] == ["w1"]
+    (problem,) = db.problems
+    assert problem.startswith(f"{path}:2: not a JSON record (")
+    assert problem.endswith("(cut short: a tune stopped while writing it?); line skipped")
+    db.append(_record("w3"))
+    assert [r.workload for r in Database(path).records] == ["w1", "w3"]
+
+
+@pytest.mark.parametrize("line, message", [
+    ("{not json", "not a JSON record"),
+    ('{"format": "other"}', "format is 'other', expected 'tcc-tuning-record'"),
+    (json.dumps({**_record().as_json(), "version": 9}), "version 9 is not one this tcc reads"),
+    (json.dumps({**_record().as_json(), "status": "great"}), "status 'great' is not one of ok, failed"),
+    (json.dumps({**_record().as_json(), "seconds": [-1]}), "seconds [-1] are not all non-negative"),
+])
+def test_a_corrupted_line_is_named_and_the_other_records_still_load(tmp_path, line, message):
+    path = tmp_path / "t.db"
+    path.write_text(_record("a").line() + "\n" + line + "\n" + _record("b").line() + "\n")
+    records, problems = read_records(path)
+    assert [r.workload for r in records] == ["a", "b"]
+    assert len(problems) == 1 and problems[0].startswith(f"{path}:2: ") and message in problems[0]
+    assert problems[0].endswith("; line skipped") and "\n" not in problems[0]
+
+
+def test_best_is_the_fastest_successful_record_of_the_workload_on_the_target(tmp_path):
+    db = Database(tmp_path / "t.db")
+    for r in (_record(seconds=(5e-3,), default=True), _record(seconds=(2e-3, 9e-3, 2e-3)),
+              _record(status="failed", seconds=()), _record(target="llvm -mcpu=b", seconds=(1e-4,)),
+              _record("w2", seconds=(1e-5,))):
+        db.append(r)
+    best = db.best("w1", "llvm -mcpu=a")
+    assert best.latency == 2e-3
+    assert db.best("w1", "llvm -mcpu=c") is None  # a record from another target is never used
+    assert db.best("w3", "llvm -mcpu=a") is None
+
+
+def test_merge_writes_each_distinct_record_once(tmp_path):
+    a, b = Database(tmp_path / "a.db"), Database(tmp_path / "b.db")
+    for r in (_record("x"), _record("y")):
+        a.append(r)
+    for r in (_record("y"), _record("z")):
+        b.append(r)
+    (tmp_path / "b.db").write_text((tmp_path / "b.db").read_text() + "garbage\n")
+    count, problems = merge([tmp_path / "a.db", tmp_path / "b.db"], tmp_path / "c.db")
+    assert count == 3 and len(problems) == 1 and f"{tmp_path / 'b.db'}:3:" in problems[0]
+    assert [r.workload for r in Database(tmp_path / "c.db").records] == ["x", "y", "z"]
+
+
+def test_a_directory_is_no_database(tmp_path):
+    with pytest.raises(DatabaseError, match="is a directory, not a tuning database"):
+        Database(tmp_path)
