@@ -8,17 +8,12 @@ from __future__ import annotations
 
 from tcc.ir.errors import TccError
 from tcc.ir.module import IRModule
-from tcc.ir.structural import structural_hash
 from tcc.ir.tir import PrimFunc
 from tcc.lower.rules import finish_schedule
 from tcc.lower.schedule import Schedule, ScheduleError
 from tcc.lower.schedule.trace import Trace
 from tcc.tune.database import Database
-
-
-def workload_key(func: PrimFunc) -> str:
-    """The key records of `func` are stored under."""
-    return structural_hash(func)
+from tcc.tune.tasks import workload_key
 
 
 def replay(func: PrimFunc, trace_json: dict) -> PrimFunc:

@@ -18,8 +18,9 @@ from tcc.ir.printer import print_module
 from tcc.lower.passes import run_pipeline
 from tcc.lower.rules import _stages
 from tcc.lower.schedule import Schedule
-from tcc.tune.apply import tuned_prim_funcs, workload_key
+from tcc.tune.apply import tuned_prim_funcs
 from tcc.tune.database import Database, Record
+from tcc.tune.tasks import workload_key
 
 
 def _model():
