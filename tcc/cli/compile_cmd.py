@@ -31,8 +31,9 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
     why = not_a_file(source)
     if why:
         raise TccError(f"{source}: {why}")
-    if db is not None and not_a_file(db):
-        raise TccError(f"--db {db}: {not_a_file(db)}")
+    why = None if db is None else not_a_file(db)
+    if why:
+        raise TccError(f"--db {db}: {why}")
     console = Console(stderr=True, highlight=False)
     times = StageTimes()
     with Progress(
