@@ -1,0 +1,90 @@
+"""Measuring candidates: timed in a worker of their own, checked against the default
+schedule; a candidate that computes something else, crashes or hangs is recorded as failed
+and the measurement goes on."""
+
+import os
+import signal
+import time
+
+import numpy as np
+from onnx import TensorProto as TP
+from onnx import helper
+
+from tcc.api import lower
+from tcc.emit.target import parse_target
+from tcc.frontend.onnx import from_onnx
+from tcc.lower.passes import run_pipeline
+from tcc.lower.rules import schedule_prim_func
+from tcc.tune.apply import replay
+from tcc.tune.measure import _time_calls, build, concrete_inputs, measure
+from tests.tune.test_apply import _hand_record, _lowered
+
+
+def _task():
+    lowered, target = _lowered()
+    (func,) = lowered.prim_funcs.values()
+    return func, target
+
+
+def _default(func, target: str):
+    return schedule_prim_func(func, parse_target(target))
+
+
+def test_candidates_are_timed_and_checked_against_the_default():
+    func, target = _task()
+    default = _default(func, target)
+    hand = replay(func, _hand_record(func, target).trace)
+    base, (tuned,) = measure(default, [hand], {"n": 64}, target, repeats=3)
+    assert base.status == tuned.status == "ok", tuned.error
+    assert len(tuned.seconds) == 3 and all(0 < s < 1 for s in tuned.seconds)
+
+
+def test_a_candidate_with_another_result_is_recorded_as_failed():
+    """A kernel of the same signature that computes Sigmoid where the task has Relu."""
+    func, target = _task()
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Sigmoid", ["m"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, ["n", 16])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+                          [helper.make_tensor("w", TP.FLOAT, [16, 8], np.ones(128).tolist())])
+    other = lower(run_pipeline(from_onnx(helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17)]))))
+    (wrong,) = other.prim_funcs.values()
+    _, (result,) = measure(_default(func, target), [_default(wrong, target)],
+                           {"n": 8}, target)
+    assert result.status == "failed"
+    assert result.error.startswith("wrong result: argument 2: "), result.error
+
+
+def _crash(shared, arrays, repeats):
+    os.kill(os.getpid(), signal.SIGKILL)  # as the kernel of a candidate gone wrong might
+
+
+def _hang(shared, arrays, repeats):
+    time.sleep(60)
+
+
+def test_a_crashing_or_hanging_candidate_is_a_failed_measurement_and_the_next_one_runs():
+    func, target = _task()
+    default = _default(func, target)
+    hand = replay(func, _hand_record(func, target).trace)
+    bad = build(hand, target)
+    for hook, words in ((_crash, "crash: the worker died (signal SIGKILL)"),
+                        (_hang, "timeout: still running after 2 s; killed")):
+        def work(shared, arrays, repeats, hook=hook):
+            return hook(shared, arrays, repeats) if shared == bad else \
+                _time_calls(shared, arrays, repeats)
+
+        start = time.perf_counter()
+        base, (failed, after) = measure(default, [hand, default], {"n": 4}, target,
+                                        timeout=2.0, work=work)
+        assert (failed.status, failed.error) == ("failed", words)
+        assert base.status == after.status == "ok"
+        assert time.perf_counter() - start < 30
+
+
+def test_inputs_follow_the_shapes_given():
+    func, _ = _task()
+    x, w, *rest = concrete_inputs(func, {"n": 5})
+    assert x.shape == (5, 16) and w.shape == (16, 8)
+    assert concrete_inputs(func, {})[0].shape == (1, 16)  # a size not given is 1
+    np.testing.assert_array_equal(concrete_inputs(func, {"n": 5})[0], x)  # seeded
