@@ -1,14 +1,16 @@
 """Applying a tuning database when compiling: a kernel whose workload (the structural hash of
 its PrimFunc as legalized) has a successful record for the target gets the best record's
 trace replayed in place of the default rules. A record made for another target is never
-looked at; one whose trace no longer replays (written by another tcc version, say) leaves
-the kernel to the default rules, with a one-line warning."""
+looked at; one whose trace no longer replays (written by another tcc version, say), or whose
+schedule leaves an access that cannot be proven in bounds, leaves the kernel to the default
+rules, with a one-line warning."""
 
 from __future__ import annotations
 
 from tcc.ir.errors import TccError
 from tcc.ir.module import IRModule
 from tcc.ir.tir import PrimFunc
+from tcc.ir.verify import guard_accesses
 from tcc.lower.rules import finish_schedule
 from tcc.lower.schedule import Schedule, ScheduleError
 from tcc.lower.schedule.trace import Trace
@@ -33,11 +35,19 @@ def tuned_prim_funcs(mod: IRModule, target: str, db: Database) -> tuple[dict[str
         record = db.best(workload, target)
         if record is None:
             continue
+        where = f"{db.path}: the best record of kernel {name!r} (workload {workload[:12]})"
         try:
-            tuned[name] = replay(func, record.trace)
+            scheduled = replay(func, record.trace)
         except (ScheduleError, TccError) as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            warnings.append(f"{db.path}: the best record of kernel {name!r} (workload "
-                            f"{workload[:12]}) does not replay ({first}); it gets the default "
-                            "schedule")
+            warnings.append(f"{where} does not replay ({first}); it gets the default schedule")
+            continue
+        # a database is input from outside: its schedules must keep every access provably
+        # in bounds, as the default rules do
+        _, unproven = guard_accesses(scheduled, name)
+        if unproven:
+            warnings.append(f"{where} leaves {len(unproven)} access(es) not provably in bounds "
+                            f"(first: {unproven[0]}); it gets the default schedule")
+            continue
+        tuned[name] = scheduled
     return tuned, warnings

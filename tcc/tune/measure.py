@@ -113,16 +113,14 @@ def run_isolated(work: Callable, args: tuple, timeout: float):
     proc.start()
     send.close()
     try:
-        if receive.poll(timeout):
-            try:
-                return receive.recv()
-            except EOFError:
-                pass  # died while sending
-        if proc.is_alive():
+        if not receive.poll(timeout):
             proc.kill()
             proc.join()
             return "timeout", f"still running after {timeout:g} s; killed"
-        proc.join()
+        try:
+            return receive.recv()
+        except EOFError:  # the pipe closed unsent: the worker is dying
+            proc.join(timeout)
         code = proc.exitcode
         how = (f"signal {signal.Signals(-code).name}" if code is not None and code < 0
                else f"exit code {code}")

@@ -97,6 +97,20 @@ def test_a_record_that_does_not_replay_falls_back_to_the_default_with_one_warnin
     assert "warning: " in r.output and "does not replay" in r.output
 
 
+def test_a_schedule_not_provably_in_bounds_is_not_applied(tmp_path, monkeypatch):
+    """Records are input from outside: one whose kernel the bounds proof rejects is left out."""
+    import tcc.tune.apply as apply
+
+    lowered, target = _lowered()
+    (name, func), = lowered.prim_funcs.items()
+    db = Database(tmp_path / "t.db")
+    db.append(_hand_record(func, target))
+    monkeypatch.setattr(apply, "guard_accesses", lambda f, n: (f, ["load x[i + 9]: unproven"]))
+    tuned, (warning,) = tuned_prim_funcs(lowered, target, db)
+    assert tuned == {}
+    assert "leaves 1 access(es) not provably in bounds (first: load x[i + 9]: unproven)" in warning
+
+
 def _onnx(tmp_path):
     import onnx
 
