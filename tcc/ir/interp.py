@@ -90,8 +90,7 @@ def _bind_input(what: str, ptype: Type, value, env: dict):
         return items
     if not isinstance(ptype, TensorType):
         raise InputError(f"{what}: only tensor, sequence and optional inputs are supported")
-    if isinstance(value, (list, tuple)) and value and not np.isscalar(value[0]) \
-            and all(isinstance(v, np.ndarray) for v in value):
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, np.ndarray) for v in value):
         raise InputError(f"{what}: expected a tensor, got a sequence of {len(value)} arrays; "
                          "give one array (from the command line, an .npy file)")
     arr = np.asarray(value)

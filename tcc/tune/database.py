@@ -108,14 +108,14 @@ def read_records(path: Path) -> tuple[list[Record], list[str]]:
     except OSError as e:
         raise DatabaseError(f"{path}: cannot read the tuning database: {e.strerror or e}") from None
     records, problems = [], []
-    for number, raw in enumerate(text.split("\n"), 1):
+    lines = text.split("\n")
+    for number, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
         try:
             records.append(Record.from_json(json.loads(raw)))
-        except json.JSONDecodeError as e:
-            cut = " (cut short: a tune stopped while writing it?)" if number == text.count(
-                "\n") + 1 else ""
+        except json.JSONDecodeError as e:  # the last line has no newline when a kill cut it
+            cut = " (cut short: a tune stopped while writing it?)" if number == len(lines) else ""
             problems.append(f"{path}:{number}: not a JSON record ({e.msg}){cut}; line skipped")
         except ValueError as e:
             problems.append(f"{path}:{number}: {e}; line skipped")
@@ -133,9 +133,11 @@ class Database:
         """Write `record` as one line and make it durable before returning."""
         line = record.line() + "\n"
         try:
-            with open(self.path, "ab") as f:
-                if f.tell() > 0 and not _ends_with_newline(self.path):
-                    line = "\n" + line  # after a line a kill cut short
+            with open(self.path, "a+b") as f:
+                if f.seek(0, os.SEEK_END) > 0:
+                    f.seek(-1, os.SEEK_END)
+                    if f.read(1) != b"\n":
+                        line = "\n" + line  # after a line a kill cut short
                 f.write(line.encode())
                 f.flush()
                 os.fsync(f.fileno())
@@ -151,12 +153,6 @@ class Database:
         """The fastest successful record of `workload` on `target` (the first of equals)."""
         ok = [r for r in self.for_workload(workload, target) if r.latency is not None]
         return min(ok, key=lambda r: r.latency) if ok else None
-
-
-def _ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as f:
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) == b"\n"
 
 
 def merge(paths: Iterable, out) -> tuple[int, list[str]]:

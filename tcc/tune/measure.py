@@ -15,7 +15,6 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -98,8 +97,8 @@ def _worker(conn, work: Callable, args: tuple) -> None:
     try:
         conn.send(("ok", work(*args)))
     except BaseException as e:  # a failure of the candidate, reported as data
-        conn.send(("error", f"{type(e).__name__}: {e}".splitlines()[0] if str(e)
-                   else traceback.format_exc().splitlines()[-1]))
+        first = str(e).splitlines()[0] if str(e) else ""
+        conn.send(("error", f"{type(e).__name__}: {first}" if first else type(e).__name__))
     finally:
         conn.close()
 

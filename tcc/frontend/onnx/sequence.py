@@ -21,39 +21,18 @@ class SequenceEmpty(OnnxOp):
         return ctx.emit("sequence_empty", dtype=onnx_dtype(node.attrs.get("dtype", onnx.TensorProto.FLOAT)))
 
 
-@converter("SequenceConstruct")
-class SequenceConstruct(OnnxOp):
-    @classmethod
+def _operands_as_they_are(op_type: str, op: str) -> None:
+    """Register converter `op_type` (opset 11 on): `op` on the node's operands, in order."""
     def v11(cls, ctx, node):
-        return ctx.emit("sequence_construct", *ctx.inputs(node))
+        return ctx.emit(op, *ctx.inputs(node))
+
+    converter(op_type)(type(op_type, (OnnxOp,), {"v11": classmethod(v11)}))
 
 
-@converter("SequenceInsert")
-class SequenceInsert(OnnxOp):
-    @classmethod
-    def v11(cls, ctx, node):
-        return ctx.emit("sequence_insert", *ctx.inputs(node))
-
-
-@converter("SequenceErase")
-class SequenceErase(OnnxOp):
-    @classmethod
-    def v11(cls, ctx, node):
-        return ctx.emit("sequence_erase", *ctx.inputs(node))
-
-
-@converter("SequenceAt")
-class SequenceAt(OnnxOp):
-    @classmethod
-    def v11(cls, ctx, node):
-        return ctx.emit("sequence_at", ctx.input(node, 0), ctx.input(node, 1))
-
-
-@converter("SequenceLength")
-class SequenceLength(OnnxOp):
-    @classmethod
-    def v11(cls, ctx, node):
-        return ctx.emit("sequence_length", ctx.input(node, 0))
+for _op_type, _op in (("SequenceConstruct", "sequence_construct"),
+                      ("SequenceInsert", "sequence_insert"), ("SequenceErase", "sequence_erase"),
+                      ("SequenceAt", "sequence_at"), ("SequenceLength", "sequence_length")):
+    _operands_as_they_are(_op_type, _op)
 
 
 @converter("SplitToSequence")

@@ -464,6 +464,13 @@ def clamp_index(i, extent):
     return te.min(te.max(i, 0), te.const(extent, "int64") - 1)
 
 
+def float_position(c, extent, margin: float):
+    """A float64 position along an axis of `extent` as an int64, first held within `margin`
+    of the axis: a far-out (or huge) coordinate converts exactly and stays outside it."""
+    high = te.cast(extent, "float64") + margin
+    return te.cast(te.min(te.max(c, te.const(-margin, "float64")), high), "int64")
+
+
 def unravel(flat, dims) -> tuple:
     """The C-order position of flat index `flat` (0 <= flat < prod(dims)) in `dims`, each
     coordinate clamped into its axis so that the bounds proof sees it there."""
@@ -472,6 +479,24 @@ def unravel(flat, dims) -> tuple:
         out.append(clamp_index(flat % d, d))
         flat = flat // d
     return tuple(reversed(out))
+
+
+def same_value(dtype: str, a, b):
+    """a equals b, NaN equalling NaN (as np.unique and stable sorts group them)."""
+    if not is_float(dtype):
+        return te.equal(a, b)
+    return te.logical_or(te.equal(a, b), te.logical_and(te.isnan(a), te.isnan(b)))
+
+
+def orders_before(dtype: str, a, b, largest: bool = False):
+    """a comes before b in an ascending order (descending with `largest`), NaN counting as
+    the largest value, as numpy sorts it."""
+    if not is_float(dtype):
+        return te.greater(a, b) if largest else te.less(a, b)
+    nan_a, nan_b = te.isnan(a), te.isnan(b)
+    if largest:
+        return te.logical_or(te.logical_and(nan_a, te.logical_not(nan_b)), te.greater(a, b))
+    return te.logical_or(te.logical_and(te.logical_not(nan_a), nan_b), te.less(a, b))
 
 
 def count_type(op: str):

@@ -39,6 +39,7 @@ from tcc.ir.ops._util import (
     compute_dtype,
     crop_spatial,
     data_op,
+    float_position,
     optional_tensor,
     pad_spatial,
     scatter_windows,
@@ -586,9 +587,8 @@ def _deform_conv_compute(
             ok = te.logical_and(
                 te.logical_and(te.greater_equal(yy, 0.0), te.less(yy, te.cast(h, f64))),
                 te.logical_and(te.greater_equal(xf, 0.0), te.less(xf, te.cast(wd, f64))))
-            # the position held within the image before it converts (a far one stays far)
-            yi = clamp_index(te.cast(te.min(te.max(yy, -1.0), te.cast(h, f64)), "int64"), h)
-            xi = clamp_index(te.cast(te.min(te.max(xf, -1.0), te.cast(wd, f64)), "int64"), wd)
+            yi = clamp_index(float_position(yy, h, 1.0), h)
+            xi = clamp_index(float_position(xf, wd, 1.0), wd)
             value = te.cast(te.cast(x[bn, ch, yi, xi], ct), f64)
             total = total + value * te.if_then_else(ok, weight, te.const(0.0, f64))
         if mask is not None:

@@ -24,6 +24,7 @@ from tcc.ir.ops._util import (
     compute_dtype,
     crop_spatial,
     float_operands,
+    float_position,
     no_loop,
     scatter_windows,
     spatial_params,
@@ -460,9 +461,7 @@ def _grid_sample_compute(x, grid, *, mode, padding_mode, align_corners):
         return te.cast(d, f64)
 
     def as_index(c, d):
-        """A float tap position as an int64 (first held within a few taps of the axis, so
-        that a far-out coordinate converts exactly; it stays outside the axis)."""
-        return te.cast(te.min(te.max(c, te.const(-4.0, f64)), size(d) + 4.0), "int64")
+        return float_position(c, d, 4.0)  # a cubic tap reaches 2 past its coordinate
 
     lo = [te.const(0.0 if align_corners else -0.5, f64) for _ in dims]
     hi = [size(d) - (1.0 if align_corners else 0.5) for d in dims]

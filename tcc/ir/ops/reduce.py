@@ -33,7 +33,9 @@ from tcc.ir.ops._util import (
     kept_dims,
     no_loop,
     operand,
+    orders_before,
     pick_dim,
+    same_value,
     scalar_int,
     static_length,
 )
@@ -658,26 +660,14 @@ def _topk_compute(x, k_tensor=None, *, k, axis, largest, sorted):
     axis = normalize_axis(axis, x.ndim, "topk")
     n = x.shape[axis]
 
-    def beats(a, b):
-        if not is_float(x.dtype):
-            return te.greater(a, b) if largest else te.less(a, b)
-        nan_a, nan_b = te.isnan(a), te.isnan(b)
-        if largest:
-            return te.logical_or(te.logical_and(nan_a, te.logical_not(nan_b)), te.greater(a, b))
-        return te.logical_or(te.logical_and(te.logical_not(nan_a), nan_b), te.less(a, b))
-
-    def same(a, b):
-        if not is_float(x.dtype):
-            return te.equal(a, b)
-        return te.logical_or(te.equal(a, b), te.logical_and(te.isnan(a), te.isnan(b)))
-
     def at(i, j):
         return i[:axis] + (j,) + i[axis + 1 :]
 
     def place(*i):
         r = te.reduce_axis(n, "r")
         a, b = x[at(i, r)], x[i]
-        first = te.logical_or(beats(a, b), te.logical_and(same(a, b), te.less(r, i[axis])))
+        first = te.logical_or(orders_before(x.dtype, a, b, largest),
+                              te.logical_and(same_value(x.dtype, a, b), te.less(r, i[axis])))
         return te.sum(te.const(1, "int64"), axis=[r], where=first)
 
     places = te.compute(x.shape, place, "topk_place")

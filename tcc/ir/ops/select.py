@@ -23,6 +23,8 @@ from tcc.ir.ops._util import (
     count_type,
     no_loop,
     nonscalar,
+    orders_before,
+    same_value,
     selected_positions,
     unravel,
 )
@@ -181,14 +183,18 @@ register(
 )
 
 
+def _unique_dims(x: TensorType, axis, n: Dim) -> tuple[tuple[Dim, ...], Dim]:
+    """The values' shape and the inverse indices' length of `n` unique items of x."""
+    if axis is None:
+        return (n,), prod(x.shape)
+    axis = normalize_axis(axis, nonscalar(x, "unique", "input").ndim, "unique")
+    return x.shape[:axis] + (n,) + x.shape[axis + 1 :], x.shape[axis]
+
+
 def _unique_infer(args, attrs):
     x = tensor(args[0], "unique")
     n = fresh_var("uniq") if attrs["count"] is None else attrs["count"]
-    if attrs["axis"] is None:
-        y, inverse_len = (n,), prod(x.shape)
-    else:
-        axis = normalize_axis(attrs["axis"], nonscalar(x, "unique", "input").ndim, "unique")
-        y, inverse_len = x.shape[:axis] + (n,) + x.shape[axis + 1 :], x.shape[axis]
+    y, inverse_len = _unique_dims(x, attrs["axis"], n)
     return tuple_type(
         TensorType(y, x.dtype),
         TensorType((n,), "int64"),
@@ -253,19 +259,6 @@ def _where_nonempty(dims, value, otherwise):
     return te.if_then_else(functools.reduce(te.logical_and, symbolic), value(), otherwise)
 
 
-def _same(dtype, a, b):
-    if not is_float(dtype):
-        return te.equal(a, b)
-    return te.logical_or(te.equal(a, b), te.logical_and(te.isnan(a), te.isnan(b)))
-
-
-def _below(dtype, a, b):
-    """a orders before b: by value, NaN last (as np.unique sorts)."""
-    if not is_float(dtype):
-        return te.less(a, b)
-    return te.logical_or(te.less(a, b), te.logical_and(te.logical_not(te.isnan(a)), te.isnan(b)))
-
-
 def _unique_stages(x, axis, sorted):
     """(items, first-occurrence flags, the first place where two items differ, rank): an
     item's rank is its place in the result (among first occurrences, by value or by first
@@ -275,7 +268,7 @@ def _unique_stages(x, axis, sorted):
 
     def first_difference(p, q):
         k = te.reduce_axis(m, "k")
-        differs = te.logical_not(_same(dtype, s.element(p, k), s.element(q, k)))
+        differs = te.logical_not(same_value(dtype, s.element(p, k), s.element(q, k)))
         return te.min(te.if_then_else(differs, te.cast(k, "int64"), te.const(m, "int64")), axis=[k])
 
     diff = te.compute((n, n), first_difference, "unique_first_difference")
@@ -301,7 +294,7 @@ def _unique_stages(x, axis, sorted):
         if sorted:
             d = clamp_index(diff[q, p], m)
             # items differ only where they have elements: said so for the bounds proof
-            below = _where_nonempty(s.rest, lambda: _below(dtype, s.element(q, d), s.element(p, d)),
+            below = _where_nonempty(s.rest, lambda: orders_before(dtype, s.element(q, d), s.element(p, d)),
                                     te.const(False, "bool"))
             before = te.logical_and(te.logical_not(same_item(q, p)), below)
         else:
@@ -357,12 +350,7 @@ def _unique_static(types, sizes, out, attrs):
     if attrs["count"] is not None:
         raise NoLoopProgram("unique: counted already")
     (count,) = sizes[1]
-    x = types[0]
-    if attrs["axis"] is None:
-        y, inverse_len = (count,), prod(x.shape)
-    else:
-        axis = normalize_axis(attrs["axis"], x.ndim, "unique")
-        y, inverse_len = x.shape[:axis] + (count,) + x.shape[axis + 1 :], x.shape[axis]
+    y, inverse_len = _unique_dims(types[0], attrs["axis"], count)
     return StaticForm("unique", (0,), {**attrs, "count": count},
                       (*y, count, inverse_len, count))
 

@@ -84,6 +84,21 @@ def _dft_ref(x, length_tensor=None, axis_tensor=None, *, length, axis, inverse, 
     return _complex_out(out, x.dtype)
 
 
+def _turned(re, im, j, k, n, sign: float, imaginary: bool):
+    """The real (or imaginary) part of (re + i im) e^(sign 2 pi i (j k mod n) / n), in
+    float64: the angle reduced in integers first, so it stays exact for long transforms."""
+    m = te.cast(j, "int64") * te.cast(k, "int64") % te.cast(n, "int64")
+    theta = te.cast(m, "float64") * (2 * math.pi) / te.cast(n, "float64")
+    cos, sin = te.cos(theta), te.sin(theta) * sign
+    return im * cos + re * sin if imaginary else re * cos - im * sin
+
+
+def _pairs(shape, real, imag, dtype: str, name: str, scale=lambda v: v):
+    """(re, im) pairs along a last axis of 2, from a stage of each part."""
+    return te.compute(shape + (2,), lambda *i: te.cast(scale(te.if_then_else(
+        te.equal(i[-1], 0), real[i[:-1]], imag[i[:-1]])), dtype), name)
+
+
 def _dft_compute(x, length_tensor=None, axis_tensor=None, *, length, axis, inverse, onesided):
     """The transform as its defining sum (quadratic along the axis), in float64: each output
     bin sums the input bins it reads, each turned by the angle 2 pi (j k mod n) / n. The
@@ -105,12 +120,9 @@ def _dft_compute(x, length_tensor=None, axis_tensor=None, *, length, axis, inver
 
     def part(imaginary: bool):
         def body(*i):
-            j, k = te.reduce_axis(size, "j"), i[axis]
-            m = te.cast(j, "int64") * te.cast(k, "int64") % te.cast(n, "int64")
-            theta = te.cast(m, f64) * (2 * math.pi) / te.cast(n, f64)
-            cos, sin = te.cos(theta), te.sin(theta) * turn
+            j = te.reduce_axis(size, "j")
             re, im = load(i, j, 0), load(i, j, 1) if complex_in else te.const(0.0, f64)
-            value = im * cos + re * sin if imaginary else re * cos - im * sin
+            value = _turned(re, im, j, i[axis], n, turn, imaginary)
             if irfft:
                 edge = te.logical_or(te.equal(j, 0), te.equal(j * 2, n))
                 value = te.if_then_else(edge, value, value * 2.0)
@@ -123,9 +135,7 @@ def _dft_compute(x, length_tensor=None, axis_tensor=None, *, length, axis, inver
     real = part(False)
     if irfft:
         return te.compute(spatial + (1,), lambda *i: te.cast(scale(real[i[:-1]]), x.dtype), "dft")
-    imag = part(True)
-    return te.compute(spatial + (2,), lambda *i: te.cast(scale(te.if_then_else(
-        te.equal(i[-1], 0), real[i[:-1]], imag[i[:-1]])), x.dtype), "dft")
+    return _pairs(spatial, real, part(True), x.dtype, "dft", scale)
 
 
 register(
@@ -210,20 +220,15 @@ def _stft_compute(x, window=None, step_t=None, length_t=None, *, frame_step, fra
             j = te.reduce_axis(n, "j")
             # f * step + j < length holds for every frame; clamped so the bounds proof sees it
             at = clamp_index(f * frame_step + j, x.shape[1])
-            m = te.cast(j, "int64") * te.cast(k, "int64") % te.cast(n, "int64")
-            theta = te.cast(m, f64) * (2 * math.pi) / te.cast(n, f64)
-            cos, sin = te.cos(theta), -te.sin(theta)
             re = te.cast(x[b, at, 0], f64)
             im = te.cast(x[b, at, 1], f64) if complex_in else te.const(0.0, f64)
             if window is not None:
                 w = te.cast(window[j], f64)
                 re, im = re * w, im * w
-            return te.sum(im * cos + re * sin if imaginary else re * cos - im * sin, axis=[j])
+            return te.sum(_turned(re, im, j, k, n, -1.0, imaginary), axis=[j])
         return te.compute(shape, body, "stft_imag" if imaginary else "stft_real")
 
-    real, imag = part(False), part(True)
-    return te.compute(shape + (2,), lambda b, f, k, c: te.cast(te.if_then_else(
-        te.equal(c, 0), real[b, f, k], imag[b, f, k]), x.dtype), "stft")
+    return _pairs(shape, part(False), part(True), x.dtype, "stft")
 
 
 def _stft_static(types, sizes, out, attrs):
