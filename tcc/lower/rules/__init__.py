@@ -12,6 +12,12 @@ result is unchanged; a rule may fold the stages after its own into it (an epilog
 write-back). Once every stage is scheduled, `compact_buffers` allocates each intermediate
 buffer where it is used, at the size used, and `unswitch_guards` gives every tile whose
 guards (and padding selects) can be tested up front a copy without them.
+
+Every choice a rule makes that a tuner may revisit (tile sizes, vector widths, threads,
+which rule goes first) is a categorical sample in one schedule's trace whose default is
+the untuned choice (`decide`, DESIGN.md §5): `schedule_kernel` with the tuner's
+`Decisions` gives other points of the same space, and a rule written later is tunable by
+construction.
 """
 
 from __future__ import annotations
@@ -24,10 +30,11 @@ from tcc.ir.module import IRModule
 from tcc.ir.verify import verify_if_asked
 from tcc.lower.rules.contraction import ContractionRule
 from tcc.lower.rules.elementwise import ElementwiseRule
-from tcc.lower.rules.machine import Machine
+from tcc.lower.rules.machine import Machine, decide, decide_flag
 from tcc.lower.rules.reduction import ReductionRule
 from tcc.lower.rules.rows import RowRule
-from tcc.lower.schedule import ScheduleError, compact_buffers, unswitch_guards
+from tcc.lower.schedule import Schedule, ScheduleError, compact_buffers, unswitch_guards
+from tcc.lower.schedule.sampling import Decisions
 from tcc.lower.schedule.state import child_blocks
 
 __all__ = [
@@ -36,6 +43,7 @@ __all__ = [
     "UNSCHEDULED",
     "Machine",
     "rule_coverage",
+    "schedule_kernel",
     "schedule_module",
     "schedule_prim_func",
     "stage_rules",
@@ -50,38 +58,52 @@ def _stages(func: T.PrimFunc) -> list[str]:
     return [b.name for b in child_blocks(func.body)]
 
 
-def _scheduled(func: T.PrimFunc, machine: Machine) -> tuple[T.PrimFunc, list[str]]:
-    """The function with every stage scheduled, and the rule each stage got."""
-    for rule in KERNEL_RULES:
-        try:
-            sch = rule.apply(func, machine)
-        except ScheduleError:
-            continue
-        if sch is not None:
-            return sch.func, [rule.name] * len(_stages(func))
-    used: list[str] = []
-    for block in list(_stages(func)):
-        if block not in _stages(func):  # folded into an earlier stage by that stage's rule
-            used.append(used[-1])
-            continue
-        for rule in RULES:
+def _scheduled(func: T.PrimFunc, machine: Machine,
+               decisions: Decisions | None) -> tuple[Schedule, list[str]]:
+    """The schedule with every stage scheduled, and the rule each stage got. Which rules
+    are tried first is itself decided: the kernel rules, then each stage's rules in order,
+    untuned; a tuner may skip the kernel rules or start a stage at a later rule."""
+    sch = Schedule(func, decisions=decisions or Decisions())
+    stages = _stages(func)
+    if len(stages) > 1 and decide_flag(sch, "kernel.whole", True):
+        for rule in KERNEL_RULES:
             try:
-                sch = rule.apply(func, block, machine)
+                done = rule.apply(sch, machine)
             except ScheduleError:
                 continue
-            if sch is not None:
-                func = sch.func
+            if done is not None:
+                return done, [rule.name] * len(stages)
+    used: list[str] = []
+    for block in stages:
+        if block not in _stages(sch.func):  # folded into an earlier stage by that stage's rule
+            used.append(used[-1])
+            continue
+        first = decide(sch, f"{block}.rule", range(len(RULES)), 0)
+        for rule in RULES[first:] + RULES[:first]:
+            try:
+                done = rule.apply(sch, block, machine)
+            except ScheduleError:
+                continue
+            if done is not None:
+                sch = done
                 used.append(rule.name)
                 break
         else:
             used.append(UNSCHEDULED)
-    return func, used
+    return sch, used
+
+
+def schedule_kernel(func: T.PrimFunc, target, decisions: Decisions | None = None) -> Schedule:
+    """The schedule the rules give `func` for `target` (a `Target` or a `Machine`), its
+    choices made by `decisions` (default: each rule's untuned choice). Its trace replays
+    the schedule; `finish_schedule` of its function is the kernel to compile."""
+    return _scheduled(func, Machine.of(target), decisions)[0]
 
 
 def schedule_prim_func(func: T.PrimFunc, target) -> T.PrimFunc:
     """`func` scheduled by the default rules for `target` (a `Target` or a `Machine`), then
     finished (`finish_schedule`)."""
-    return finish_schedule(_scheduled(func, Machine.of(target))[0])
+    return finish_schedule(schedule_kernel(func, target).func)
 
 
 def finish_schedule(func: T.PrimFunc) -> T.PrimFunc:
@@ -94,7 +116,7 @@ def finish_schedule(func: T.PrimFunc) -> T.PrimFunc:
 
 def stage_rules(func: T.PrimFunc, target) -> list[str]:
     """The rule each stage of `func` gets, in stage order (`UNSCHEDULED` where none applies)."""
-    return _scheduled(func, Machine.of(target))[1]
+    return _scheduled(func, Machine.of(target), None)[1]
 
 
 def schedule_module(mod: IRModule, target, scheduled: dict | None = None) -> IRModule:

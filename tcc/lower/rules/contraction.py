@@ -30,6 +30,9 @@ buffer measured 4x slower than in place (BERT's attention scores, 128 x 128 x 64
 3.8 ms), and in place LLVM keeps accumulators in registers only while it can prove the
 operands do not alias them, which it cannot inside a parallel loop's outlined function (it
 reads the buffer pointers from a struct): 2x slower on two threads than on one.
+
+Decisions (`decide`): V, U, the order of the two tile loops, whether to accumulate in a
+local tile, and whether the tile loop runs on threads.
 """
 
 from __future__ import annotations
@@ -45,7 +48,13 @@ from tcc.lower.rules.analysis import (
     guarded_load_along,
     stride,
 )
-from tcc.lower.rules.machine import MAX_WHOLE_VECTOR, Machine, worth_threads
+from tcc.lower.rules.machine import (
+    MAX_WHOLE_VECTOR,
+    Machine,
+    decide,
+    decide_flag,
+    threads_decided,
+)
 from tcc.lower.schedule import BlockRV, LoopRV, Schedule, ScheduleError
 from tcc.lower.schedule.state import child_blocks
 
@@ -79,6 +88,24 @@ def column_tile(extent: int | None, lanes: int) -> int:
             return width
     best = divisor_at_most(extent, MAX_WHOLE_VECTOR)
     return best if 2 * best >= lanes else lanes
+
+
+def column_tiles(extent: int | None, lanes: int) -> list[int]:
+    """The V a tuner may choose: half a register to four registers' worth, dividing a
+    constant extent, or the whole axis when short."""
+    widths = [w for w in (lanes // 2, lanes, 2 * lanes, 3 * lanes, 4 * lanes) if w >= 1]
+    if extent is None:
+        return widths
+    return [w for w in widths if w < extent and extent % w == 0] + (
+        [extent] if extent <= min(4 * lanes, MAX_WHOLE_VECTOR) else [])
+
+
+def row_tiles(extent: int | None, columns: int, lanes: int, registers: int) -> list[int]:
+    """The U a tuner may choose: up to twice MAX_ROWS rows whose accumulators fit in the
+    vector registers (and at most the extent)."""
+    fit = max(1, (registers - 2) // math.ceil(columns / lanes))
+    top = min(2 * MAX_ROWS, fit, extent or 2 * MAX_ROWS)
+    return list(range(1, top + 1))
 
 
 def row_tile(extent: int | None, columns: int, lanes: int, registers: int) -> int:
@@ -122,11 +149,11 @@ def local_tile(
     return tile, [sch.get_loops(init)[-1], sch.get_loops(write_back)[-1]]
 
 
-def micro_kernel(func: T.PrimFunc, block: str, machine: Machine, local: bool) -> Schedule | None:
+def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Schedule | None:
     """The micro-kernel of the module docstring; accumulating in place on one thread unless
     `local` and the tile's columns run as guard-free lanes. Raises ScheduleError when a
     primitive refuses."""
-    sch = Schedule(func)
+    func = sch.func
     stage = canonical_stage(sch, sch.get_block(block))
     if stage is None or not stage.reduce:
         return None
@@ -136,12 +163,16 @@ def micro_kernel(func: T.PrimFunc, block: str, machine: Machine, local: bool) ->
     u, v = axes
     lanes = machine.lanes(stage.dtype)
     cols = column_tile(v.extent, lanes)
+    cols = decide(sch, f"{block}.columns", [cols, *column_tiles(v.extent, lanes)], cols)
     rows = row_tile(u.extent, cols, lanes, machine.vector_registers)
+    rows = decide(sch, f"{block}.rows",
+                  [rows, *row_tiles(u.extent, cols, lanes, machine.vector_registers)], rows)
     u0, u1 = sch.split(u.loop, [None, rows])
     v0, v1 = sch.split(v.loop, [None, cols])
+    tiles = [v0, u0] if decide_flag(sch, f"{block}.columns_outside", False) else [u0, v0]
     outer = []
     for a in stage.spatial:
-        outer += [u0] if a is u else [v0] if a is v else [a.loop]
+        outer += [tiles[0]] if a is u else [tiles[1]] if a is v else [a.loop]
     sch.reorder(*outer, *(a.loop for a in stage.reduce), u1, v1)
     # else a guard or padding would keep the lanes apart: scalar code, LLVM's try
     lanes_ok = (v.extent is None or v.extent % cols == 0) and not guarded_load_along(
@@ -155,7 +186,8 @@ def micro_kernel(func: T.PrimFunc, block: str, machine: Machine, local: bool) ->
     if lanes_ok:
         for loop in vector_loops:
             sch.vectorize(loop)
-    if tile is not None and worth_threads(sch, tile, stage.work(), machine):
+    if tile is not None and threads_decided(sch, tile, stage.work(), machine,
+                                            f"{block}.threads"):
         sch.parallel(tile)
     return sch
 
@@ -163,8 +195,12 @@ def micro_kernel(func: T.PrimFunc, block: str, machine: Machine, local: bool) ->
 class ContractionRule:
     name = "contraction"
 
-    def apply(self, func: T.PrimFunc, block: str, machine: Machine) -> Schedule | None:
+    def apply(self, sch: Schedule, block: str, machine: Machine) -> Schedule | None:
+        sch = sch.copy()
+        local = decide_flag(sch, f"{block}.local", True)
         try:
-            return micro_kernel(func, block, machine, local=True)
+            return micro_kernel(sch.copy(), block, machine, local)
         except ScheduleError:
-            return micro_kernel(func, block, machine, local=False)
+            if not local:
+                raise
+            return micro_kernel(sch.copy(), block, machine, local=False)

@@ -1,5 +1,10 @@
-"""The CPU facts the rules size their schedules by, and the two steps every rule shares:
-running a loop as vector lanes and spreading a loop nest over the cores.
+"""The CPU facts the rules size their schedules by, and the steps every rule shares:
+making a decision, running a loop as vector lanes and spreading a loop nest over the cores.
+
+A rule makes each choice that a tuner may revisit with `decide`: a categorical sample in
+the schedule's trace whose default is what the rule would pick untuned (DESIGN.md §5), so
+the default schedule is one point of the rule's space, and the tuner's `Decisions` pick
+others by the sample's label.
 
 The rules read a target duck-typed (`vector_bits`, `vector_registers`, `num_cores`, as on
 `tcc.emit.target.Target`), so `tcc.lower` stays free of the emit room.
@@ -12,6 +17,7 @@ from dataclasses import dataclass
 from tcc.ir.dtype import bit_width
 from tcc.lower.rules.analysis import divisor_at_most
 from tcc.lower.schedule import LoopRV, Schedule
+from tcc.lower.schedule.state import ScheduleError
 
 # Below this many loop iterations a parallel region costs more than it saves.
 MIN_PARALLEL_WORK = 8192
@@ -39,6 +45,24 @@ class Machine:
         return max(1, self.vector_bits // max(8, bit_width(dtype)))
 
 
+def decide(sch: Schedule, label: str, candidates, default: int) -> int:
+    """One of `candidates` (distinct ints, `default` among them), chosen by the schedule's
+    decisions for `label`: the default unless a tuner says otherwise."""
+    options = list(dict.fromkeys(candidates))
+    if default not in options:
+        raise ScheduleError(f"decide: {label}: default {default} is not among {options}")
+    if len(options) == 1:
+        return default
+    probs = [1.0] * len(options)
+    return sch.get(sch.sample_categorical(options, probs, default=options.index(default),
+                                          label=label))
+
+
+def decide_flag(sch: Schedule, label: str, default: bool) -> bool:
+    """A yes/no decision (1/0 in the trace)."""
+    return bool(decide(sch, label, [int(default), int(not default)], int(default)))
+
+
 def vector_tile(extent: int | None, lanes: int) -> int | None:
     """How many iterations of a loop to run as one vector loop: the whole loop when the
     backend can step through it in vector steps, else the largest divisor of the extent
@@ -54,13 +78,25 @@ def vector_tile(extent: int | None, lanes: int) -> int | None:
     return best if 2 * best >= lanes else None
 
 
+def vector_tiles(extent: int | None, lanes: int) -> list[int]:
+    """The lanes loops a tuner may choose instead of `vector_tile`'s: one to four registers'
+    worth that divide the extent (or split a symbolic one), or the whole loop (0: none)."""
+    widths = [w for w in (lanes // 2, lanes, 2 * lanes, 4 * lanes) if w >= 2]
+    if extent is None:
+        return widths
+    return [w for w in widths if w < extent and extent % w == 0] + (
+        [extent] if extent <= MAX_WHOLE_VECTOR else [])
+
+
 def vector_split(
-    sch: Schedule, loop: LoopRV, extent: int | None, lanes: int
+    sch: Schedule, loop: LoopRV, extent: int | None, lanes: int, label: str
 ) -> tuple[LoopRV | None, LoopRV | None]:
-    """(outer part, lanes loop) of `loop` per `vector_tile`: no outer part when the whole
-    loop is the lanes loop, no lanes loop when nothing should be vectorized."""
-    tile = vector_tile(extent, lanes)
-    if tile is None:
+    """(outer part, lanes loop) of `loop`: per `vector_tile`, or another of `vector_tiles`
+    as decided for `label`; no outer part when the whole loop is the lanes loop, no lanes
+    loop when nothing should be vectorized."""
+    tile = vector_tile(extent, lanes) or 0
+    tile = decide(sch, label, [tile, *vector_tiles(extent, lanes), 0], tile)
+    if tile == 0:
         return None, None
     if tile == extent:
         return None, loop
@@ -68,19 +104,30 @@ def vector_split(
     return outer, inner
 
 
-def worth_threads(sch: Schedule, loop: LoopRV, work: int | None, machine: Machine) -> bool:
-    """Whether running `loop` on the cores pays: more than one core, more than one iteration
-    to share, and enough work in the stage (None: symbolic, assumed large) for the threads."""
-    if machine.cores < 2 or (work is not None and work < MIN_PARALLEL_WORK):
+def threads_decided(sch: Schedule, loop: LoopRV, work: int | None, machine: Machine,
+                    label: str) -> bool:
+    """Whether to run `loop` on the cores. Untuned: when that pays, with more than one core,
+    more than one iteration to share, and enough work in the stage (None: symbolic, assumed
+    large) for the threads; a tuner may decide otherwise wherever there are cores and
+    iterations to share."""
+    if machine.cores < 2 or getattr(sch.get(loop).extent, "value", 2) < 2:
         return False
-    return getattr(sch.get(loop).extent, "value", 2) >= 2
+    return decide_flag(sch, label, work is None or work >= MIN_PARALLEL_WORK)
 
 
-def parallelize(sch: Schedule, loops: list[LoopRV], work: int | None, machine: Machine) -> None:
-    """Fuse perfectly nested outer loops into one and run it on the cores when that pays
-    (`worth_threads`)."""
-    if machine.cores < 2 or not loops or (work is not None and work < MIN_PARALLEL_WORK):
+def parallelize(sch: Schedule, loops: list[LoopRV], work: int | None, machine: Machine,
+                label: str) -> None:
+    """Fuse perfectly nested outer loops into one and run it on the cores when decided
+    (`threads_decided`); untuned, they are fused only when the work is worth threads."""
+    if machine.cores < 2 or not loops:
         return
-    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    if worth_threads(sch, fused, work, machine):
-        sch.parallel(fused)
+    shared = 1
+    for loop in loops:
+        shared *= getattr(sch.get(loop).extent, "value", 2)
+    worth = work is None or work >= MIN_PARALLEL_WORK
+    if shared < 2:  # nothing to share: as untuned, fused when worth it, never parallel
+        if worth and len(loops) > 1:
+            sch.fuse(*loops)
+        return
+    if decide_flag(sch, label, worth):
+        sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])

@@ -8,11 +8,11 @@ stride 1, a column sum), it moves inside the reduction loops and runs as vector 
 each lane accumulating its own output element. When a load would gather along it (a row
 sum reads along the reduced axis) the reduction stays innermost and serial: reordering the
 additions would change rounding. The spatial loops outside are fused into one parallel loop.
+Decisions (`decide`): the lanes loop's width and whether the outer loops run on threads.
 """
 
 from __future__ import annotations
 
-from tcc.ir import tir as T
 from tcc.lower.rules.analysis import Stage, canonical_stage, guarded_load_along, stride
 from tcc.lower.rules.machine import Machine, parallelize, vector_split
 from tcc.lower.schedule import Schedule
@@ -32,19 +32,20 @@ def vector_axis(stage: Stage):
 class ReductionRule:
     name = "reduction"
 
-    def apply(self, func: T.PrimFunc, block: str, machine: Machine) -> Schedule | None:
-        sch = Schedule(func)
+    def apply(self, sch: Schedule, block: str, machine: Machine) -> Schedule | None:
+        sch = sch.copy()
         stage = canonical_stage(sch, sch.get_block(block))
         if stage is None or not stage.reduce:
             return None
         outer = [a.loop for a in stage.spatial]
         axis = vector_axis(stage)
         if axis is not None:
-            rest, lanes = vector_split(sch, axis.loop, axis.extent, machine.lanes(stage.dtype))
+            rest, lanes = vector_split(sch, axis.loop, axis.extent, machine.lanes(stage.dtype),
+                                       f"{block}.lanes")
             if lanes is not None:
                 outer.remove(axis.loop)
                 outer += [rest] if rest is not None else []
                 sch.reorder(*outer, *(a.loop for a in stage.reduce), lanes)
                 sch.vectorize(lanes)
-        parallelize(sch, outer, stage.work(), machine)
+        parallelize(sch, outer, stage.work(), machine, f"{block}.threads")
         return sch

@@ -21,6 +21,9 @@ so results do not change.
 A stage that would need more than its row under `R` (a contraction: its output has
 columns and a reduction) is not a per-row stage; the per-stage rules then schedule the
 kernel.
+
+Decisions (`decide`): the rows in a group, the width of each lanes loop, and whether the
+row loop runs on threads.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.lower.rules.analysis import Stage, canonical_stage, guarded_load_along
-from tcc.lower.rules.machine import Machine, vector_split, worth_threads
+from tcc.lower.rules.machine import Machine, decide, threads_decided, vector_split
 from tcc.lower.schedule import Schedule, ScheduleError
 from tcc.lower.schedule.state import child_blocks
 
@@ -62,7 +65,8 @@ def row_count(sch: Schedule, stages: list[Stage], last: Stage) -> int:
     return 0
 
 
-def _vectorize_row(sch: Schedule, block, row, stage: Stage, machine: Machine) -> None:
+def _vectorize_row(sch: Schedule, block, row, stage: Stage, machine: Machine,
+                   label: str) -> None:
     """The innermost loop of an elementwise stage moved under `row` (softmax's exps) as
     vector lanes, when it is not `row` itself and its loads allow."""
     loops = sch.get_loops(block)
@@ -71,7 +75,7 @@ def _vectorize_row(sch: Schedule, block, row, stage: Stage, machine: Machine) ->
         return
     extent = sch.get(inner).extent
     extent = extent.value if isinstance(extent, E.IntImm) else None
-    _, lanes = vector_split(sch, inner, extent, machine.lanes(stage.dtype))
+    _, lanes = vector_split(sch, inner, extent, machine.lanes(stage.dtype), label)
     if lanes is not None:
         sch.vectorize(lanes)
 
@@ -105,20 +109,24 @@ def _reduce_vars(sch: Schedule, block) -> set:
 class RowRule:
     name = "rows"
 
-    def apply(self, func: T.PrimFunc, machine: Machine) -> Schedule | None:
+    def apply(self, sch: Schedule, machine: Machine) -> Schedule | None:
         """The whole kernel scheduled per row (rows interleaved in groups of ROW_GROUP, or
-        one at a time where a primitive refuses that), or None when it is not row-wise.
-        Raises ScheduleError when a primitive refuses."""
-        try:
-            return self._schedule(func, machine, ROW_GROUP)
-        except ScheduleError:
-            return self._schedule(func, machine, 1)
-
-    def _schedule(self, func: T.PrimFunc, machine: Machine, group: int) -> Schedule | None:
-        names = [b.name for b in child_blocks(func.body)]
+        as decided, or one at a time where a primitive refuses that), or None when it is
+        not row-wise. Raises ScheduleError when a primitive refuses."""
+        names = [b.name for b in child_blocks(sch.func.body)]
         if len(names) < 2:
             return None
-        sch = Schedule(func)
+        sch = sch.copy()
+        group = decide(sch, f"{names[-1]}.row_group", [ROW_GROUP, 1, 2, 4, 16], ROW_GROUP)
+        try:
+            return self._schedule(sch.copy(), names, machine, group)
+        except ScheduleError:
+            if group == 1:
+                raise
+            return self._schedule(sch.copy(), names, machine, 1)
+
+    def _schedule(self, sch: Schedule, names: list[str], machine: Machine,
+                  group: int) -> Schedule | None:
         stages = [canonical_stage(sch, sch.get_block(n)) for n in names]
         if any(s is None for s in stages):
             return None
@@ -130,7 +138,8 @@ class RowRule:
             return None
         inner = last.spatial[-1]
         if not guarded_load_along(last, inner.var):
-            _, lanes = vector_split(sch, inner.loop, inner.extent, machine.lanes(last.dtype))
+            _, lanes = vector_split(sch, inner.loop, inner.extent, machine.lanes(last.dtype),
+                                    f"{names[-1]}.lanes")
             if lanes is not None:
                 sch.vectorize(lanes)
         row_loops = [a.loop for a in last.spatial[:rows]]
@@ -146,11 +155,11 @@ class RowRule:
             if stage.reduce and in_group is not None:
                 _interleave(sch, block, row)
             elif not stage.reduce and any(a.extent != 1 for a in stage.spatial[rows:]):
-                _vectorize_row(sch, block, row, stage, machine)
+                _vectorize_row(sch, block, row, stage, machine, f"{name}.lanes")
             elif not stage.reduce and in_group is not None:
                 # one value per row (a mean, an inverse deviation): scalars kept in registers
                 # beside the group's sums, which a vector access to them would spill
                 sch.unroll(sch.get_loops(block)[-1])
-        if worth_threads(sch, row, last.work(), machine):
+        if threads_decided(sch, row, last.work(), machine, f"{names[-1]}.threads"):
             sch.parallel(row)
         return sch

@@ -1,9 +1,12 @@
-"""Sampling instructions: random choices a schedule makes, drawn from a seeded generator.
+"""Sampling instructions: the choices a schedule makes, recorded as decisions in its trace.
 
 A sample's outcome is its decision, recorded in the trace; replaying the trace takes the
-recorded decision instead of drawing, and a tuner explores by changing decisions. Both
-samplers check a given decision as strictly as a drawn one, so a mutated or hand-edited
-trace cannot smuggle in an impossible choice.
+recorded decision. Where the caller gives none, the schedule's `Decisions` decide: a
+decision given for the instruction's label, else the instruction's default (the untuned
+schedule the default rules stand for), or a draw from a seeded generator when the schedule
+samples. A tuner explores by giving decisions and drawing. Both samplers check a given
+decision as strictly as a drawn one, so a mutated or hand-edited trace cannot smuggle in an
+impossible choice.
 """
 
 from __future__ import annotations
@@ -73,11 +76,34 @@ def sample_perfect_tile(
     return rng.choice(tilings)
 
 
+class Decisions:
+    """How a schedule decides the sampling instructions its caller leaves open.
+
+    `given` maps a categorical sample's label to the candidate value to take there (one
+    that is not among the candidates is ignored); the rest take their default, or, when
+    `sample` is set, are drawn with their probabilities from a generator seeded by `seed`
+    (which also draws every perfect tile)."""
+
+    def __init__(self, given: dict[str, int] | None = None, sample: bool = False, seed: int = 0):
+        self.given = dict(given or {})
+        self.sample = sample
+        self.rng = random.Random(seed)
+
+    def categorical(self, label: str, candidates: Sequence[int], probs: Sequence[float],
+                    default: int) -> int | None:
+        """The index to take, or None to draw."""
+        value = self.given.get(label) if label else None
+        if value in candidates:
+            return list(candidates).index(value)
+        return None if self.sample else default
+
+
 def sample_categorical(
     rng: random.Random,
     candidates: Sequence[int],
     probs: Sequence[float],
     decision: int | None,
+    default: int = 0,
 ) -> int:
     """The index of the chosen candidate: `decision` when given (checked), else drawn with
     the given probabilities."""
@@ -92,6 +118,11 @@ def sample_categorical(
         raise ScheduleError(
             f"sample_categorical: probabilities {list(probs)} must be non-negative with a "
             "positive sum"
+        )
+    if not isinstance(default, int) or not 0 <= default < len(candidates):
+        raise ScheduleError(
+            f"sample_categorical: default {default!r} is not an index into "
+            f"{len(candidates)} candidates"
         )
     if decision is not None:
         if not isinstance(decision, int) or not 0 <= decision < len(candidates):

@@ -12,7 +12,6 @@ which is how a trace replays them.
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from collections.abc import Sequence
 
@@ -53,13 +52,18 @@ def _check_loop_vars(func: T.PrimFunc) -> None:
 class Schedule:
     """A PrimFunc under scheduling; `func` is the current function, `trace` what was applied.
 
-    `seed` seeds the generator of the sampling instructions, so the same seed and the same
-    calls give the same function."""
+    `decisions` decide the sampling instructions called without a decision (by default:
+    each categorical sample's default, perfect tiles drawn from a generator seeded by 0);
+    `seed`, when given, makes them all drawn from a generator seeded by it, so the same seed
+    and the same calls give the same function."""
 
-    def __init__(self, func: T.PrimFunc, seed: int = 0):
+    def __init__(self, func: T.PrimFunc, seed: int | None = None,
+                 decisions: sampling.Decisions | None = None):
         _check_loop_vars(func)
         self._func = func
-        self._rng = random.Random(seed)
+        if decisions is None:
+            decisions = sampling.Decisions(sample=seed is not None, seed=seed or 0)
+        self._decisions = decisions
         self._instructions: list[Instruction] = []
         self._names: dict[Handle, str] = {}
         self._counts: Counter[str] = Counter()
@@ -68,6 +72,17 @@ class Schedule:
     @property
     def func(self) -> T.PrimFunc:
         return self._func
+
+    def copy(self) -> Schedule:
+        """A schedule at the same point that goes on independently (its decisions shared):
+        a rule works on a copy and is kept only when it succeeds."""
+        other = object.__new__(Schedule)
+        other.__dict__.update(self.__dict__)
+        other._instructions = list(self._instructions)
+        other._names = dict(self._names)
+        other._counts = Counter(self._counts)
+        other._values = dict(self._values)
+        return other
 
     @property
     def trace(self) -> Trace:
@@ -330,7 +345,8 @@ class Schedule:
                 f"extent {extent} is not a constant; split symbolic loops by fixed factors",
             )
         tiles = sampling.sample_perfect_tile(
-            self._rng, str(loop), extent.value, n, max_innermost_factor, decision
+            self._decisions.rng, str(loop), extent.value, n, max_innermost_factor,
+            decision,
         )
         handles = [ExprRV(f"{loop.var.name}_tile{k}") for k in range(n)]
         self._values.update(zip(handles, tiles))
@@ -339,12 +355,23 @@ class Schedule:
 
     @instruction
     def sample_categorical(
-        self, candidates: Sequence[int], probs: Sequence[float], decision: int | None = None
+        self,
+        candidates: Sequence[int],
+        probs: Sequence[float],
+        decision: int | None = None,
+        default: int = 0,
+        label: str = "",
     ) -> ExprRV:
-        """One of `candidates`, drawn with probabilities `probs`, or the one at index
-        `decision` when given."""
-        index = sampling.sample_categorical(self._rng, candidates, probs, decision)
+        """One of `candidates`: the one at index `decision` when given, else as the
+        schedule's decisions say (for `label`; else index `default`, or drawn with
+        probabilities `probs` when the schedule samples)."""
+        if decision is None:
+            decision = self._decisions.categorical(label, candidates, probs, default)
+        index = sampling.sample_categorical(
+            self._decisions.rng, candidates, probs, decision, default
+        )
         handle = ExprRV("categorical")
         self._values[handle] = candidates[index]
-        attrs = {"candidates": list(candidates), "probs": list(probs)}
+        attrs = {"candidates": list(candidates), "probs": list(probs), "default": default,
+                 "label": label}
         return self._record("sample_categorical", [], attrs, handle, index)

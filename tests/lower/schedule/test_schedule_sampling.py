@@ -10,7 +10,7 @@ import random
 import pytest
 
 from tcc.lower.schedule import Schedule, ScheduleError
-from tcc.lower.schedule.sampling import perfect_tiles
+from tcc.lower.schedule.sampling import Decisions, perfect_tiles
 from tests.lower.schedule.cases import matmul, symbolic_matmul
 
 
@@ -106,3 +106,13 @@ def test_sampling_uses_only_the_schedule_generator():
     first = _tile(9, n=3, max_innermost_factor=10)[1]
     random.seed(2)
     assert _tile(9, n=3, max_innermost_factor=10)[1] == first
+
+
+def test_without_a_seed_categorical_samples_take_their_default_or_the_given_decision():
+    sch = Schedule(matmul())
+    assert [sch.get(sch.sample_categorical([1, 2, 3], [1, 1, 1], default=d)) for d in (0, 2)] == [1, 3]
+    given = Schedule(matmul(), decisions=Decisions({"u": 2}))
+    assert given.get(given.sample_categorical([1, 2, 3], [1, 1, 1], label="u")) == 2
+    assert given.get(given.sample_categorical([1, 2, 3], [1, 1, 1], label="w")) == 1
+    with pytest.raises(ScheduleError, match="default 3 is not an index into 3 candidates"):
+        sch.sample_categorical([1, 2, 3], [1, 1, 1], default=3)

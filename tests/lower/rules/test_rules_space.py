@@ -1,0 +1,79 @@
+"""The default rules as a design space: every choice a rule makes is a labelled sample in
+the schedule's trace, the untuned schedule is the point where each takes its default, and
+every other point computes the same results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tcc.ir.structural import structural_equal
+from tcc.lower.rules import Machine, finish_schedule, schedule_kernel, schedule_prim_func
+from tcc.lower.schedule import Schedule
+from tcc.lower.schedule.sampling import Decisions
+from tcc.lower.schedule.trace import Trace
+
+from .rules_cases import BLOCKED, CASES, kernels, run_both
+
+AVX512 = Machine(vector_bits=512, vector_registers=32, cores=2)
+
+
+def _samples(sch: Schedule) -> dict[str, object]:
+    return {dict(i.attrs)["label"]: i for i in sch.trace.instructions
+            if i.kind == "sample_categorical"}
+
+
+@pytest.fixture(scope="module")
+def all_kernels():
+    funcs = {}
+    for name in CASES:
+        funcs.update(kernels(name))
+    for name in BLOCKED:
+        funcs.update({f"{k}_nchwc": f for k, f in kernels(name, blocked=True).items()})
+    return funcs
+
+
+def test_every_rule_decides_through_labelled_samples(all_kernels):
+    labels = set()
+    for func in all_kernels.values():
+        labels |= {label.rsplit(".", 1)[1] for label in _samples(schedule_kernel(func, AVX512))}
+    # the choices of the contraction, row, elementwise and reduction rules and of the driver
+    assert {"columns", "rows", "local", "threads", "lanes", "row_group", "rule",
+            "whole"} <= labels
+
+
+def test_the_untuned_schedule_is_the_point_of_defaults(all_kernels):
+    for name, func in all_kernels.items():
+        sch = schedule_kernel(func, AVX512)
+        for label, inst in _samples(sch).items():
+            assert inst.decision == dict(inst.attrs)["default"], (name, label)
+        replayed = Schedule(func)
+        Trace.from_json(sch.trace.as_json()).apply(replayed)
+        assert structural_equal(finish_schedule(replayed.func),
+                                schedule_prim_func(func, AVX512)), name
+
+
+def test_given_decisions_are_taken_by_label(all_kernels):
+    func = all_kernels["matmul_matmul_kernel"]
+    rows = _samples(schedule_kernel(func, AVX512))["matmul.rows"]
+    candidates = dict(rows.attrs)["candidates"]
+    other = next(c for c in candidates if c != candidates[rows.decision])
+    chosen = _samples(schedule_kernel(func, AVX512, Decisions({"matmul.rows": other})))
+    assert candidates[chosen["matmul.rows"].decision] == other
+    # a value that is not a candidate there is ignored: the default is taken
+    ignored = _samples(schedule_kernel(func, AVX512, Decisions({"matmul.rows": 10_000})))
+    assert ignored["matmul.rows"].decision == rows.decision
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_every_sampled_point_computes_what_the_plain_kernel_does(all_kernels, seed):
+    sampled = {}
+    for name, func in all_kernels.items():
+        sch = schedule_kernel(func, AVX512, Decisions(sample=True, seed=seed))
+        sampled[name] = finish_schedule(sch.func)
+    changed = sum(not structural_equal(sampled[n], schedule_prim_func(f, AVX512))
+                  for n, f in all_kernels.items())
+    assert changed >= len(all_kernels) // 2
+    for name, want, got in run_both(all_kernels, sampled):
+        for w, g in zip(want, got):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=name)
