@@ -81,9 +81,18 @@ def cli(ctx, debug):
 
 
 def _register():
-    from tcc.cli import check_cmd, compile_cmd, db_cmd, import_cmd, optimize_cmd, run_cmd, show_cmd
+    from tcc.cli import (
+        check_cmd,
+        compile_cmd,
+        db_cmd,
+        import_cmd,
+        optimize_cmd,
+        run_cmd,
+        show_cmd,
+        tune_cmd,
+    )
 
-    for mod in (import_cmd, optimize_cmd, show_cmd, run_cmd, check_cmd, db_cmd):
+    for mod in (import_cmd, optimize_cmd, show_cmd, run_cmd, check_cmd, tune_cmd, db_cmd):
         cli.add_command(mod.command)
     cli.add_command(compile_cmd.compile_command)
     cli.add_command(compile_cmd.emit_command)

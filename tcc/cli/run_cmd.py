@@ -30,7 +30,7 @@ from tcc.infile import not_a_file
 from tcc.ir.errors import InputError, InternalError
 from tcc.ir.summary import type_text
 from tcc.outfile import scratch_dir
-from tcc.rt.tensor import numpy_dtype
+from tcc.rt.tensor import numpy_dtype, random_array
 
 
 class _InProcessRunner:
@@ -230,12 +230,7 @@ def make_random_inputs(signature: dict, given: dict, shapes: dict, seed: int = 0
             given_by = f"--shape {name}" if name in shapes else f"input {name!r}"
             raise TccError(f"{given_by}: shape {list(shape)} needs {nbytes:,} bytes of {spec['dtype']}, more "
                            f"than this machine's {_memory_bytes():,} bytes of memory; give a smaller shape")
-        if dtype.kind == "f":
-            out[name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind == "b":
-            out[name] = rng.integers(0, 2, shape).astype(bool)
-        else:
-            out[name] = rng.integers(0, 8, shape).astype(dtype)
+        out[name] = random_array(shape, spec["dtype"], rng)
     return out
 
 

@@ -17,7 +17,7 @@ import re
 import struct
 import tempfile
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -192,6 +192,12 @@ class KernelLibrary:
 
     def call(self, symbol: str, arrays: Sequence[np.ndarray]) -> None:
         """Run kernel `symbol` on `arrays` (inputs then outputs, written in place)."""
+        self.bind(symbol, arrays)()
+
+    def bind(self, symbol: str, arrays: Sequence[np.ndarray]) -> Callable[[], None]:
+        """A call of kernel `symbol` on `arrays` with its arguments packed once: calling it
+        runs the kernel (a timing loop pays only for the call). The arrays must stay alive
+        and in place while it is used."""
         fn = self._kernel(symbol)
         arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in arrays]
         n = len(arrays)
@@ -218,10 +224,13 @@ class KernelLibrary:
                 _shape_struct(a.ndim).pack_into(block, shape_at, *a.shape)
             desc_at += _DESCRIPTOR.size
             shape_at += 8 * a.ndim
-        status = fn(base, n)
-        if status != 0:
-            raise KernelError(self.last_error() or f"{symbol}: failed with status {status}")
-        del arrays, block  # the arrays and descriptors had to outlive the call
+
+        def run(arrays=arrays, block=block) -> None:  # both must outlive every call
+            status = fn(base, n)
+            if status != 0:
+                raise KernelError(self.last_error() or f"{symbol}: failed with status {status}")
+
+        return run
 
     def last_error(self) -> str:
         if self._lib is None:

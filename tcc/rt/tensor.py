@@ -43,3 +43,14 @@ def as_array(x) -> np.ndarray:
     if isinstance(x, (np.generic, int, float, bool)):
         return np.asarray(x)
     raise TypeError(f"a {type(x).__name__} is neither a numpy array nor a DLPack tensor")
+
+
+def random_array(shape, dtype: str, rng: np.random.Generator) -> np.ndarray:
+    """Seeded values of a tcc dtype for a made-up input: floats ~ N(0, 1), integers in
+    [0, 8) (valid token ids and indices for small tables), bools uniform."""
+    dt = numpy_dtype(dtype)
+    if dt.kind == "f":
+        return rng.standard_normal(shape).astype(dt)
+    if dt.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    return rng.integers(0, 8, shape).astype(dt)

@@ -1,7 +1,9 @@
-"""Measuring candidate schedules of one kernel: built here, run in a worker process of their own.
+"""Measuring candidate schedules of one kernel: built in a process pool, run in a worker process.
 
-Each candidate is compiled (LLVM) in this process, then called in a forked worker on the same
-seeded random inputs as the task's default schedule, at the sizes `shapes` gives (a size
+Each candidate is compiled (LLVM) in a pool of forked builder processes (`jobs` at a time),
+then called, one at a time so that timings do not disturb each other, in a worker process
+(`Worker`: spawned fresh, its parallel loops on the same threads as the runtimes use) on the
+same seeded random inputs as the task's default schedule, at the sizes `shapes` gives (a size
 variable it does not name is 1). A worker that crashes, hangs past `timeout` or computes
 outputs other than the default's (floats within rtol 1e-4, atol 1e-5 of the largest
 magnitude; everything else exactly) gives a failed measurement with the reason, never an
@@ -14,8 +16,9 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +38,11 @@ class Measurement:
     seconds: tuple[float, ...] = ()
     status: str = "ok"  # or "failed"
     error: str = ""
+
+    @property
+    def latency(self) -> float | None:
+        """The median repeat (as a record's), None when failed."""
+        return statistics.median(self.seconds) if self.status == "ok" and self.seconds else None
 
 
 def concrete_inputs(func: T.PrimFunc, shapes: dict[str, int], seed: int = 0) -> list[np.ndarray]:
@@ -73,62 +81,116 @@ def build(func: T.PrimFunc, target) -> bytes:
     return module.shared_object
 
 
-def _time_calls(shared_object: bytes, arrays: list[np.ndarray], repeats: int) -> tuple:
-    """In the worker: the outputs of one call, then the time of one call per repeat."""
+def _time_calls(shared_object: bytes, arrays: list[np.ndarray], repeats: int,
+                threads: int = 0) -> tuple:
+    """In the worker: the outputs of one call, then the time of one call per repeat, with
+    parallel loops on `threads` threads (0: the OpenMP default)."""
     from tcc.rt.kernels import KernelLibrary
 
     with KernelLibrary(shared_object) as lib:
-        lib.call(SYMBOL, arrays)  # warm-up; its results are the ones checked
+        lib.set_num_threads(threads)
+        run = lib.bind(SYMBOL, arrays)  # arguments packed once: the loop times the kernel
+        run()  # warm-up; its results are the ones checked
         outputs = [a.copy() for a in arrays]
         start = time.perf_counter()
-        lib.call(SYMBOL, arrays)
+        run()
         once = max(time.perf_counter() - start, 1e-9)
         calls = max(1, min(MAX_CALLS, int(MIN_REPEAT_S / once)))
         seconds = []
         for _ in range(repeats):
             start = time.perf_counter()
             for _ in range(calls):
-                lib.call(SYMBOL, arrays)
+                run()
             seconds.append((time.perf_counter() - start) / calls)
     return outputs, tuple(seconds)
 
 
-def _worker(conn, work: Callable, args: tuple) -> None:
-    try:
-        conn.send(("ok", work(*args)))
-    except BaseException as e:  # a failure of the candidate, reported as data
-        first = str(e).splitlines()[0] if str(e) else ""
-        conn.send(("error", f"{type(e).__name__}: {first}" if first else type(e).__name__))
-    finally:
-        conn.close()
+def _serve(conn) -> None:
+    """The worker process: runs each `(work, args)` it receives and sends back ("ok",
+    result) or ("error", reason), until the pipe closes."""
+    import ctypes
+    import ctypes.util
+
+    # parallel kernels load the OpenMP runtime; kept loaded here, its threads stay up
+    # while the candidates' libraries come and go
+    gomp = ctypes.util.find_library("gomp")
+    if gomp:
+        try:
+            ctypes.CDLL(gomp, mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            pass
+    conn.send(("ready", None))
+    while True:
+        try:
+            work, args = conn.recv()
+        except EOFError:
+            return
+        try:
+            conn.send(("ok", work(*args)))
+        except BaseException as e:  # a failure of the candidate, reported as data
+            first = str(e).splitlines()[0] if str(e) else ""
+            conn.send(("error", f"{type(e).__name__}: {first}" if first else type(e).__name__))
+
+
+START_TIMEOUT = 60.0  # seconds a new worker may take to start (imports)
+
+
+class Worker:
+    """A process that runs candidates, started fresh ("spawn": a forked child of a process
+    that ran parallel kernels could not start OpenMP threads again) and reused until one
+    crashes or hangs; then it is killed and the next run starts another."""
+
+    def __init__(self):
+        self._proc = None
+        self._conn = None
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self._proc.start()
+        child.close()
+        if not self._conn.poll(START_TIMEOUT):
+            self.close()
+            raise TccError(f"the measurement worker did not start in {START_TIMEOUT:g} s")
+        self._conn.recv()
+
+    def run(self, work: Callable, args: tuple, timeout: float):
+        """`work(*args)` in the worker: ("ok", result), or ("error"|"crash"|"timeout",
+        reason). A worker that outlives `timeout` is killed."""
+        if self._proc is None:
+            self._start()
+        try:
+            self._conn.send((work, args))
+            if not self._conn.poll(timeout):
+                self.close()
+                return "timeout", f"still running after {timeout:g} s; killed"
+            return self._conn.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError):  # the worker died
+            proc = self._proc
+            proc.join(timeout)
+            code = proc.exitcode
+            self.close()
+            how = (f"signal {signal.Signals(-code).name}" if code is not None and code < 0
+                   else f"exit code {code}")
+            return "crash", f"the worker died ({how})"
+
+    def close(self) -> None:
+        if self._proc is not None:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join()
+            self._conn.close()
+        self._proc = self._conn = None
 
 
 def run_isolated(work: Callable, args: tuple, timeout: float):
-    """`work(*args)` in a forked process: ("ok", result), or ("error"|"crash"|"timeout",
-    reason). The process is killed when it outlives `timeout`."""
-    ctx = multiprocessing.get_context("fork")
-    receive, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_worker, args=(send, work, args), daemon=True)
-    proc.start()
-    send.close()
+    """`work(*args)` in a worker process of its own (see `Worker.run`)."""
+    worker = Worker()
     try:
-        if not receive.poll(timeout):
-            proc.kill()
-            proc.join()
-            return "timeout", f"still running after {timeout:g} s; killed"
-        try:
-            return receive.recv()
-        except EOFError:  # the pipe closed unsent: the worker is dying
-            proc.join(timeout)
-        code = proc.exitcode
-        how = (f"signal {signal.Signals(-code).name}" if code is not None and code < 0
-               else f"exit code {code}")
-        return "crash", f"the worker died ({how})"
+        return worker.run(work, args, timeout)
     finally:
-        receive.close()
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
+        worker.close()
 
 
 def _mismatch(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> str:
@@ -144,31 +206,93 @@ def _mismatch(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> str:
     return ""
 
 
+def _build_one(index: int):
+    """In a builder process: ("ok", shared object) or ("error", reason) for candidate
+    `index` of the batch being built."""
+    func, target = _BATCH[index], _BATCH_TARGET[0]
+    try:
+        return "ok", build(func, target)
+    except Exception as e:  # a candidate that does not build is a failed measurement
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return "error", reason
+
+
+_BATCH: list[T.PrimFunc] = []
+_BATCH_TARGET: list = [None]
+
+
+def build_all(funcs: Sequence[T.PrimFunc], target, jobs: int = 1) -> list[tuple[str, object]]:
+    """("ok", shared object) or ("error", reason) for each function, built by `jobs` forked
+    processes (they inherit the functions, so nothing is pickled on the way in)."""
+    _BATCH[:] = list(funcs)
+    _BATCH_TARGET[0] = target
+    try:
+        if jobs <= 1 or len(funcs) <= 1:
+            return [_build_one(i) for i in range(len(funcs))]
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(min(jobs, len(funcs))) as pool:
+            return pool.map(_build_one, range(len(funcs)), chunksize=1)
+    finally:
+        _BATCH.clear()
+
+
+class KernelBench:
+    """One kernel at the shapes it is tuned at: the default schedule measured once (its
+    outputs are what candidates must compute), then candidates measured against it."""
+
+    def __init__(self, default: T.PrimFunc, shapes: dict[str, int], target, repeats: int = 3,
+                 timeout: float = 10.0, jobs: int = 1, work: Callable = _time_calls,
+                 threads: int = 0, worker: Worker | None = None):
+        self.shapes, self.target, self.repeats, self.timeout = shapes, target, repeats, timeout
+        self.jobs, self.work, self.threads = jobs, work, threads
+        self.worker = worker or Worker()
+        self.inputs = concrete_inputs(default, shapes)
+        self.reference = None
+        (status, built), = build_all([default], target)
+        if status != "ok":
+            raise TccError(f"the default schedule does not build ({built})")
+        self.default, self.reference = self._run(built)
+        if self.reference is None:
+            raise TccError(f"the default schedule could not be measured ({self.default.error})")
+
+    @property
+    def default_latency(self) -> float:
+        return self.default.latency
+
+    def _run(self, shared: bytes) -> tuple[Measurement, list | None]:
+        args = (shared, [a.copy() for a in self.inputs], self.repeats, self.threads)
+        status, result = self.worker.run(self.work, args, self.timeout)
+        if status != "ok":
+            return Measurement(status="failed", error=f"{status}: {result}"), None
+        outputs, seconds = result
+        if self.reference is not None:
+            problem = _mismatch(outputs, self.reference)
+            if problem:
+                return Measurement(status="failed", error=f"wrong result: {problem}"), None
+        return Measurement(tuple(seconds)), outputs
+
+    def measure_each(self, candidates: Sequence[T.PrimFunc]) -> Iterator[Measurement]:
+        """Each candidate's measurement, in order, as soon as it is taken (all are built
+        first, in the pool)."""
+        for status, built in build_all(candidates, self.target, self.jobs):
+            if status != "ok":
+                yield Measurement(status="failed", error=f"build: {built}")
+            else:
+                yield self._run(built)[0]
+
+    def measure(self, candidates: Sequence[T.PrimFunc]) -> list[Measurement]:
+        """Each candidate's measurement, in order."""
+        return list(self.measure_each(candidates))
+
+
 def measure(default: T.PrimFunc, candidates: Sequence[T.PrimFunc], shapes: dict[str, int],
             target, repeats: int = 3, timeout: float = 10.0,
             work: Callable = _time_calls) -> tuple[Measurement, list[Measurement]]:
     """The default schedule's measurement and each candidate's (in order). `work` runs in
     the worker (`_time_calls`; tests pass one that crashes or hangs)."""
-    inputs = concrete_inputs(default, shapes)
-
-    def one(func: T.PrimFunc, reference: list | None):
-        try:
-            shared = build(func, target)
-        except Exception as e:  # a candidate that does not build is a failed measurement
-            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-            return Measurement(status="failed", error=f"build: {reason}"), None
-        status, result = run_isolated(work, (shared, [a.copy() for a in inputs], repeats), timeout)
-        if status != "ok":
-            return Measurement(status="failed", error=f"{status}: {result}"), None
-        outputs, seconds = result
-        if reference is not None:
-            problem = _mismatch(outputs, reference)
-            if problem:
-                return Measurement(status="failed", error=f"wrong result: {problem}"), None
-        return Measurement(tuple(seconds)), outputs
-
-    base, reference = one(default, None)
-    if reference is None:
-        raise TccError(f"the default schedule could not be measured ({base.error})")
-    return base, [one(c, reference)[0] for c in candidates]
-
+    worker = Worker()
+    try:
+        bench = KernelBench(default, shapes, target, repeats, timeout, work=work, worker=worker)
+        return bench.default, bench.measure(candidates)
+    finally:
+        worker.close()

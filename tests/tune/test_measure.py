@@ -2,6 +2,7 @@
 schedule; a candidate that computes something else, crashes or hangs is recorded as failed
 and the measurement goes on."""
 
+import functools
 import os
 import signal
 import time
@@ -15,8 +16,9 @@ from tcc.emit.target import parse_target
 from tcc.frontend.onnx import from_onnx
 from tcc.lower.passes import run_pipeline
 from tcc.lower.rules import schedule_prim_func
+from tcc.rt.kernels import load_cpu_library
 from tcc.tune.apply import replay
-from tcc.tune.measure import _time_calls, build, concrete_inputs, measure
+from tcc.tune.measure import Worker, _time_calls, build, concrete_inputs, measure
 from tests.tune.test_apply import _hand_record, _lowered
 
 
@@ -55,12 +57,17 @@ def test_a_candidate_with_another_result_is_recorded_as_failed():
     assert result.error.startswith("wrong result: argument 2: "), result.error
 
 
-def _crash(shared, arrays, repeats):
-    os.kill(os.getpid(), signal.SIGKILL)  # as the kernel of a candidate gone wrong might
+def _crash(bad, shared, arrays, repeats, threads):
+    """Kills its worker on the candidate `bad`, as the kernel of a candidate gone wrong might."""
+    if shared == bad:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _time_calls(shared, arrays, repeats, threads)
 
 
-def _hang(shared, arrays, repeats):
-    time.sleep(60)
+def _hang(bad, shared, arrays, repeats, threads):
+    if shared == bad:
+        time.sleep(60)
+    return _time_calls(shared, arrays, repeats, threads)
 
 
 def test_a_crashing_or_hanging_candidate_is_a_failed_measurement_and_the_next_one_runs():
@@ -70,16 +77,35 @@ def test_a_crashing_or_hanging_candidate_is_a_failed_measurement_and_the_next_on
     bad = build(hand, target)
     for hook, words in ((_crash, "crash: the worker died (signal SIGKILL)"),
                         (_hang, "timeout: still running after 2 s; killed")):
-        def work(shared, arrays, repeats, hook=hook):
-            return hook(shared, arrays, repeats) if shared == bad else \
-                _time_calls(shared, arrays, repeats)
-
         start = time.perf_counter()
         base, (failed, after) = measure(default, [hand, default], {"n": 4}, target,
-                                        timeout=2.0, work=work)
+                                        timeout=2.0, work=functools.partial(hook, bad))
         assert (failed.status, failed.error) == ("failed", words)
         assert base.status == after.status == "ok"
         assert time.perf_counter() - start < 30
+
+
+def test_the_worker_runs_parallel_loops_on_threads_even_after_this_process_did():
+    """The worker is a fresh process: the OpenMP threads a forked child of this process
+    could not start again are there."""
+    func, target = _task()
+    default = _default(func, target)
+    with load_cpu_library(build(default, target)) as lib:  # OpenMP started here
+        lib.call("candidate", concrete_inputs(default, {"n": 64}))
+    worker = Worker()
+    try:
+        assert worker.run(_threads_seen, (), 30) == ("ok", 2)
+    finally:
+        worker.close()
+
+
+def _threads_seen():
+    import ctypes
+    import ctypes.util
+
+    gomp = ctypes.CDLL(ctypes.util.find_library("gomp"))
+    gomp.omp_set_num_threads(2)
+    return gomp.omp_get_max_threads()
 
 
 def test_inputs_follow_the_shapes_given():

@@ -1,0 +1,165 @@
+"""`tcc tune MODEL.onnx|FILE.tcir --db DB [--trials N] [--budget 10m]`: measured search for the
+fastest schedule of each kernel, every measurement appended to the database as it is taken."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from tcc.errors import TccError
+from tcc.infile import not_a_file
+
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_budget(text: str) -> float:
+    """Seconds from '90', '90s', '10m' or '1.5h'."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if m is None or float(m.group(1)) <= 0:
+        raise TccError(f"--budget {text!r}: expected a positive time such as 90s, 10m or 1h")
+    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+
+
+def _parse_shapes(pairs) -> dict[str, list[int]]:
+    shapes = {}
+    for pair in pairs:
+        name, sep, dims = pair.partition("=")
+        if not sep or not name or not re.fullmatch(r"\s*\d+(\s*[,x]\s*\d+)*\s*", dims):
+            raise TccError(f"--shape {pair!r}: expected NAME=DIMS for an input "
+                           "(input_ids=1,128) or NAME=N for a symbolic dimension (batch=1)")
+        shapes[name] = [int(d) for d in re.split(r"[,x]", dims)]
+    return shapes
+
+
+def _us(seconds) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:,.1f}"
+
+
+ROWS = 12  # tasks shown live; the rest share a line
+
+
+def _table(progress, title: str, rows: int | None = ROWS) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("kernel", "calls", "trials", "default us", "best us", "speedup"):
+        table.add_column(col, justify="left" if col == "kernel" else "right")
+    states = sorted(progress.states, key=lambda s: -(s.task.weight * (s.default_seconds or 0)))
+    for s in states[:rows]:
+        speedup = "-" if s.speedup is None else f"{s.speedup:.2f}x"
+        name = s.task.name + (" (done)" if s.exhausted and not s.error else "")
+        name += f" (not measured: {s.error})" if s.error else ""
+        table.add_row(name, str(s.task.weight), str(s.trials), _us(s.default_seconds),
+                      _us(s.best_seconds), speedup)
+    if rows is not None and len(states) > rows:
+        table.add_row(f"... {len(states) - rows} more", "", "", "", "", "")
+    before, after = progress.estimate(best=False), progress.estimate()
+    elapsed = time.monotonic() - progress.started
+    table.caption = (f"trials {progress.trials}/{progress.trials_wanted}, {elapsed:.0f} s; "
+                     f"kernel time of one run (estimated): default {_us(before)} us, "
+                     f"tuned {_us(after)} us")
+    table.caption_justify = "left"
+    return table
+
+
+@click.command("tune")
+@click.argument("source", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--db", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              metavar="DB", help="The tuning database: read to resume, appended to as each "
+                                 "measurement is taken (created when missing).")
+@click.option("--target", default="llvm", show_default=True,
+              help="'llvm' (this CPU) or 'llvm -mtriple=... -mcpu=... -mattr=...'; the "
+                   "kernels are measured here, so it must be this machine's.")
+@click.option("--trials", type=click.IntRange(min=1), default=2000, show_default=True,
+              help="Measurements in all, over every kernel, counting those the database has "
+                   "already (so a stopped tune resumes).")
+@click.option("--budget", metavar="TIME",
+              help="Stop after this long (90s, 10m, 1h), everything measured so far kept.")
+@click.option("--shape", "shape_pairs", multiple=True, metavar="NAME=DIMS",
+              help="Sizes to tune at: an input's shape (input_ids=1,128) or a symbolic "
+                   "dimension by name (batch=1). Other symbolic dimensions: 1 when leading, "
+                   "else 128.")
+@click.option("--search", type=click.Choice(["evolutionary", "random"]), default="evolutionary",
+              show_default=True, help="How candidates are chosen: evolved and ranked by the "
+                                      "cost model, or drawn at random.")
+@click.option("--batch", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Candidates measured per round of one kernel.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Processes building candidates (default: the machine's cores).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Seconds a candidate may run before it is killed and recorded as failed.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the search.")
+def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs, timeout, seed):
+    """Search for the fastest schedule of each kernel of a model, measured on this machine.
+
+    Each distinct kernel is a task, weighted by its calls per run and measured at the sizes
+    one run of the model at --shape gives it. Its default schedule is measured first; then
+    the search measures points of the default rules' space, guided by a cost model, and
+    gives trials to the kernels where they promise the most. Every measurement is appended
+    to DB as it is taken: Ctrl-C, --budget or a kill loses nothing, and running the same
+    command again goes on from there. `tcc compile --db DB` uses the best schedules
+    (docs/tuning.md).
+    """
+    import os
+
+    from tcc.api import load_module, lower
+    from tcc.emit.target import parse_target
+    from tcc.lower.passes import run_pipeline
+    from tcc.tune.database import Database
+    from tcc.tune.shapes import kernel_shapes
+    from tcc.tune.tuner import Tuner
+
+    why = not_a_file(source)
+    if why:
+        raise TccError(f"{source}: {why}")
+    if db.exists() and not_a_file(db):
+        raise TccError(f"--db {db}: {not_a_file(db)}")
+    seconds = None if budget is None else parse_budget(budget)
+    deadline = None if seconds is None else time.monotonic() + seconds
+    named = _parse_shapes(shape_pairs)
+    parsed = parse_target(target)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    out = Console(highlight=False, soft_wrap=True)
+    database = Database(db)
+    for p in database.problems:
+        console.print(f"warning: {p}", markup=False)
+    with console.status("importing, optimizing and legalizing", spinner="dots"):
+        lowered = lower(run_pipeline(load_module(source), target=parsed))
+    with console.status("finding each kernel's sizes (one run of the model)", spinner="dots"):
+        sizes, inputs = kernel_shapes(lowered, parsed, named)
+    unknown = [n for n in named if n not in inputs and not any(
+        n in {str(d) for d in dims} for dims in inputs.values())]
+    shown = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in inputs.items())
+    out.print(f"tuning {source} at {shown} for {target} ({search} search, db {db})")
+    tuner = Tuner(lowered, parsed, database, sizes, search=search, batch=batch,
+                  jobs=jobs or os.cpu_count() or 1, seed=seed, timeout=timeout)
+    title = f"tcc tune {source.name}"
+    if console.is_terminal:
+        with Live(console=console, refresh_per_second=2, transient=True) as live:
+            progress = tuner.run(trials, deadline,
+                                 lambda p: live.update(_table(p, title)))
+    else:
+        last = [0.0]
+
+        def report(p):
+            if time.monotonic() - last[0] >= 10:
+                last[0] = time.monotonic()
+                before, after = p.estimate(best=False), p.estimate()
+                console.print(f"trials {p.trials}/{p.trials_wanted}: kernel time of one run "
+                              f"default {_us(before)} us, tuned {_us(after)} us")
+
+        progress = tuner.run(trials, deadline, report)
+    reason = ("interrupted" if progress.interrupted else
+              f"{progress.trials} trials" if progress.trials >= trials else
+              "the budget ran out" if deadline is not None and time.monotonic() >= deadline
+              else "every kernel's space is measured")
+    out.print(_table(progress, f"{title}: stopped ({reason})", rows=None))
+    if unknown:
+        console.print(f"warning: --shape {unknown[0]}: no input or symbolic dimension has this "
+                      "name", markup=False)
+    out.print(f"{len(database.records)} records in {db}; compile with `tcc compile {source} "
+              f"--db {db}`")

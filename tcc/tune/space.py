@@ -1,0 +1,81 @@
+"""A kernel's design space: the points the default rules reach with other decisions.
+
+A point is the decision each labelled sample of the rules takes (label -> candidate value,
+`tcc.lower.rules.machine.decide`). `realize` schedules the kernel at a point (decisions not
+named take their default) and gives the schedule, whose trace is what a record stores;
+`sample` draws a point at random; `mutate` changes one decision of a point to another of its
+candidates. The rules' control flow may depend on earlier decisions (a tile width that does
+not divide leaves the accumulation in place), so a point is realized by running the rules
+again, not by editing a trace: every realized point is a schedule the rules build from
+checked primitives, and computes what the default does.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from tcc.ir.structural import structural_hash
+from tcc.ir.tir import PrimFunc
+from tcc.lower.rules import finish_schedule, schedule_kernel
+from tcc.lower.schedule import Schedule
+from tcc.lower.schedule.sampling import Decisions
+from tcc.lower.schedule.trace import Trace
+
+Point = dict[str, int]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A realized point: its decisions, the candidates of each, the schedule's trace and the
+    finished kernel (with its structural hash: two points may give the same kernel)."""
+
+    point: dict
+    choices: dict  # label -> candidate values
+    trace: Trace
+    func: PrimFunc
+    key: str
+
+
+def decisions_of(trace: Trace) -> tuple[Point, dict[str, list[int]]]:
+    """The point a trace realizes and the candidates of each of its labelled samples."""
+    point, choices = {}, {}
+    for inst in trace.instructions:
+        if inst.kind != "sample_categorical":
+            continue
+        attrs = dict(inst.attrs)
+        label = attrs.get("label")
+        if label:
+            candidates = list(attrs["candidates"])
+            point[label] = candidates[inst.decision]
+            choices[label] = candidates
+    return point, choices
+
+
+def _candidate(sch: Schedule) -> Candidate:
+    trace = sch.trace
+    point, choices = decisions_of(trace)
+    func = finish_schedule(sch.func)
+    return Candidate(point, choices, trace, func, structural_hash(func))
+
+
+def realize(func: PrimFunc, target, point: Point | None = None) -> Candidate:
+    """`func` scheduled by the rules at `point` (the default where it names nothing)."""
+    return _candidate(schedule_kernel(func, target, Decisions(point or {})))
+
+
+def sample(func: PrimFunc, target, rng: random.Random) -> Candidate:
+    """A point drawn at random: every decision drawn with its probabilities."""
+    return _candidate(schedule_kernel(func, target, Decisions(sample=True,
+                                                                seed=rng.getrandbits(32))))
+
+
+def mutate(candidate: Candidate, rng: random.Random) -> Point | None:
+    """The candidate's point with one decision changed to another of its candidates (None
+    when no decision has another)."""
+    open_labels = [label for label, values in candidate.choices.items() if len(values) > 1]
+    if not open_labels:
+        return None
+    label = rng.choice(sorted(open_labels))
+    others = [v for v in candidate.choices[label] if v != candidate.point[label]]
+    return {**candidate.point, label: rng.choice(others)}

@@ -1,0 +1,232 @@
+"""The tuning loop: measured search over every task of a model, records appended as measured.
+
+Each task (a distinct kernel, `tcc.tune.tasks`) is measured at the sizes one run of the
+model gives it (`tcc.tune.shapes`). Its default schedule is measured first, so it is always
+a candidate and a tuned kernel is never slower than the default. Then rounds: the task
+scheduler picks a task, the search (`tcc.tune.search`) proposes a batch of its candidates,
+they are built in a process pool and each run in a worker of its own
+(`tcc.tune.measure.KernelBench`), and every measurement is appended to the database as it
+is taken. The cost model is retrained after each round.
+
+The task scheduler, after every task has had one round (heaviest calls x latency first),
+gives the next round to the task with the largest expected end-to-end gain, as Ansor's
+gradient scheduler does: calls per run x best latency x (its last rounds' relative
+improvement + a little, so no task starves). A task whose space has no unmeasured point
+left drops out.
+
+Resuming: the database's records of a task (same workload, target and sizes) count as its
+measured points and trials, and train the cost model, so a tune killed at any moment and
+started again with the same database goes on where it stopped, measuring nothing twice.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tcc import __version__
+from tcc.ir.errors import TccError
+from tcc.ir.module import IRModule
+from tcc.lower.schedule import ScheduleError
+from tcc.lower.schedule.trace import Trace
+from tcc.tune.cost_model import CostModel
+from tcc.tune.database import Database, Record
+from tcc.tune.measure import KernelBench, _time_calls
+from tcc.tune.search import SEARCHES, TaskSpace, point_key
+from tcc.tune.space import decisions_of
+from tcc.tune.tasks import Task, extract_tasks
+
+EXPLORE_GAIN = 0.05  # the scheduler's floor on a task's recent improvement
+RESUME_FEATURES = 64  # a resumed task's best records that retrain the cost model
+
+
+@dataclass
+class TaskState:
+    task: Task
+    space: TaskSpace
+    bench: KernelBench | None = None
+    default_seconds: float | None = None
+    best_seconds: float | None = None
+    trials: int = 0
+    rounds: int = 0
+    gains: list = field(default_factory=list)
+    exhausted: bool = False
+    error: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        if self.default_seconds and self.best_seconds:
+            return self.default_seconds / self.best_seconds
+        return None
+
+
+@dataclass
+class Progress:
+    """What a tune has done so far, for a progress display."""
+
+    states: list[TaskState]
+    trials: int
+    trials_wanted: int
+    started: float
+    history: list = field(default_factory=list)  # (trial, estimated end-to-end seconds)
+    interrupted: bool = False
+
+    def estimate(self, best: bool = True) -> float | None:
+        """Kernel time of one run: sum of calls x latency (best, or default) over tasks."""
+        total = 0.0
+        for s in self.states:
+            seconds = s.best_seconds if best else s.default_seconds
+            if seconds is None:
+                return None
+            total += s.task.weight * seconds
+        return total
+
+
+class Tuner:
+    def __init__(self, lowered: IRModule, target, db: Database, sizes: dict[str, dict],
+                 search: str = "evolutionary", batch: int = 16, jobs: int = 2, seed: int = 0,
+                 repeats: int = 3, timeout: float = 10.0, work: Callable = _time_calls):
+        self.target, self.target_text, self.db = target, str(target), db
+        self.search = SEARCHES[search]()
+        self.batch, self.jobs, self.repeats, self.timeout = batch, jobs, repeats, timeout
+        self.work = work
+        self.rng = random.Random(seed)
+        self.model = CostModel(seed)
+        self.states = []
+        for task in extract_tasks(lowered):
+            shapes = dict(sorted(sizes.get(task.name, {}).items()))
+            self.states.append(TaskState(task, TaskSpace(task.func, target, shapes)))
+        for state in self.states:
+            self._resume(state)
+        self.model.fit()
+
+    # -- records ------------------------------------------------------------------------------
+
+    def _resume(self, state: TaskState) -> None:
+        records = [r for r in self.db.for_workload(state.task.workload, self.target_text)
+                   if r.shapes == state.space.shapes]
+        kept = []
+        for r in records:
+            try:
+                point = decisions_of(Trace.from_json(r.trace))[0]
+            except ScheduleError:
+                continue  # another tcc's trace: measured again if the search proposes it
+            state.space.measured[point_key(point)] = r.latency
+            state.trials += 1
+            if r.default and r.latency is not None:
+                state.default_seconds = r.latency
+            if r.latency is not None:
+                kept.append((r.latency, point))
+        if kept:
+            state.best_seconds = min(s for s, _ in kept)
+            state.rounds = 1
+        if state.default_seconds is None:
+            return
+        for seconds, point in sorted(kept, key=lambda x: x[0])[:RESUME_FEATURES]:
+            try:
+                c = state.space.realize(point)
+            except TccError:
+                continue
+            state.space.measured_kernels.add(c.key)
+            self.model.add(state.space.features(c), state.default_seconds, seconds)
+
+    def _record(self, state: TaskState, trace: Trace, m, default: bool = False) -> None:
+        self.db.append(Record(
+            workload=state.task.workload, target=self.target_text, trace=trace.as_json(),
+            seconds=m.seconds, status=m.status, shapes=state.space.shapes, error=m.error,
+            tcc=__version__, default=default))
+
+    # -- measuring ----------------------------------------------------------------------------
+
+    def _bench(self, state: TaskState) -> KernelBench | None:
+        """The task's bench, its default measured first (and recorded when new)."""
+        if state.bench is not None or state.exhausted:
+            return state.bench
+        default = state.space.realize({})
+        try:
+            state.bench = KernelBench(default.func, state.space.shapes, self.target,
+                                      self.repeats, self.timeout, self.jobs, self.work)
+        except TccError as e:
+            state.exhausted, state.error = True, str(e)
+            return None
+        if state.default_seconds is None:
+            self._record(state, default.trace, state.bench.default, default=True)
+            state.default_seconds = state.bench.default_latency
+            state.space.measured[point_key(default.point)] = state.default_seconds
+            state.trials += 1
+            self.progress.trials += 1
+        state.space.measured_kernels.add(default.key)
+        state.best_seconds = min(state.best_seconds or state.default_seconds,
+                                 state.default_seconds)
+        return state.bench
+
+    def _round(self, state: TaskState, count: int, on_trial: Callable) -> None:
+        bench = self._bench(state)
+        if bench is None:
+            return
+        before = state.best_seconds
+        candidates = self.search.propose(state.space, self.model, self.rng, count)
+        if not candidates:
+            state.exhausted = True
+            return
+        funcs = [c.func for c in candidates]
+        for c, m in zip(candidates, bench.measure_each(funcs)):
+            self._record(state, c.trace, m)
+            seconds = m.latency
+            state.space.measured[point_key(c.point)] = seconds
+            state.space.measured_kernels.add(c.key)
+            self.model.add(state.space.features(c), state.default_seconds, seconds)
+            if seconds is not None and seconds < state.best_seconds:
+                state.best_seconds = seconds
+            state.trials += 1
+            self.progress.trials += 1
+            on_trial(self.progress)
+        state.rounds += 1
+        state.gains.append(before / state.best_seconds - 1)
+        self.model.fit()
+
+    # -- scheduling ---------------------------------------------------------------------------
+
+    def _next(self) -> TaskState | None:
+        live = [s for s in self.states if not s.exhausted]
+        if not live:
+            return None
+        for s in live:  # every default first: the scheduler weighs tasks by latency
+            if s.default_seconds is None:
+                return s
+        fresh = [s for s in live if s.rounds == 0]
+        if fresh:
+            return max(fresh, key=lambda s: s.task.weight * s.default_seconds)
+
+        def gain(s: TaskState) -> float:
+            recent = max(s.gains[-2:]) if s.gains else 1.0
+            return s.task.weight * s.best_seconds * (recent + EXPLORE_GAIN)
+
+        return max(live, key=gain)
+
+    def run(self, trials: int, deadline: float | None = None,
+            on_trial: Callable = lambda progress: None) -> Progress:
+        """Tune until `trials` measurements (counting the database's), the `deadline`
+        (time.monotonic()), or every space is measured; Ctrl-C stops it the same way."""
+        self.progress = Progress(self.states, sum(s.trials for s in self.states), trials,
+                                 time.monotonic())
+        try:
+            while self.progress.trials < trials:
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                state = self._next()
+                if state is None:
+                    break
+                if state.default_seconds is None:
+                    self._bench(state)
+                    on_trial(self.progress)
+                    continue
+                self._round(state, min(self.batch, trials - self.progress.trials), on_trial)
+                estimate = self.progress.estimate()
+                if estimate is not None:
+                    self.progress.history.append((self.progress.trials, estimate))
+        except KeyboardInterrupt:
+            self.progress.interrupted = True
+        return self.progress

@@ -1,0 +1,71 @@
+"""`tcc tune`: a tune killed with SIGKILL and started again loses no finished record and
+measures nothing twice; bad options are one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from tcc.cli.main import cli
+from tcc.lower.schedule.trace import Trace
+from tcc.tune.database import Database
+from tcc.tune.search import point_key
+from tcc.tune.space import decisions_of
+from tests.tune.test_tuner import _model
+
+
+def _tune(model, db, *extra):
+    return [sys.executable, "-m", "tcc", "tune", str(model), "--db", str(db), "--batch", "4",
+            "--jobs", "1", "--shape", "batch=16", *extra]
+
+
+def test_a_tune_killed_with_sigkill_resumes_losing_and_repeating_nothing(tmp_path):
+    model, db = tmp_path / "m.onnx", tmp_path / "t.db"
+    onnx.save(_model(), model)
+    proc = subprocess.Popen(_tune(model, db, "--trials", "200"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (
+                not db.exists() or db.read_bytes().count(b"\n") < 8):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    before = db.read_bytes()
+    finished = before[: before.rfind(b"\n") + 1]  # a line a kill cut short was not finished
+    assert finished.count(b"\n") >= 8
+    r = subprocess.run(_tune(model, db, "--trials", "24"), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert db.read_bytes().startswith(finished)
+    records = Database(db).records
+    keys = [(x.workload, point_key(decisions_of(Trace.from_json(x.trace))[0])) for x in records]
+    assert len(keys) == len(set(keys))
+    assert len(records) == max(24, finished.count(b"\n"))
+    assert sum(x.default for x in records) == 2  # one default measurement per kernel
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budget", "soon"], "--budget 'soon': expected a positive time such as 90s, 10m or 1h"),
+    (["--shape", "batch"], "--shape 'batch': expected NAME=DIMS"),
+    (["--target", "cuda"], "cuda"),
+])
+def test_bad_options_are_one_line_errors(tmp_path, args, message):
+    model = tmp_path / "m.onnx"
+    onnx.save(_model(), model)
+    r = CliRunner().invoke(cli, ["tune", str(model), "--db", str(tmp_path / "t.db"), *args])
+    assert r.exit_code == 2, r.output
+    assert message in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_a_missing_model_is_an_error(tmp_path):
+    r = CliRunner().invoke(cli, ["tune", str(tmp_path / "no.onnx"), "--db", str(tmp_path / "t.db")])
+    assert r.exit_code == 2 and "no such file" in r.output
+    assert not (tmp_path / "t.db").exists()

@@ -1,0 +1,116 @@
+"""The tuning loop: defaults measured first, every measurement appended as it is taken, a
+resumed tune measuring nothing twice, failures recorded while the tune goes on, and the
+records it writes applied by `tcc compile --db` to a pack that computes the same."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+from onnx import TensorProto as TP
+from onnx import helper
+
+import tcc.rt
+from tcc.api import compile_to_bytes, lower
+from tcc.emit.target import host_target
+from tcc.frontend.onnx import from_onnx
+from tcc.lower.passes import run_pipeline
+from tcc.lower.schedule.trace import Trace
+from tcc.tune.database import Database
+from tcc.tune.measure import _time_calls
+from tcc.tune.search import point_key
+from tcc.tune.shapes import kernel_shapes
+from tcc.tune.space import decisions_of
+from tcc.tune.tuner import Tuner
+
+
+def _model():
+    """A matmul with a bias and relu, then a softmax over its rows: a contraction and a row
+    kernel, the batch symbolic."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=-1)]
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, ["batch", 64])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+        [helper.make_tensor("w", TP.FLOAT, [64, 48], rng.standard_normal(64 * 48).tolist()),
+         helper.make_tensor("b", TP.FLOAT, [48], rng.standard_normal(48).tolist())])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _setup(tmp_path: Path):
+    target = host_target()
+    lowered = lower(run_pipeline(from_onnx(_model()), target=target))
+    sizes, inputs = kernel_shapes(lowered, target, {"batch": [32]})
+    assert inputs == {"x": [32, 64]}
+    return lowered, target, sizes
+
+
+def _points(db: Database) -> list[tuple]:
+    return [(r.workload, point_key(decisions_of(Trace.from_json(r.trace))[0])) for r in db.records]
+
+
+def test_kernel_sizes_come_from_one_run_at_the_given_shapes(tmp_path):
+    lowered, target, sizes = _setup(tmp_path)
+    assert set(sizes) == set(lowered.prim_funcs)
+    for name, bound in sizes.items():
+        assert set(bound.values()) <= {32}, (name, bound)
+
+
+def test_a_tune_records_every_measurement_and_a_resumed_one_measures_nothing_twice(tmp_path):
+    lowered, target, sizes = _setup(tmp_path)
+    db = Database(tmp_path / "t.db")
+    progress = Tuner(lowered, target, db, sizes, batch=6, jobs=2).run(20)
+    assert progress.trials == 20 and len(db.records) == 20
+    first = {r.workload: r for r in reversed(db.records)}
+    assert all(r.default for r in first.values())  # each task's default measured first
+    assert all(r.status == "ok" for r in db.records), [r.error for r in db.records]
+    assert len(set(_points(db))) == 20
+
+    again = Database(tmp_path / "t.db")
+    resumed = Tuner(lowered, target, again, sizes, batch=6, jobs=2)
+    assert sum(s.trials for s in resumed.states) == 20
+    resumed.run(32)
+    assert len(again.records) == 32 and len(set(_points(again))) == 32
+    assert not any(r.default for r in again.records[20:])  # the defaults were not re-measured
+    for state in resumed.states:
+        assert state.best_seconds <= state.default_seconds
+
+    x = np.random.default_rng(1).standard_normal((5, 64)).astype(np.float32)
+    outs = []
+    for db_path in (None, tmp_path / "t.db"):
+        pack = tmp_path / "m.tvmpack"
+        pack.write_bytes(compile_to_bytes(_model(), str(target), db=db_path))
+        with tcc.rt.load(pack) as m:
+            outs.append(m["main"](x)[0])
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-6)
+
+
+def _fail_on_call(counter: str, how: str, shared, arrays, repeats, threads):
+    """`_time_calls`, except that the call the counter file counts down to crashes or hangs
+    its worker, as the kernel of a candidate gone wrong might."""
+    left = int(Path(counter).read_text())
+    Path(counter).write_text(str(left - 1))
+    if left == 0:
+        if how == "crash":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+    return _time_calls(shared, arrays, repeats, threads)
+
+
+def test_crashing_and_hanging_candidates_are_recorded_as_failed_and_the_tune_goes_on(tmp_path):
+    lowered, target, sizes = _setup(tmp_path)
+    for how, words in (("crash", "crash: the worker died (signal SIGKILL)"),
+                       ("hang", "timeout: still running after 2 s; killed")):
+        counter = tmp_path / f"{how}.count"
+        counter.write_text("4")  # the defaults (2 tasks) pass, then the third candidate fails
+        db = Database(tmp_path / f"{how}.db")
+        work = functools.partial(_fail_on_call, str(counter), how)
+        Tuner(lowered, target, db, sizes, batch=4, jobs=1, timeout=2.0, work=work).run(10)
+        failed = [r for r in db.records if r.status == "failed"]
+        assert [r.error for r in failed] == [words]
+        assert len(db.records) == 10 and db.records.index(failed[0]) < 9  # and it went on
