@@ -7,7 +7,9 @@ same seeded random inputs as the task's default schedule, at the sizes `shapes` 
 variable it does not name is 1). A worker that crashes, hangs past `timeout` or computes
 outputs other than the default's (floats within rtol 1e-4, atol 1e-5 of the largest
 magnitude; everything else exactly) gives a failed measurement with the reason, never an
-exception: the tuner goes on. Timing: one warm-up call, then `repeats` timed repeats, each
+exception: the tuner goes on. Timing: one call whose outputs are checked, untimed warm-up
+calls (at least two, for at least 20 ms: a fresh worker's first calls start threads and
+touch pages, and measured a 5 ms matmul twice as slow), then `repeats` timed repeats, each
 of enough calls to last about a millisecond; the record keeps the time of one call per
 repeat (its median is the record's latency).
 """
@@ -30,6 +32,7 @@ from tcc.ir.errors import TccError
 
 SYMBOL = "candidate"
 MIN_REPEAT_S = 1e-3  # each timed repeat runs the kernel at least this long
+MIN_WARMUP_S, MIN_WARMUP_CALLS = 0.02, 2  # untimed calls before the repeats
 MAX_CALLS = 1000
 
 
@@ -90,11 +93,15 @@ def _time_calls(shared_object: bytes, arrays: list[np.ndarray], repeats: int,
     with KernelLibrary(shared_object) as lib:
         lib.set_num_threads(threads)
         run = lib.bind(SYMBOL, arrays)  # arguments packed once: the loop times the kernel
-        run()  # warm-up; its results are the ones checked
+        run()  # its results are the ones checked
         outputs = [a.copy() for a in arrays]
-        start = time.perf_counter()
-        run()
-        once = max(time.perf_counter() - start, 1e-9)
+        # warm-up: threads started, pages touched, caches and clocks settled, as they are
+        # for a kernel called over and over in a model
+        start, calls = time.perf_counter(), 0
+        while calls < MIN_WARMUP_CALLS or time.perf_counter() - start < MIN_WARMUP_S:
+            run()
+            calls += 1
+        once = max((time.perf_counter() - start) / calls, 1e-9)
         calls = max(1, min(MAX_CALLS, int(MIN_REPEAT_S / once)))
         seconds = []
         for _ in range(repeats):
@@ -150,10 +157,15 @@ class Worker:
         self._proc = ctx.Process(target=_serve, args=(child,), daemon=True)
         self._proc.start()
         child.close()
-        if not self._conn.poll(START_TIMEOUT):
-            self.close()
-            raise TccError(f"the measurement worker did not start in {START_TIMEOUT:g} s")
-        self._conn.recv()
+        try:
+            if self._conn.poll(START_TIMEOUT):
+                self._conn.recv()
+                return
+            why = f"it did not start in {START_TIMEOUT:g} s"
+        except (EOFError, OSError):
+            why = f"it exited with code {self._proc.exitcode}"
+        self.close()
+        raise TccError(f"the measurement worker could not start: {why}")
 
     def run(self, work: Callable, args: tuple, timeout: float):
         """`work(*args)` in the worker: ("ok", result), or ("error"|"crash"|"timeout",

@@ -31,8 +31,10 @@ buffer measured 4x slower than in place (BERT's attention scores, 128 x 128 x 64
 operands do not alias them, which it cannot inside a parallel loop's outlined function (it
 reads the buffer pointers from a struct): 2x slower on two threads than on one.
 
-Decisions (`decide`): V, U, the order of the two tile loops, whether to accumulate in a
-local tile, and whether the tile loop runs on threads.
+Decisions (`decide`): V, U, blocks of tiles along each (run one after the other inside
+the tile loop, sharing loads in cache), the order of the two tile loops, unrolling of the
+innermost reduction loop, whether to accumulate in a local tile, and whether the tile loop
+runs on threads.
 """
 
 from __future__ import annotations
@@ -91,12 +93,13 @@ def column_tile(extent: int | None, lanes: int) -> int:
 
 
 def column_tiles(extent: int | None, lanes: int) -> list[int]:
-    """The V a tuner may choose: half a register to four registers' worth, dividing a
-    constant extent, or the whole axis when short."""
+    """The V a tuner may choose: half a register to four registers' worth (cutting a
+    constant extent with a guard where they do not divide it), or the whole axis when
+    short."""
     widths = [w for w in (lanes // 2, lanes, 2 * lanes, 3 * lanes, 4 * lanes) if w >= 1]
     if extent is None:
         return widths
-    return [w for w in widths if w < extent and extent % w == 0] + (
+    return [w for w in widths if w < extent] + (
         [extent] if extent <= min(4 * lanes, MAX_WHOLE_VECTOR) else [])
 
 
@@ -134,15 +137,17 @@ def fold_epilogues(sch: Schedule, write_back: BlockRV, stages: list[str]) -> Non
 
 
 def local_tile(
-    sch: Schedule, func: T.PrimFunc, block: str, outer: list[LoopRV], reduction: LoopRV
+    sch: Schedule, func: T.PrimFunc, block: str, outer: list[LoopRV], inner: list[LoopRV],
+    reduction: LoopRV,
 ) -> tuple[LoopRV, list[LoopRV]]:
-    """Fuse the tile loops into one and accumulate each tile in a local buffer, initialised
-    right before the `reduction` loop and written back (epilogues folded in) after it: the
-    tile loop and the lanes loops of the init and the write-back."""
+    """Fuse the tile loops into one and accumulate each tile (one iteration of the `inner`
+    tile loops, when any) in a local buffer, initialised right before the `reduction` loop
+    and written back (epilogues folded in) after it: the tile loop and the lanes loops of
+    the init and the write-back."""
     rv = sch.get_block(block)
     tile = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     write_back = sch.cache_write(rv, 0, "local")
-    sch.reverse_compute_at(write_back, tile)
+    sch.reverse_compute_at(write_back, inner[-1] if inner else tile)
     stages = [b.name for b in child_blocks(func.body)]
     fold_epilogues(sch, write_back, stages[stages.index(block) + 1 :])
     init = sch.decompose_reduction(rv, reduction)
@@ -169,19 +174,35 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
                   [rows, *row_tiles(u.extent, cols, lanes, machine.vector_registers)], rows)
     u0, u1 = sch.split(u.loop, [None, rows])
     v0, v1 = sch.split(v.loop, [None, cols])
-    tiles = [v0, u0] if decide_flag(sch, f"{block}.columns_outside", False) else [u0, v0]
+    # tiles in blocks: a block's tiles run one after the other on one thread, sharing the
+    # loads of their rows (or columns) in cache
+    u0, um = _blocks(sch, block, "row_blocks", u0, u.extent, rows)
+    v0, vm = _blocks(sch, block, "column_blocks", v0, v.extent, cols)
+    swap = decide_flag(sch, f"{block}.columns_outside", False)
+    tiles = [v0, u0] if swap else [u0, v0]
     outer = []
     for a in stage.spatial:
         outer += [tiles[0]] if a is u else [tiles[1]] if a is v else [a.loop]
-    sch.reorder(*outer, *(a.loop for a in stage.reduce), u1, v1)
+    inner = [lp for lp in ([vm, um] if swap else [um, vm]) if lp is not None]
+    reduce = [a.loop for a in stage.reduce]
+    k = stage.reduce[-1]
+    steps = decide(sch, f"{block}.reduction_unroll",
+                   [1, *(f for f in (2, 4, 8) if k.extent is not None and k.extent % f == 0
+                         and k.extent > f)], 1)
+    if steps > 1:  # the innermost reduction loop unrolled by `steps` (each sum in order)
+        reduce[-1:] = sch.split(reduce[-1], [None, steps])
+    sch.reorder(*outer, *inner, *reduce, u1, v1)
     # else a guard or padding would keep the lanes apart: scalar code, LLVM's try
-    lanes_ok = (v.extent is None or v.extent % cols == 0) and not guarded_load_along(
-        stage, v.var
-    )
+    lanes_ok = not guarded_load_along(stage, v.var) and (
+        v.extent is None or v.extent % cols == 0
+        # a constant width cut by a guard: its last tile unswitched, as a symbolic one's
+        or decide_flag(sch, f"{block}.guarded_columns", False))
     tile, vector_loops = None, [v1]
     if local and lanes_ok:
-        tile, nests = local_tile(sch, func, block, outer, stage.reduce[0].loop)
+        tile, nests = local_tile(sch, func, block, outer, inner, reduce[0])
         vector_loops += nests
+    if steps > 1:
+        sch.unroll(reduce[-1])
     sch.unroll(u1)
     if lanes_ok:
         for loop in vector_loops:
@@ -190,6 +211,19 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
                                             f"{block}.threads"):
         sch.parallel(tile)
     return sch
+
+
+def _blocks(sch: Schedule, block: str, what: str, loop: LoopRV, extent: int | None,
+            tile: int) -> tuple[LoopRV, LoopRV | None]:
+    """(outer, within-block) loops of a tile loop split into blocks of the decided number of
+    tiles (1, untuned: no split), from the divisors of a constant tile count."""
+    tiles = None if extent is None else -(-extent // tile)
+    count = decide(sch, f"{block}.{what}",
+                   [1, *(b for b in (2, 4, 8, 16) if tiles and tiles % b == 0 and tiles > b)], 1)
+    if count == 1:
+        return loop, None
+    outer, within = sch.split(loop, [None, count])
+    return outer, within
 
 
 class ContractionRule:

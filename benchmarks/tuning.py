@@ -1,0 +1,316 @@
+"""tcc tune, measured: search quality, tuned kernels, tuned models (one run each, CPU named).
+
+    .venv/bin/python benchmarks/tuning.py search  [--trials 500] [--png curve.png]
+    .venv/bin/python benchmarks/tuning.py kernels [--trials 300]
+    .venv/bin/python benchmarks/tuning.py models  [--trials 2000] [--budget 20m]
+                                                  [--models resnet50,shufflenet,...]
+
+* search: for tasks of different kinds (one kernel each), the cost-model-guided
+  evolutionary search and random search, each with its own fresh database, at equal
+  trials; the best latency after each trial, as text (and a PNG when matplotlib is
+  installed), and trials per second.
+* kernels: one-node models (fp32 matmul 1024^3, a MobileNet-style depthwise 3x3, a 1x1
+  convolution, a strided conv1d, a layer norm); each is tuned, then its default pack, its
+  tuned pack (C runtime: tccrt's own --bench timing, so no Python in the timed loop; needs
+  `make runtime`) and onnxruntime run on the same inputs and threads; the matmul is also
+  timed against numpy/OpenBLAS.
+* models: each model is tuned (`tcc tune` with --trials/--budget), then the untuned pack,
+  the tuned pack (C runtime) and onnxruntime are timed in one run; outputs are checked
+  against onnxruntime first (rtol 1e-3, atol 1e-4), so a fast wrong answer never counts.
+
+Timings are medians of --runs with their min-max spread. OPENBLAS_NUM_THREADS and the
+kernels' threads are set to --threads before anything loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _args(argv):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mode", choices=["search", "kernels", "models"])
+    p.add_argument("--trials", type=int, default=None)
+    p.add_argument("--budget", default=None, help="models: per-model tuning budget (20m)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--runs", type=int, default=50)
+    p.add_argument("--tasks", default="matmul,conv1x1,depthwise,layer_norm")
+    p.add_argument("--kernels", default=",".join(KERNELS))
+    p.add_argument("--models", default="resnet50,shufflenet,bert,gpt2")
+    p.add_argument("--png", default=None, help="search: write the curves here")
+    p.add_argument("--keep", default=None, help="a folder for the databases (else temporary)")
+    return p.parse_args(argv)
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def one_node(op: str, x: list, w: list | None, out_dims: int | None = None, **attrs):
+    """A one-node ONNX model with a seeded constant weight."""
+    import numpy as np
+    from onnx import TensorProto as TP
+    from onnx import helper
+
+    rng = np.random.default_rng(0)
+    inputs, inits = ["x"], []
+    if w is not None:
+        inputs.append("w")
+        inits.append(helper.make_tensor("w", TP.FLOAT, w, rng.standard_normal(
+            int(np.prod(w))).astype(np.float32).tolist()))
+    node = helper.make_node(op, inputs, ["y"], **attrs)
+    g = helper.make_graph([node], op.lower(), [helper.make_tensor_value_info("x", TP.FLOAT, x)],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def layer_norm_model(rows: int, cols: int):
+    import numpy as np
+    from onnx import TensorProto as TP
+    from onnx import helper
+
+    rng = np.random.default_rng(0)
+    inits = [helper.make_tensor(n, TP.FLOAT, [cols], rng.standard_normal(cols).tolist())
+             for n in ("g", "b")]
+    node = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1)
+    g = helper.make_graph([node], "ln", [helper.make_tensor_value_info("x", TP.FLOAT, [rows, cols])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+KERNELS = {
+    "matmul": lambda: one_node("MatMul", [1024, 1024], [1024, 1024]),
+    "depthwise": lambda: one_node("Conv", [1, 144, 56, 56], [144, 1, 3, 3], group=144,
+                                  pads=[1, 1, 1, 1]),
+    "conv1x1": lambda: one_node("Conv", [1, 64, 56, 56], [256, 64, 1, 1]),
+    "conv1d": lambda: one_node("Conv", [1, 512, 3199], [512, 512, 3], strides=[2]),
+    "layer_norm": lambda: layer_norm_model(512, 768),
+}
+SEARCH_TASKS = {"matmul": lambda: one_node("MatMul", [256, 512], [512, 512]),
+                **{k: v for k, v in KERNELS.items() if k != "matmul"}}
+
+
+def lowered(model, target):
+    from tcc.api import lower
+    from tcc.frontend.onnx import from_onnx
+    from tcc.lower.passes import run_pipeline
+
+    return lower(run_pipeline(from_onnx(model), target=target))
+
+
+def tune(model, target, db_path: Path, trials: int, search="evolutionary", budget=None,
+         on_trial=lambda p: None, named=None):
+    from tcc.tune.database import Database
+    from tcc.tune.shapes import kernel_shapes
+    from tcc.tune.tuner import Tuner
+
+    mod = lowered(model, target)
+    sizes, _ = kernel_shapes(mod, target, named or {})
+    tuner = Tuner(mod, target, Database(db_path), sizes, search=search)
+    deadline = None if budget is None else time.monotonic() + budget
+    start = time.monotonic()
+    progress = tuner.run(trials, deadline, on_trial)
+    return tuner, progress, time.monotonic() - start
+
+
+def _stats(ms: list[float]) -> str:
+    return f"{statistics.median(ms):9.3f} ({min(ms):.3f}-{max(ms):.3f})"
+
+
+def search_mode(args, target, work: Path) -> None:
+    trials = args.trials or 500
+    curves = {}
+    print(f"{'task':12s} {'search':13s} {'trials':>6s} {'trials/s':>8s} {'default us':>10s} "
+          f"{'best us':>9s} {'speedup':>8s}")
+    for task in args.tasks.split(","):
+        for search in ("random", "evolutionary"):
+            curve = []
+
+            def on_trial(p, curve=curve):
+                best = [s.best_seconds for s in p.states if s.best_seconds]
+                if len(best) == len(p.states):
+                    curve.append((p.trials, sum(s.task.weight * s.best_seconds
+                                                for s in p.states)))
+
+            db = work / f"search-{task}-{search}.db"
+            db.unlink(missing_ok=True)
+            tuner, progress, seconds = tune(SEARCH_TASKS[task](), target, db, trials, search,
+                                            on_trial=on_trial)
+            curves[(task, search)] = curve
+            default = progress.estimate(best=False)
+            best = progress.estimate()
+            print(f"{task:12s} {search:13s} {progress.trials:6d} {progress.trials / seconds:8.2f} "
+                  f"{default * 1e6:10.1f} {best * 1e6:9.1f} {default / best:7.2f}x", flush=True)
+    marks = [m for m in (10, 25, 50, 100, 200, 300, 400, 500, 1000, 2000) if m <= trials]
+    print("\nbest kernel time (us) after N trials")
+    print(f"{'task':12s} {'search':13s} " + " ".join(f"{m:>7d}" for m in marks))
+    for (task, search), curve in curves.items():
+        row = []
+        for m in marks:
+            seen = [v for t, v in curve if t <= m]
+            row.append(f"{min(seen) * 1e6:7.1f}" if seen else f"{'-':>7s}")
+        print(f"{task:12s} {search:13s} " + " ".join(row))
+    if args.png:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("(no matplotlib: no PNG)")
+            return
+        tasks = args.tasks.split(",")
+        fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.2))
+        for ax, task in zip(axes if len(tasks) > 1 else [axes], tasks):
+            for search in ("random", "evolutionary"):
+                curve = curves[(task, search)]
+                best, xs, ys = float("inf"), [], []
+                for t, v in curve:
+                    best = min(best, v)
+                    xs.append(t)
+                    ys.append(best * 1e6)
+                ax.step(xs, ys, where="post", label=search)
+            ax.set_title(task)
+            ax.set_xlabel("trials")
+            ax.set_ylabel("best us")
+            ax.legend()
+        fig.suptitle(f"tcc tune: best latency vs trials ({cpu_name()}, {args.threads} threads)")
+        fig.tight_layout()
+        fig.savefig(args.png, dpi=100)
+        print(f"wrote {args.png}")
+
+
+def pack_runner(model, target, db: Path | None, threads: int):
+    """The model's pack (tuned by `db`, or untuned) run by the C runtime's tccrt, which
+    times its runs itself (no Python in the timed loop)."""
+    from tcc.api import compile_to_bytes
+    from tcc.cli.run_cmd import _make_runner
+
+    pack = Path(tempfile.mkdtemp()) / "m.tvmpack"
+    pack.write_bytes(compile_to_bytes(model, str(target), db=db))
+    runner = _make_runner(pack, "main", "c")
+    runner.set_num_threads(threads)
+    return runner
+
+
+def _spread(median_lo_hi) -> str:
+    median, lo, hi = median_lo_hi
+    return f"{median:9.3f} ({lo:.3f}-{hi:.3f})"
+
+
+def time_model(name, model, target, db, feeds, args, sess, numpy_fn=None) -> str:
+    import numpy as np
+    from models import timed
+
+    want = sess.run(None, feeds)[0]
+    untuned = pack_runner(model, target, None, args.threads)
+    tuned = pack_runner(model, target, db, args.threads)
+    for label, runner in (("untuned", untuned), ("tuned", tuned)):
+        got = runner(feeds)[0]
+        if not np.allclose(got, want, rtol=1e-3, atol=1e-4):
+            return f"{name}: {label} pack WRONG (max abs err {np.abs(got - want).max():.3g})"
+    t_u, t_t = untuned.bench(feeds, args.runs), tuned.bench(feeds, args.runs)
+    t_o = timed(lambda: sess.run(None, feeds), args.runs)
+    o = (statistics.median(t_o), min(t_o), max(t_o))
+    line = (f"{name:12s} untuned {_spread(t_u)}  tuned {_spread(t_t)}  ort {_spread(o)}  "
+            f"tuned/untuned {t_t[0] / t_u[0]:5.2f}  tuned/ort {t_t[0] / o[0]:5.2f}")
+    if numpy_fn is not None:
+        t_n = timed(numpy_fn, args.runs)
+        n = (statistics.median(t_n), min(t_n), max(t_n))
+        line += f"  numpy {_spread(n)}  numpy/tuned {n[0] / t_t[0]:5.2f}"
+    return line
+
+
+def ort_session(model, threads):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+
+
+def kernels_mode(args, target, work: Path) -> None:
+    import numpy as np
+
+    trials = args.trials or 300
+    for name in args.kernels.split(","):
+        model = KERNELS[name]()
+        db = work / f"kernel-{name}.db"
+        db.unlink(missing_ok=True)
+        _, progress, seconds = tune(model, target, db, trials)
+        kernels = ", ".join(f"{s.task.name} {s.speedup:.2f}x" for s in progress.states
+                            if s.speedup)
+        print(f"{name}: {progress.trials} trials in {seconds:.0f} s; tuned/default per kernel: "
+              f"{kernels}", flush=True)
+        feeds = {"x": np.random.default_rng(1).standard_normal(
+            [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+        ).astype(np.float32)}
+        numpy_fn = None
+        if name == "matmul":
+            w = np.asarray(__import__("onnx").numpy_helper.to_array(model.graph.initializer[0]))
+            numpy_fn = lambda x=feeds["x"], w=w: x @ w  # noqa: E731
+        print(time_model(name, model, target, db, feeds, args,
+                         ort_session(model, args.threads), numpy_fn), flush=True)
+
+
+def models_mode(args, target, work: Path) -> None:
+    import numpy as np
+    from models import feeds_for, models
+
+    from tcc.cli.tune_cmd import parse_budget
+
+    wanted = args.models.split(",")
+    trials = args.trials or 2000
+    budget = parse_budget(args.budget) if args.budget else None
+    for name, model, dims in models():
+        if name not in wanted:
+            continue
+        db = work / f"model-{name}.db"
+        named = {k: [v] for k, v in dims.items()}
+        _, progress, seconds = tune(model, target, db, trials, budget=budget, named=named)
+        print(f"{name}: {progress.trials} trials in {seconds:.0f} s "
+              f"({progress.trials / max(seconds, 1e-9):.2f}/s); kernel time of one run: "
+              f"default {progress.estimate(best=False) * 1e6:.1f} us, "
+              f"tuned {progress.estimate() * 1e6:.1f} us", flush=True)
+        feeds = feeds_for(model, dims, np.random.default_rng(0))
+        print(time_model(name, model, target, db, feeds, args,
+                         ort_session(model, args.threads)), flush=True)
+
+
+def main(argv=None) -> int:
+    args = _args(argv)
+    os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    os.environ.pop("OPENBLAS_CORETYPE", None)  # numpy picks its kernels for this CPU
+    from tcc.emit.target import host_target
+
+    target = host_target()
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; threads {args.threads}")
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tcc-tuning-"))
+    work.mkdir(parents=True, exist_ok=True)
+    modes = {"search": search_mode, "kernels": kernels_mode, "models": models_mode}
+    modes[args.mode](args, target, work)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
