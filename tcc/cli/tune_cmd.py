@@ -122,6 +122,9 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
     deadline = None if seconds is None else time.monotonic() + seconds
     named = _parse_shapes(shape_pairs)
     parsed = parse_target(target)
+    if not parsed.is_host:
+        raise TccError(f"--target {target!r}: tcc tune measures kernels on this machine, which "
+                       f"is {parse_target('llvm').triple}; tune on a machine of that target")
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
     database = Database(db)

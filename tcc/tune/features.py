@@ -19,6 +19,8 @@ import numpy as np
 
 from tcc.ir import expr as E
 from tcc.ir import tir as T
+from tcc.lower.rules.analysis import subexprs
+from tcc.tune.measure import size_env
 
 BLOCKS = 3
 KINDS = (T.ForKind.PARALLEL, T.ForKind.VECTORIZED, T.ForKind.UNROLLED, T.ForKind.SERIAL)
@@ -32,32 +34,11 @@ def _log(x: float) -> float:
     return math.log2(x) if x > 1 else 0.0
 
 
-def _sizes(func: T.PrimFunc, shapes: dict[str, int]) -> dict:
-    env: dict = {}
-    for p in func.params:
-        dims = p.shape if isinstance(p, T.Buffer) else ()
-        for v in E.free_vars(list(dims)) + ([] if isinstance(p, T.Buffer) else [p]):
-            env.setdefault(v, int(shapes.get(v.name, 1)))
-    return env
-
-
 def _value(e, env: dict, default: int = 1) -> int:
     try:
         return int(E.evaluate(e, env))
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return default
-
-
-def _subexprs(e) -> list:
-    found, stack = [], [e]
-    while stack:
-        x = stack.pop()
-        found.append(x)
-        for name in getattr(x, "__dataclass_fields__", ()):
-            child = getattr(x, name)
-            stack.extend(c for c in (child if isinstance(child, tuple) else (child,))
-                         if isinstance(c, E.PrimExpr))
-    return found
 
 
 class _Leaf:
@@ -116,7 +97,7 @@ def _block_features(leaf: _Leaf, env: dict) -> list[float]:
     by_kind = [sum(_log(e) for _, e, k in leaf.loops if k is kind) for kind in KINDS]
     innermost = leaf.loops[-1] if leaf.loops else None
     inner_kind = [float(innermost is not None and innermost[2] is kind) for kind in KINDS]
-    loads = [x for x in _subexprs(leaf.store.value) if isinstance(x, E.BufferLoad)]
+    loads = [x for x in subexprs(leaf.store.value) if isinstance(x, E.BufferLoad)]
     strides = []
     for depth in (1, 2):
         counts = [0.0, 0.0, 0.0]
@@ -135,7 +116,7 @@ def _block_features(leaf: _Leaf, env: dict) -> list[float]:
     for ld in loads:
         reuse += sum(_stride_class(ld, leaf.bindings, v, env) == 0 for v, _, _ in outer)
     arithmetic = sum(isinstance(x, (E.BinOp, E.Call, E.Select)) for x in
-                     _subexprs(leaf.store.value))
+                     subexprs(leaf.store.value))
     return [total, *by_kind, *inner_kind, _log(innermost[1]) if innermost else 0.0,
             *strides, *store, float(len(loads)), reuse / max(1, len(loads) * len(outer)),
             _log(arithmetic + 1) + total, float(leaf.store.buffer.scope == "local"),
@@ -144,7 +125,7 @@ def _block_features(leaf: _Leaf, env: dict) -> list[float]:
 
 def features(func: T.PrimFunc, shapes: dict[str, int]) -> np.ndarray:
     """The feature vector (LENGTH floats) of a scheduled kernel at `shapes`."""
-    env = _sizes(func, shapes)
+    env = size_env(func, shapes)
     leaves: list[_Leaf] = []
     _leaves(func.body, [], env, {}, False, leaves)
     # most iterations first; of a block's init and update, the update (it loads)

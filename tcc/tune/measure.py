@@ -48,15 +48,22 @@ class Measurement:
         return statistics.median(self.seconds) if self.status == "ok" and self.seconds else None
 
 
-def concrete_inputs(func: T.PrimFunc, shapes: dict[str, int], seed: int = 0) -> list[np.ndarray]:
-    """Seeded arrays for every parameter of `func` (buffers, then scalars as 0-d arrays), at
-    the sizes `shapes` names (1 for any other size variable): floats ~ N(0, 1), integers in
-    [0, 4), bools uniform."""
+def size_env(func: T.PrimFunc, shapes: dict[str, int]) -> dict:
+    """Each size variable of `func` (in its buffers' shapes, or a scalar parameter) bound to
+    its value in `shapes` by name, else 1."""
     env: dict = {}
     for p in func.params:
         dims = p.shape if isinstance(p, T.Buffer) else ()
         for v in E.free_vars(list(dims)) + ([] if isinstance(p, T.Buffer) else [p]):
             env.setdefault(v, int(shapes.get(v.name, 1)))
+    return env
+
+
+def concrete_inputs(func: T.PrimFunc, shapes: dict[str, int], seed: int = 0) -> list[np.ndarray]:
+    """Seeded arrays for every parameter of `func` (buffers, then scalars as 0-d arrays), at
+    the sizes `shapes` names (1 for any other size variable): floats ~ N(0, 1), integers in
+    [0, 4), bools uniform."""
+    env = size_env(func, shapes)
     rng = np.random.default_rng(seed)
     arrays = []
     for p in func.params:

@@ -3,6 +3,7 @@ measures nothing twice; bad options are one-line errors with exit code 2."""
 
 from __future__ import annotations
 
+import platform
 import signal
 import subprocess
 import sys
@@ -56,8 +57,12 @@ def test_a_tune_killed_with_sigkill_resumes_losing_and_repeating_nothing(tmp_pat
     (["--budget", "soon"], "--budget 'soon': expected a positive time such as 90s, 10m or 1h"),
     (["--shape", "batch"], "--shape 'batch': expected NAME=DIMS"),
     (["--target", "cuda"], "cuda"),
+    (["--target", "llvm -mtriple=OTHER-unknown-linux-gnu -mcpu=generic"],
+     "tcc tune measures kernels on this machine"),
 ])
 def test_bad_options_are_one_line_errors(tmp_path, args, message):
+    other = "aarch64" if platform.machine() in ("x86_64", "AMD64") else "x86_64"
+    args = [a.replace("OTHER", other) for a in args]
     model = tmp_path / "m.onnx"
     onnx.save(_model(), model)
     r = CliRunner().invoke(cli, ["tune", str(model), "--db", str(tmp_path / "t.db"), *args])

@@ -96,7 +96,7 @@ def canonical_stage(sch: Schedule, block: BlockRV) -> Stage | None:
     return Stage(stmt, tuple(axes), stmt.body, tuple(_loads(stmt.body.value)))
 
 
-def _subexprs(e: E.PrimExpr) -> list[E.PrimExpr]:
+def subexprs(e: E.PrimExpr) -> list[E.PrimExpr]:
     """`e` and every expression under it, in pre-order."""
     found: list[E.PrimExpr] = []
     stack = [e]
@@ -111,7 +111,7 @@ def _subexprs(e: E.PrimExpr) -> list[E.PrimExpr]:
 
 
 def _loads(e: E.PrimExpr) -> list[E.BufferLoad]:
-    return [x for x in _subexprs(e) if isinstance(x, E.BufferLoad)]
+    return [x for x in subexprs(e) if isinstance(x, E.BufferLoad)]
 
 
 def guarded_load_along(stage: Stage, var: E.Var) -> bool:
@@ -119,7 +119,7 @@ def guarded_load_along(stage: Stage, var: E.Var) -> bool:
     other than unit stride along `var`: only the chosen branch may load, and the backend
     masks a contiguous load per lane (llvm.masked.load) but runs any other guarded load as a
     scalar loop."""
-    for x in _subexprs(stage.store.value):
+    for x in subexprs(stage.store.value):
         if isinstance(x, E.Select) and E.uses(x.cond, var):
             guarded = [*_loads(x.true_value), *_loads(x.false_value)]
             if any(stride(ld, var) != 1 for ld in guarded):

@@ -96,6 +96,16 @@ def conv_relu_kernels() -> dict[str, T.PrimFunc]:
     return dict(lower(run_pipeline(from_onnx(model), target=parse_target("llvm"))).prim_funcs)
 
 
+def all_kernels() -> dict[str, T.PrimFunc]:
+    """The kernels of every case, and the NCHWc-layout kernels of the blocked ones."""
+    funcs = {}
+    for name in CASES:
+        funcs.update(kernels(name))
+    for name in BLOCKED:
+        funcs.update({f"{k}_nchwc": f for k, f in kernels(name, blocked=True).items()})
+    return funcs
+
+
 def random_arguments(func: T.PrimFunc, seed: int) -> list[np.ndarray]:
     """Random arrays for every buffer of a kernel with static shapes (outputs too: a kernel
     must overwrite what is there)."""

@@ -14,7 +14,7 @@ from tcc.lower.rules import UNSCHEDULED, Machine, schedule_prim_func, stage_rule
 from tcc.lower.schedule import Schedule, ScheduleError
 from tcc.lower.schedule.state import walk
 
-from .rules_cases import BLOCKED, CASES, conv_relu_kernels, kernels, run_both
+from .rules_cases import BLOCKED, CASES, all_kernels, conv_relu_kernels, kernels, run_both
 
 AVX512 = Machine(vector_bits=512, vector_registers=32, cores=2)
 AVX2 = Machine(vector_bits=256, vector_registers=16, cores=2)
@@ -25,18 +25,9 @@ def _loop_kinds(func: T.PrimFunc) -> set[T.ForKind]:
     return {loc.stmt.kind for loc in walk(func.body) if isinstance(loc.stmt, T.For)}
 
 
-def _all_kernels() -> dict[str, T.PrimFunc]:
-    funcs = {}
-    for name in CASES:
-        funcs.update(kernels(name))
-    for name in BLOCKED:
-        funcs.update({f"{k}_nchwc": f for k, f in kernels(name, blocked=True).items()})
-    return funcs
-
-
-@pytest.fixture(scope="module")
-def all_kernels():
-    return _all_kernels()
+@pytest.fixture(scope="module", name="all_kernels")
+def all_kernels_fixture():
+    return all_kernels()
 
 
 @pytest.mark.parametrize("machine", [AVX512, AVX2, ONE_CORE], ids=["avx512", "avx2", "1core"])

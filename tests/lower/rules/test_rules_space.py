@@ -13,7 +13,7 @@ from tcc.lower.schedule import Schedule
 from tcc.lower.schedule.sampling import Decisions
 from tcc.lower.schedule.trace import Trace
 
-from .rules_cases import BLOCKED, CASES, kernels, run_both
+from .rules_cases import all_kernels, run_both
 
 AVX512 = Machine(vector_bits=512, vector_registers=32, cores=2)
 
@@ -23,14 +23,9 @@ def _samples(sch: Schedule) -> dict[str, object]:
             if i.kind == "sample_categorical"}
 
 
-@pytest.fixture(scope="module")
-def all_kernels():
-    funcs = {}
-    for name in CASES:
-        funcs.update(kernels(name))
-    for name in BLOCKED:
-        funcs.update({f"{k}_nchwc": f for k, f in kernels(name, blocked=True).items()})
-    return funcs
+@pytest.fixture(scope="module", name="all_kernels")
+def all_kernels_fixture():
+    return all_kernels()
 
 
 def test_every_rule_decides_through_labelled_samples(all_kernels):
