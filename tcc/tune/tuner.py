@@ -4,9 +4,9 @@ Each task (a distinct kernel, `tcc.tune.tasks`) is measured at the sizes one run
 model gives it (`tcc.tune.shapes`). Its default schedule is measured first, so it is always
 a candidate and a tuned kernel is never slower than the default. Then rounds: the task
 scheduler picks a task, the search (`tcc.tune.search`) proposes a batch of its candidates,
-they are built in a process pool and each run in a worker of its own
-(`tcc.tune.measure.KernelBench`), and every measurement is appended to the database as it
-is taken. The cost model is retrained after each round.
+they are built in a process pool and run one at a time in the tune's worker process
+(`tcc.tune.measure.KernelBench`, `Worker`: one for every task, started again after a crash
+or hang), and every measurement is appended to the database as it is taken. The cost model is retrained after each round.
 
 The task scheduler, after every task has had one round (heaviest calls x latency first),
 gives the next round to the task with the largest expected end-to-end gain, as Ansor's
@@ -33,7 +33,7 @@ from tcc.lower.schedule import ScheduleError
 from tcc.lower.schedule.trace import Trace
 from tcc.tune.cost_model import CostModel
 from tcc.tune.database import Database, Record
-from tcc.tune.measure import KernelBench, _time_calls
+from tcc.tune.measure import KernelBench, Worker, _time_calls
 from tcc.tune.search import SEARCHES, TaskSpace, point_key
 from tcc.tune.space import decisions_of
 from tcc.tune.tasks import Task, extract_tasks
@@ -94,6 +94,7 @@ class Tuner:
         self.work = work
         self.rng = random.Random(seed)
         self.model = CostModel(seed)
+        self.worker = Worker()  # one process runs every task's candidates, in turn
         self.states = []
         for task in extract_tasks(lowered):
             shapes = dict(sorted(sizes.get(task.name, {}).items()))
@@ -147,7 +148,8 @@ class Tuner:
         default = state.space.realize({})
         try:
             state.bench = KernelBench(default.func, state.space.shapes, self.target,
-                                      self.repeats, self.timeout, self.jobs, self.work)
+                                      self.repeats, self.timeout, self.jobs, self.work,
+                                      worker=self.worker)
         except TccError as e:
             state.exhausted, state.error = True, str(e)
             return None
@@ -229,4 +231,6 @@ class Tuner:
                     self.progress.history.append((self.progress.trials, estimate))
         except KeyboardInterrupt:
             self.progress.interrupted = True
+        finally:
+            self.worker.close()
         return self.progress
