@@ -192,12 +192,14 @@ class _CRunner:
         self.thread_args = ["--threads", str(n)]
 
 
-def _parse_shapes(pairs: tuple[str, ...]) -> dict[str, list[int]]:
+def parse_shapes(pairs: tuple[str, ...],
+                 expected: str = "NAME=DIMS, e.g. input=1,3,224,224") -> dict[str, list[int]]:
+    """`--shape NAME=DIMS` options as {name: dims}; a malformed one names `expected`."""
     shapes = {}
     for pair in pairs:
         name, sep, dims = pair.partition("=")
-        if not sep or not re.fullmatch(r"\s*\d+(\s*[,x]\s*\d+)*\s*", dims):
-            raise TccError(f"--shape {pair!r}: expected NAME=DIMS, e.g. input=1,3,224,224")
+        if not sep or not name or not re.fullmatch(r"\s*\d+(\s*[,x]\s*\d+)*\s*", dims):
+            raise TccError(f"--shape {pair!r}: expected {expected}")
         shapes[name] = [int(d) for d in re.split(r"[,x]", dims)]
     return shapes
 
@@ -385,7 +387,7 @@ def _run(file, input_pairs, inputs_npz, random_inputs, shape_pairs, output_dir, 
     if threads:
         runner.set_num_threads(threads)
     if random_inputs:
-        shapes = _parse_shapes(shape_pairs)
+        shapes = parse_shapes(shape_pairs)
         names = [spec["name"] for spec in runner.signature["inputs"]]
         unknown = [n for n in shapes if n not in names]
         if unknown:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from tcc.cli.run_cmd import parse_shapes
 from tcc.errors import TccError
 from tcc.infile import not_a_file
 
@@ -24,17 +25,6 @@ def parse_budget(text: str) -> float:
     if m is None or float(m.group(1)) <= 0:
         raise TccError(f"--budget {text!r}: expected a positive time such as 90s, 10m or 1h")
     return float(m.group(1)) * _UNITS[m.group(2) or "s"]
-
-
-def _parse_shapes(pairs) -> dict[str, list[int]]:
-    shapes = {}
-    for pair in pairs:
-        name, sep, dims = pair.partition("=")
-        if not sep or not name or not re.fullmatch(r"\s*\d+(\s*[,x]\s*\d+)*\s*", dims):
-            raise TccError(f"--shape {pair!r}: expected NAME=DIMS for an input "
-                           "(input_ids=1,128) or NAME=N for a symbolic dimension (batch=1)")
-        shapes[name] = [int(d) for d in re.split(r"[,x]", dims)]
-    return shapes
 
 
 def _us(seconds) -> str:
@@ -120,7 +110,8 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
         raise TccError(f"--db {db}: {not_a_file(db)}")
     seconds = None if budget is None else parse_budget(budget)
     deadline = None if seconds is None else time.monotonic() + seconds
-    named = _parse_shapes(shape_pairs)
+    named = parse_shapes(shape_pairs, "NAME=DIMS for an input (input_ids=1,128) or NAME=N "
+                                      "for a symbolic dimension (batch=1)")
     parsed = parse_target(target)
     if not parsed.is_host:
         raise TccError(f"--target {target!r}: tcc tune measures kernels on this machine, which "

@@ -24,10 +24,10 @@ from tcc.tune.measure import size_env
 
 BLOCKS = 3
 KINDS = (T.ForKind.PARALLEL, T.ForKind.VECTORIZED, T.ForKind.UNROLLED, T.ForKind.SERIAL)
-PER_BLOCK = 1 + len(KINDS) + len(KINDS) + 1 + 2 * 4 + 2 * 3 + 4
 KERNEL = 4
-LENGTH = KERNEL + BLOCKS * PER_BLOCK
 LOADS = 1 + 2 * len(KINDS) + 1 + 2 * 3 + 2 * 3  # where a block's load count is
+PER_BLOCK = LOADS + 5  # then reuse, arithmetic, local, guarded
+LENGTH = KERNEL + BLOCKS * PER_BLOCK
 
 
 def _log(x: float) -> float:
@@ -120,7 +120,7 @@ def _block_features(leaf: _Leaf, env: dict) -> list[float]:
     return [total, *by_kind, *inner_kind, _log(innermost[1]) if innermost else 0.0,
             *strides, *store, float(len(loads)), reuse / max(1, len(loads) * len(outer)),
             _log(arithmetic + 1) + total, float(leaf.store.buffer.scope == "local"),
-            float(leaf.guarded)][:PER_BLOCK]
+            float(leaf.guarded)]
 
 
 def features(func: T.PrimFunc, shapes: dict[str, int]) -> np.ndarray:
@@ -135,6 +135,6 @@ def features(func: T.PrimFunc, shapes: dict[str, int]) -> np.ndarray:
     total = sum(2.0 ** r[0] for r in rows)
     out = [float(len(leaves)), float(parallel), _log(total), float(len(func.params))]
     for r in rows[:BLOCKS]:
-        out += r + [0.0] * (PER_BLOCK - len(r))
+        out += r
     out += [0.0] * (LENGTH - len(out))
     return np.asarray(out, dtype=np.float32)

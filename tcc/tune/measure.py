@@ -203,15 +203,6 @@ class Worker:
         self._proc = self._conn = None
 
 
-def run_isolated(work: Callable, args: tuple, timeout: float):
-    """`work(*args)` in a worker process of its own (see `Worker.run`)."""
-    worker = Worker()
-    try:
-        return worker.run(work, args, timeout)
-    finally:
-        worker.close()
-
-
 def _mismatch(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> str:
     for i, (g, w) in enumerate(zip(got, want)):
         if w.dtype.kind == "f":

@@ -70,7 +70,6 @@ class Progress:
     trials: int
     trials_wanted: int
     started: float
-    history: list = field(default_factory=list)  # (trial, estimated end-to-end seconds)
     interrupted: bool = False
 
     def estimate(self, best: bool = True) -> float | None:
@@ -226,9 +225,6 @@ class Tuner:
                     on_trial(self.progress)
                     continue
                 self._round(state, min(self.batch, trials - self.progress.trials), on_trial)
-                estimate = self.progress.estimate()
-                if estimate is not None:
-                    self.progress.history.append((self.progress.trials, estimate))
         except KeyboardInterrupt:
             self.progress.interrupted = True
         finally:

@@ -104,6 +104,11 @@ def vector_split(
     return outer, inner
 
 
+def _worth_threads(work: int | None) -> bool:
+    """Whether a stage has the work (None: symbolic, assumed large) to pay for threads."""
+    return work is None or work >= MIN_PARALLEL_WORK
+
+
 def threads_decided(sch: Schedule, loop: LoopRV, work: int | None, machine: Machine,
                     label: str) -> bool:
     """Whether to run `loop` on the cores. Untuned: when that pays, with more than one core,
@@ -112,7 +117,7 @@ def threads_decided(sch: Schedule, loop: LoopRV, work: int | None, machine: Mach
     iterations to share."""
     if machine.cores < 2 or getattr(sch.get(loop).extent, "value", 2) < 2:
         return False
-    return decide_flag(sch, label, work is None or work >= MIN_PARALLEL_WORK)
+    return decide_flag(sch, label, _worth_threads(work))
 
 
 def parallelize(sch: Schedule, loops: list[LoopRV], work: int | None, machine: Machine,
@@ -124,7 +129,7 @@ def parallelize(sch: Schedule, loops: list[LoopRV], work: int | None, machine: M
     shared = 1
     for loop in loops:
         shared *= getattr(sch.get(loop).extent, "value", 2)
-    worth = work is None or work >= MIN_PARALLEL_WORK
+    worth = _worth_threads(work)
     if shared < 2:  # nothing to share: as untuned, fused when worth it, never parallel
         if worth and len(loops) > 1:
             sch.fuse(*loops)
