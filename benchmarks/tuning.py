@@ -7,7 +7,7 @@
 
 * search: for tasks of different kinds (one kernel each), the cost-model-guided
   evolutionary search and random search, each with its own fresh database, at equal
-  trials; the best latency after each trial, as text (and a PNG when matplotlib is
+  trials; the best speedup over the default after each trial, as text (and a PNG when matplotlib is
   installed), and trials per second.
 * kernels: one-node models (fp32 matmul 1024^3, a MobileNet-style depthwise 3x3, a 1x1
   convolution, a strided conv1d, a layer norm); each is tuned, then its default pack, its
@@ -135,50 +135,50 @@ def _stats(ms: list[float]) -> str:
 
 
 def remeasure(tuners: dict, target, rounds: int = 5) -> dict:
-    """Kernel time of one run with each tuner's best schedules, measured again in one worker,
-    the searches alternating round by round: run-to-run drift (a default measured 10% apart
-    in two runs) does not decide which search won."""
+    """Each tuner's speedup over the default schedules, its best schedules measured again in
+    one worker, each paired with the default and the searches alternating round by round:
+    run-to-run drift does not decide which search won."""
     import statistics as st
 
     from tcc.tune.apply import replay
     from tcc.tune.measure import KernelBench
+    from tcc.tune.tuner import CONFIRM_REPEATS
 
-    totals = dict.fromkeys(tuners, 0.0)
+    default_total, totals = 0.0, dict.fromkeys(tuners, 0.0)
     first = next(iter(tuners.values()))
     for k, state in enumerate(first.states):
         bests = {}
         for name, tuner in tuners.items():
-            other = tuner.states[k]
-            record = tuner.db.best(other.task.workload, tuner.target_text)
-            bests[name] = replay(other.task.func, record.trace)
-        bench = KernelBench(bests[next(iter(bests))], state.space.shapes, target)
+            record = tuner.db.best(tuner.states[k].task.workload, tuner.target_text)
+            bests[name] = replay(state.task.func, record.trace)
+        bench = KernelBench(state.space.realize({}).func, state.space.shapes, target)
         try:
-            times = {name: [] for name in bests}
+            ratios = {name: [] for name in bests}
             for _ in range(rounds):
                 for name, func in bests.items():
-                    times[name].append(bench.measure([func])[0].latency)
+                    ratios[name].append(bench.measure([func], CONFIRM_REPEATS)[0].ratio)
         finally:
             bench.worker.close()
+        default = state.task.weight * bench.default_latency
+        default_total += default
         for name in bests:
-            totals[name] += state.task.weight * st.median(times[name])
-    return totals
+            totals[name] += default * st.median(ratios[name])
+    return {name: default_total / total for name, total in totals.items()}
 
 
 def search_mode(args, target, work: Path) -> None:
     trials = args.trials or 500
     curves = {}
     print(f"{'task':12s} {'search':13s} {'trials':>6s} {'trials/s':>8s} {'default us':>10s} "
-          f"{'best us':>9s} {'speedup':>8s}")
+          f"{'best us':>9s} {'speedup':>8s}  (speedup over the default schedule, as confirmed)")
     for task in args.tasks.split(","):
         finalists = {}
         for search in ("random", "evolutionary"):
             curve = []
 
             def on_trial(p, curve=curve):
-                best = [s.best_seconds for s in p.states if s.best_seconds]
-                if len(best) == len(p.states):
-                    curve.append((p.trials, sum(s.task.weight * s.best_seconds
-                                                for s in p.states)))
+                if all(s.default_seconds for s in p.states):
+                    curve.append((p.trials, p.estimate(best=False) / p.estimate()))
 
             db = work / f"search-{task}-{search}.db"
             db.unlink(missing_ok=True)
@@ -191,18 +191,18 @@ def search_mode(args, target, work: Path) -> None:
             print(f"{task:12s} {search:13s} {progress.trials:6d} {progress.trials / seconds:8.2f} "
                   f"{default * 1e6:10.1f} {best * 1e6:9.1f} {default / best:7.2f}x", flush=True)
         again = remeasure(finalists, target)
-        print(f"{task:12s} the two bests measured again, alternately, in one worker: "
-              f"random {again['random'] * 1e6:.1f} us, evolutionary "
-              f"{again['evolutionary'] * 1e6:.1f} us (random / evolutionary "
-              f"{again['random'] / again['evolutionary']:.2f})", flush=True)
+        print(f"{task:12s} the two bests measured again, alternately, in one worker: speedup "
+              f"random {again['random']:.2f}x, evolutionary {again['evolutionary']:.2f}x "
+              f"(evolutionary / random {again['evolutionary'] / again['random']:.2f})",
+              flush=True)
     marks = [m for m in (10, 25, 50, 100, 200, 300, 400, 500, 1000, 2000) if m <= trials]
-    print("\nbest kernel time (us) after N trials")
+    print("\nspeedup over the default schedule after N trials")
     print(f"{'task':12s} {'search':13s} " + " ".join(f"{m:>7d}" for m in marks))
     for (task, search), curve in curves.items():
         row = []
         for m in marks:
             seen = [v for t, v in curve if t <= m]
-            row.append(f"{min(seen) * 1e6:7.1f}" if seen else f"{'-':>7s}")
+            row.append(f"{max(seen):7.2f}" if seen else f"{'-':>7s}")
         print(f"{task:12s} {search:13s} " + " ".join(row))
     if args.png:
         try:
@@ -218,17 +218,17 @@ def search_mode(args, target, work: Path) -> None:
         for ax, task in zip(axes if len(tasks) > 1 else [axes], tasks):
             for search in ("random", "evolutionary"):
                 curve = curves[(task, search)]
-                best, xs, ys = float("inf"), [], []
+                best, xs, ys = 0.0, [], []
                 for t, v in curve:
-                    best = min(best, v)
+                    best = max(best, v)
                     xs.append(t)
-                    ys.append(best * 1e6)
+                    ys.append(best)
                 ax.step(xs, ys, where="post", label=search)
             ax.set_title(task)
             ax.set_xlabel("trials")
-            ax.set_ylabel("best us")
+            ax.set_ylabel("speedup over default")
             ax.legend()
-        fig.suptitle(f"tcc tune: best latency vs trials ({cpu_name()}, {args.threads} threads)")
+        fig.suptitle(f"tcc tune: best speedup vs trials ({cpu_name()}, {args.threads} threads)")
         fig.tight_layout()
         fig.savefig(args.png, dpi=100)
         print(f"wrote {args.png}")

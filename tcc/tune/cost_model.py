@@ -29,10 +29,10 @@ class CostModel:
     def trained(self) -> bool:
         return self._booster is not None
 
-    def add(self, features: np.ndarray, default_seconds: float, seconds: float | None) -> None:
-        """One measurement (`seconds` None when it failed)."""
+    def add(self, features: np.ndarray, ratio: float | None) -> None:
+        """One measurement: the candidate's latency over its default's (None: it failed)."""
         self.rows.append(features)
-        self.targets.append(FAILED if not seconds else math.log(default_seconds / seconds))
+        self.targets.append(FAILED if not ratio else -math.log(ratio))
 
     def fit(self) -> None:
         if len(self.rows) < MIN_ROWS:

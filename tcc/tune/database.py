@@ -6,7 +6,16 @@ A record is one measured schedule of one workload (DESIGN.md §5):
      "workload": "<structural hash of the kernel as legalized>", "target": "<target string>",
      "shapes": {"n": 1, ...}, "trace": <trace JSON (tcc.lower.schedule.trace)>,
      "seconds": [<one per repeat>], "status": "ok" | "failed", "error": "...",
-     "default": <whether the trace is the untuned default schedule>, "tcc": "<tcc version>"}
+     "default": <whether the trace is the untuned default schedule>, "tcc": "<tcc version>",
+     "baseline": [<the default schedule's time per repeat, measured alternately with these>],
+     "confirmed": <whether this is a longer second measurement of a candidate that looked best>}
+
+A record's *relative latency* is its latency over its paired baseline's (1 for the default;
+records without a baseline, written by earlier tcc versions, are divided by the default
+record's latency at the same shapes). The record applied for a workload is the one of least
+relative latency among the confirmed records and the default, or among all records when
+none is confirmed: a screening measurement that looked fast by luck does not count once a
+confirmation exists.
 
 Records are keyed by workload and target: models that share a kernel share its records, and
 a record from another target is never applied. Appending writes the whole line, flushes and
@@ -47,6 +56,8 @@ class Record:
     error: str = ""
     tcc: str = ""
     default: bool = False
+    baseline: tuple[float, ...] = ()
+    confirmed: bool = False
 
     @property
     def latency(self) -> float | None:
@@ -55,11 +66,19 @@ class Record:
             return None
         return statistics.median(self.seconds)
 
+    @property
+    def ratio(self) -> float | None:
+        """Latency over the paired baseline's (None when failed or unpaired)."""
+        if self.latency is None or not self.baseline:
+            return None
+        return self.latency / max(statistics.median(self.baseline), 1e-12)
+
     def as_json(self) -> dict:
         return {"format": FORMAT, "version": VERSION, "workload": self.workload,
                 "target": self.target, "shapes": dict(self.shapes), "trace": self.trace,
                 "seconds": list(self.seconds), "status": self.status, "error": self.error,
-                "default": self.default, "tcc": self.tcc}
+                "default": self.default, "tcc": self.tcc, "baseline": list(self.baseline),
+                "confirmed": self.confirmed}
 
     def line(self) -> str:
         return json.dumps(self.as_json(), sort_keys=True, separators=(",", ":"))
@@ -87,12 +106,19 @@ class Record:
         shapes = data["shapes"]
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in shapes.values()):
             raise ValueError(f"shapes {shapes!r} are not all integers")
-        if not isinstance(data.get("default", False), bool):
-            raise ValueError(f"'default' is {data.get('default')!r}, expected true or false")
+        for key in ("default", "confirmed"):
+            if not isinstance(data.get(key, False), bool):
+                raise ValueError(f"'{key}' is {data.get(key)!r}, expected true or false")
+        baseline = data.get("baseline", [])
+        if not isinstance(baseline, list) or not all(
+                isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0
+                for s in baseline):
+            raise ValueError(f"baseline {baseline!r} is not a list of positive numbers")
         return Record(data["workload"], data["target"], data["trace"],
                       tuple(float(s) for s in seconds), data["status"], dict(shapes),
                       str(data.get("error", "")), str(data.get("tcc", "")),
-                      data.get("default", False))
+                      data.get("default", False), tuple(float(s) for s in baseline),
+                      data.get("confirmed", False))
 
 
 def read_records(path: Path) -> tuple[list[Record], list[str]]:
@@ -150,9 +176,41 @@ class Database:
         return [r for r in self.records if r.workload == workload and r.target == target]
 
     def best(self, workload: str, target: str) -> Record | None:
-        """The fastest successful record of `workload` on `target` (the first of equals)."""
-        ok = [r for r in self.for_workload(workload, target) if r.latency is not None]
-        return min(ok, key=lambda r: r.latency) if ok else None
+        """The record to apply for `workload` on `target` (`best_record`)."""
+        found = best_record(self.for_workload(workload, target))
+        return found[0] if found else None
+
+
+def relative_latencies(records: list[Record]) -> list[tuple[Record, float]]:
+    """The successful records that have a relative latency, each with it (module docstring)."""
+    defaults = {}
+    for r in records:
+        if r.default and r.latency is not None:
+            defaults.setdefault(tuple(sorted(r.shapes.items())), r.latency)
+    out = []
+    for r in records:
+        if r.latency is None:
+            continue
+        if r.default:
+            out.append((r, 1.0))
+        elif r.ratio is not None:
+            out.append((r, r.ratio))
+        elif tuple(sorted(r.shapes.items())) in defaults:
+            out.append((r, r.latency / max(defaults[tuple(sorted(r.shapes.items()))], 1e-12)))
+    return out
+
+
+def best_record(records: list[Record]) -> tuple[Record, float] | None:
+    """The record of least relative latency, with it, among the confirmed ones and the
+    default when any is confirmed, else among all (the first of equals); when none has a
+    relative latency, the fastest (with relative latency 1)."""
+    ranked = relative_latencies(records)
+    confirmed = [(r, x) for r, x in ranked if r.confirmed or r.default]
+    pool = confirmed if any(r.confirmed for r, _ in confirmed) else ranked
+    if pool:
+        return min(pool, key=lambda rx: rx[1])
+    ok = [r for r in records if r.latency is not None]
+    return (min(ok, key=lambda r: r.latency), 1.0) if ok else None
 
 
 def merge(paths: Iterable, out) -> tuple[int, list[str]]:

@@ -7,11 +7,17 @@ same seeded random inputs as the task's default schedule, at the sizes `shapes` 
 variable it does not name is 1). A worker that crashes, hangs past `timeout` or computes
 outputs other than the default's (floats within rtol 1e-4, atol 1e-5 of the largest
 magnitude; everything else exactly) gives a failed measurement with the reason, never an
-exception: the tuner goes on. Timing: one call whose outputs are checked, untimed warm-up
-calls (at least two, for at least 20 ms: a fresh worker's first calls start threads and
-touch pages, and measured a 5 ms matmul twice as slow), then `repeats` timed repeats, each
-of enough calls to last about a millisecond; the record keeps the time of one call per
-repeat (its median is the record's latency).
+exception: the tuner goes on.
+
+Timing: one call whose outputs are checked, untimed warm-up calls (at least two, for at
+least 20 ms: a fresh worker's first calls start threads and touch pages, and measured a 5 ms
+matmul twice as slow), then `repeats` timed repeats, each of enough calls to last about a
+millisecond; the record keeps the time of one call per repeat (its median is the record's
+latency). A candidate is timed *paired* with the default schedule: the two alternate,
+repeat by repeat, in the same worker call, and the default's times are kept beside the
+candidate's as its baseline. On a shared machine the time of one kernel drifts by 2x over
+minutes (other tenants' load); the ratio of two timings taken milliseconds apart does not,
+so the tuner ranks candidates by `ratio`, never by latencies taken at different times.
 """
 
 from __future__ import annotations
@@ -41,11 +47,19 @@ class Measurement:
     seconds: tuple[float, ...] = ()
     status: str = "ok"  # or "failed"
     error: str = ""
+    baseline: tuple[float, ...] = ()  # the default's times, paired with these
 
     @property
     def latency(self) -> float | None:
         """The median repeat (as a record's), None when failed."""
         return statistics.median(self.seconds) if self.status == "ok" and self.seconds else None
+
+    @property
+    def ratio(self) -> float | None:
+        """Latency over the paired default's (None when failed or unpaired)."""
+        if self.latency is None or not self.baseline:
+            return None
+        return self.latency / max(statistics.median(self.baseline), 1e-12)
 
 
 def size_env(func: T.PrimFunc, shapes: dict[str, int]) -> dict:
@@ -92,31 +106,43 @@ def build(func: T.PrimFunc, target) -> bytes:
 
 
 def _time_calls(shared_object: bytes, arrays: list[np.ndarray], repeats: int,
-                threads: int = 0) -> tuple:
+                threads: int = 0, baseline: bytes | None = None) -> tuple:
     """In the worker: the outputs of one call, then the time of one call per repeat, with
-    parallel loops on `threads` threads (0: the OpenMP default)."""
+    parallel loops on `threads` threads (0: the OpenMP default); with a `baseline` shared
+    object (the default schedule's), its times too, each repeat of it right before the
+    candidate's: (outputs, seconds, baseline seconds)."""
+    from contextlib import ExitStack
+
     from tcc.rt.kernels import KernelLibrary
 
-    with KernelLibrary(shared_object) as lib:
+    with ExitStack() as stack:
+        lib = stack.enter_context(KernelLibrary(shared_object))
         lib.set_num_threads(threads)
         run = lib.bind(SYMBOL, arrays)  # arguments packed once: the loop times the kernel
         run()  # its results are the ones checked
         outputs = [a.copy() for a in arrays]
+        runs = [run]
+        if baseline is not None:
+            runs.insert(0, stack.enter_context(KernelLibrary(baseline)).bind(SYMBOL, arrays))
         # warm-up: threads started, pages touched, caches and clocks settled, as they are
         # for a kernel called over and over in a model
-        start, calls = time.perf_counter(), 0
-        while calls < MIN_WARMUP_CALLS or time.perf_counter() - start < MIN_WARMUP_S:
-            run()
+        spent, calls = [0.0] * len(runs), 0
+        while calls < MIN_WARMUP_CALLS or sum(spent) < MIN_WARMUP_S * len(runs):
+            for i, f in enumerate(runs):
+                start = time.perf_counter()
+                f()
+                spent[i] += time.perf_counter() - start
             calls += 1
-        once = max((time.perf_counter() - start) / calls, 1e-9)
-        calls = max(1, min(MAX_CALLS, int(MIN_REPEAT_S / once)))
-        seconds = []
+        counts = [max(1, min(MAX_CALLS, int(MIN_REPEAT_S / max(s / calls, 1e-9))))
+                  for s in spent]
+        seconds: list[list[float]] = [[] for _ in runs]
         for _ in range(repeats):
-            start = time.perf_counter()
-            for _ in range(calls):
-                run()
-            seconds.append((time.perf_counter() - start) / calls)
-    return outputs, tuple(seconds)
+            for i, f in enumerate(runs):
+                start = time.perf_counter()
+                for _ in range(counts[i]):
+                    f()
+                seconds[i].append((time.perf_counter() - start) / counts[i])
+    return outputs, tuple(seconds[-1]), tuple(seconds[0]) if baseline is not None else ()
 
 
 def _serve(conn) -> None:
@@ -248,7 +274,7 @@ def build_all(funcs: Sequence[T.PrimFunc], target, jobs: int = 1) -> list[tuple[
 
 class KernelBench:
     """One kernel at the shapes it is tuned at: the default schedule measured once (its
-    outputs are what candidates must compute), then candidates measured against it."""
+    outputs are what candidates must compute), then candidates measured paired with it."""
 
     def __init__(self, default: T.PrimFunc, shapes: dict[str, int], target, repeats: int = 3,
                  timeout: float = 10.0, jobs: int = 1, work: Callable = _time_calls,
@@ -257,42 +283,45 @@ class KernelBench:
         self.jobs, self.work, self.threads = jobs, work, threads
         self.worker = worker or Worker()
         self.inputs = concrete_inputs(default, shapes)
-        self.reference = None
+        self.reference = self.baseline = None
         (status, built), = build_all([default], target)
         if status != "ok":
             raise TccError(f"the default schedule does not build ({built})")
-        self.default, self.reference = self._run(built)
+        self.default, self.reference = self._run(built, repeats)
         if self.reference is None:
             raise TccError(f"the default schedule could not be measured ({self.default.error})")
+        self.baseline = built
 
     @property
     def default_latency(self) -> float:
         return self.default.latency
 
-    def _run(self, shared: bytes) -> tuple[Measurement, list | None]:
-        args = (shared, [a.copy() for a in self.inputs], self.repeats, self.threads)
+    def _run(self, shared: bytes, repeats: int) -> tuple[Measurement, list | None]:
+        args = (shared, [a.copy() for a in self.inputs], repeats, self.threads, self.baseline)
         status, result = self.worker.run(self.work, args, self.timeout)
         if status != "ok":
             return Measurement(status="failed", error=f"{status}: {result}"), None
-        outputs, seconds = result
+        outputs, seconds, baseline = result
         if self.reference is not None:
             problem = _mismatch(outputs, self.reference)
             if problem:
                 return Measurement(status="failed", error=f"wrong result: {problem}"), None
-        return Measurement(tuple(seconds)), outputs
+        return Measurement(tuple(seconds), baseline=tuple(baseline)), outputs
 
-    def measure_each(self, candidates: Sequence[T.PrimFunc]) -> Iterator[Measurement]:
-        """Each candidate's measurement, in order, as soon as it is taken (all are built
-        first, in the pool)."""
+    def measure_each(self, candidates: Sequence[T.PrimFunc],
+                     repeats: int | None = None) -> Iterator[Measurement]:
+        """Each candidate's measurement, paired with the default's, in order, as soon as it
+        is taken (all are built first, in the pool)."""
         for status, built in build_all(candidates, self.target, self.jobs):
             if status != "ok":
                 yield Measurement(status="failed", error=f"build: {built}")
             else:
-                yield self._run(built)[0]
+                yield self._run(built, repeats or self.repeats)[0]
 
-    def measure(self, candidates: Sequence[T.PrimFunc]) -> list[Measurement]:
+    def measure(self, candidates: Sequence[T.PrimFunc],
+                repeats: int | None = None) -> list[Measurement]:
         """Each candidate's measurement, in order."""
-        return list(self.measure_each(candidates))
+        return list(self.measure_each(candidates, repeats))
 
 
 def measure(default: T.PrimFunc, candidates: Sequence[T.PrimFunc], shapes: dict[str, int],

@@ -6,7 +6,14 @@ a candidate and a tuned kernel is never slower than the default. Then rounds: th
 scheduler picks a task, the search (`tcc.tune.search`) proposes a batch of its candidates,
 they are built in a process pool and run one at a time in the tune's worker process
 (`tcc.tune.measure.KernelBench`, `Worker`: one for every task, started again after a crash
-or hang), and every measurement is appended to the database as it is taken. The cost model is retrained after each round.
+or hang), each paired with the default schedule, and every measurement is appended to the
+database as it is taken. The cost model is retrained after each round.
+
+Candidates are ranked by their latency relative to the default's (`Measurement.ratio`). The
+best of a round's many quick measurements is the one most likely to have been lucky, so
+when it beats the task's best it is measured again, longer (CONFIRM_REPEATS), and only that
+confirmed ratio makes it the task's best; the confirmation is a record of its own, which
+`Database.best` prefers (never counted as a trial).
 
 The task scheduler, after every task has had one round (heaviest calls x latency first),
 gives the next round to the task with the largest expected end-to-end gain, as Ansor's
@@ -32,7 +39,7 @@ from tcc.ir.module import IRModule
 from tcc.lower.schedule import ScheduleError
 from tcc.lower.schedule.trace import Trace
 from tcc.tune.cost_model import CostModel
-from tcc.tune.database import Database, Record
+from tcc.tune.database import Database, Record, best_record, relative_latencies
 from tcc.tune.measure import KernelBench, Worker, _time_calls
 from tcc.tune.search import SEARCHES, TaskSpace, point_key
 from tcc.tune.space import decisions_of
@@ -40,6 +47,7 @@ from tcc.tune.tasks import Task, extract_tasks
 
 EXPLORE_GAIN = 0.05  # the scheduler's floor on a task's recent improvement
 RESUME_FEATURES = 64  # a resumed task's best records that retrain the cost model
+CONFIRM_REPEATS = 10  # repeats of a confirming measurement
 
 
 @dataclass
@@ -48,7 +56,7 @@ class TaskState:
     space: TaskSpace
     bench: KernelBench | None = None
     default_seconds: float | None = None
-    best_seconds: float | None = None
+    best_ratio: float = 1.0  # the best confirmed latency over the default's
     trials: int = 0
     rounds: int = 0
     gains: list = field(default_factory=list)
@@ -56,10 +64,12 @@ class TaskState:
     error: str = ""
 
     @property
+    def best_seconds(self) -> float | None:
+        return None if self.default_seconds is None else self.default_seconds * self.best_ratio
+
+    @property
     def speedup(self) -> float | None:
-        if self.default_seconds and self.best_seconds:
-            return self.default_seconds / self.best_seconds
-        return None
+        return None if self.default_seconds is None else 1 / self.best_ratio
 
 
 @dataclass
@@ -107,36 +117,46 @@ class Tuner:
     def _resume(self, state: TaskState) -> None:
         records = [r for r in self.db.for_workload(state.task.workload, self.target_text)
                    if r.shapes == state.space.shapes]
+        relative = {id(r): x for r, x in relative_latencies(records)}
         kept = []
         for r in records:
             try:
                 point = decisions_of(Trace.from_json(r.trace))[0]
             except ScheduleError:
                 continue  # another tcc's trace: measured again if the search proposes it
-            state.space.measured[point_key(point)] = r.latency
+            ratio = relative.get(id(r)) if r.latency is not None else None
+            key = point_key(point)
+            if r.confirmed:
+                if ratio is not None and key in state.space.measured:
+                    state.space.measured[key] = ratio
+                continue
+            state.space.measured[key] = ratio
             state.trials += 1
             if r.default and r.latency is not None:
                 state.default_seconds = r.latency
-            if r.latency is not None:
-                kept.append((r.latency, point))
+            if ratio is not None:
+                kept.append((ratio, point))
+        best = best_record(records)
+        if best is not None:
+            state.best_ratio = min(best[1], 1.0)
         if kept:
-            state.best_seconds = min(s for s, _ in kept)
             state.rounds = 1
         if state.default_seconds is None:
             return
-        for seconds, point in sorted(kept, key=lambda x: x[0])[:RESUME_FEATURES]:
+        for ratio, point in sorted(kept, key=lambda x: x[0])[:RESUME_FEATURES]:
             try:
                 c = state.space.realize(point)
             except TccError:
                 continue
             state.space.measured_kernels.add(c.key)
-            self.model.add(state.space.features(c), state.default_seconds, seconds)
+            self.model.add(state.space.features(c), ratio)
 
-    def _record(self, state: TaskState, trace: Trace, m, default: bool = False) -> None:
+    def _record(self, state: TaskState, trace: Trace, m, default: bool = False,
+                confirmed: bool = False) -> None:
         self.db.append(Record(
             workload=state.task.workload, target=self.target_text, trace=trace.as_json(),
             seconds=m.seconds, status=m.status, shapes=state.space.shapes, error=m.error,
-            tcc=__version__, default=default))
+            tcc=__version__, default=default, baseline=m.baseline, confirmed=confirmed))
 
     # -- measuring ----------------------------------------------------------------------------
 
@@ -155,38 +175,49 @@ class Tuner:
         if state.default_seconds is None:
             self._record(state, default.trace, state.bench.default, default=True)
             state.default_seconds = state.bench.default_latency
-            state.space.measured[point_key(default.point)] = state.default_seconds
+            state.space.measured[point_key(default.point)] = 1.0
             state.trials += 1
             self.progress.trials += 1
         state.space.measured_kernels.add(default.key)
-        state.best_seconds = min(state.best_seconds or state.default_seconds,
-                                 state.default_seconds)
         return state.bench
 
     def _round(self, state: TaskState, count: int, on_trial: Callable) -> None:
         bench = self._bench(state)
         if bench is None:
             return
-        before = state.best_seconds
+        before = state.best_ratio
         candidates = self.search.propose(state.space, self.model, self.rng, count)
         if not candidates:
             state.exhausted = True
             return
         funcs = [c.func for c in candidates]
+        leader = None  # the round's best candidate, with its ratio
         for c, m in zip(candidates, bench.measure_each(funcs)):
             self._record(state, c.trace, m)
-            seconds = m.latency
-            state.space.measured[point_key(c.point)] = seconds
+            ratio = m.ratio
+            state.space.measured[point_key(c.point)] = ratio
             state.space.measured_kernels.add(c.key)
-            self.model.add(state.space.features(c), state.default_seconds, seconds)
-            if seconds is not None and seconds < state.best_seconds:
-                state.best_seconds = seconds
+            self.model.add(state.space.features(c), ratio)
+            if ratio is not None and (leader is None or ratio < leader[1]):
+                leader = (c, ratio)
             state.trials += 1
             self.progress.trials += 1
             on_trial(self.progress)
+        if leader is not None and leader[1] < state.best_ratio:
+            self._confirm(state, leader[0])
         state.rounds += 1
-        state.gains.append(before / state.best_seconds - 1)
+        state.gains.append(before / state.best_ratio - 1)
         self.model.fit()
+
+    def _confirm(self, state: TaskState, c) -> None:
+        """Measure `c`, which looked better than the task's best, again and longer; its
+        confirmed ratio is what the search and the scheduler go on."""
+        m, = state.bench.measure([c.func], repeats=CONFIRM_REPEATS)
+        self._record(state, c.trace, m, confirmed=True)
+        if m.ratio is None:
+            return
+        state.space.measured[point_key(c.point)] = m.ratio
+        state.best_ratio = min(state.best_ratio, m.ratio)
 
     # -- scheduling ---------------------------------------------------------------------------
 

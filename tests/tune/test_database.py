@@ -10,22 +10,30 @@ from tcc.tune.database import Database, DatabaseError, Record, merge, read_recor
 TRACE = {"format": "tcc-trace", "version": 1, "instructions": []}
 
 
-def _record(workload="w1", target="llvm -mcpu=a", seconds=(1e-3,), status="ok", default=False):
-    return Record(workload, target, TRACE, tuple(seconds), status, {"n": 4}, tcc="0.1.0",
-                  default=default)
+def _record(workload="w1", target="llvm -mcpu=a", seconds=(1e-3,), status="ok", default=False,
+            baseline=(), confirmed=False, trace=TRACE):
+    return Record(workload, target, trace, tuple(seconds), status, {"n": 4}, tcc="0.1.0",
+                  default=default, baseline=tuple(baseline), confirmed=confirmed)
+
+
+def _traced(n: int) -> dict:
+    """A distinct trace per n (records of different points)."""
+    return {**TRACE, "instructions": [{"kind": "mark", "n": n}]}
 
 
 def test_records_round_trip_and_append_one_durable_line_each(tmp_path):
     db = Database(tmp_path / "t.db")
-    records = [_record(seconds=(3e-3, 1e-3, 2e-3)), _record("w2", status="failed", seconds=())]
+    records = [_record(seconds=(3e-3, 1e-3, 2e-3)), _record("w2", status="failed", seconds=()),
+               _record("w3", seconds=(1e-3,), baseline=(2e-3, 4e-3, 3e-3), confirmed=True)]
     for r in records:
         db.append(r)
     lines = (tmp_path / "t.db").read_text().splitlines()
-    assert len(lines) == 2 and json.loads(lines[0])["workload"] == "w1"
+    assert len(lines) == 3 and json.loads(lines[0])["workload"] == "w1"
     again = Database(tmp_path / "t.db")
     assert again.records == records and again.problems == []
     assert again.records[0].latency == 2e-3  # the median of the repeats
     assert again.records[1].latency is None
+    assert again.records[2].ratio == 1e-3 / 3e-3 and again.records[2].confirmed
 
 
 def test_a_line_cut_short_by_a_kill_is_named_and_the_next_append_starts_a_new_line(tmp_path):
@@ -48,6 +56,8 @@ def test_a_line_cut_short_by_a_kill_is_named_and_the_next_append_starts_a_new_li
     (json.dumps({**_record().as_json(), "version": 9}), "version 9 is not one this tcc reads"),
     (json.dumps({**_record().as_json(), "status": "great"}), "status 'great' is not one of ok, failed"),
     (json.dumps({**_record().as_json(), "seconds": [-1]}), "seconds [-1] are not all non-negative"),
+    (json.dumps({**_record().as_json(), "baseline": [0]}), "baseline [0] is not a list of positive"),
+    (json.dumps({**_record().as_json(), "confirmed": 1}), "'confirmed' is 1, expected true or"),
 ])
 def test_a_corrupted_line_is_named_and_the_other_records_still_load(tmp_path, line, message):
     path = tmp_path / "t.db"
@@ -68,6 +78,41 @@ def test_best_is_the_fastest_successful_record_of_the_workload_on_the_target(tmp
     assert best.latency == 2e-3
     assert db.best("w1", "llvm -mcpu=c") is None  # a record from another target is never used
     assert db.best("w3", "llvm -mcpu=a") is None
+
+
+def test_best_goes_by_latency_relative_to_the_default_timed_beside_it(tmp_path):
+    db = Database(tmp_path / "t.db")
+    # the machine was twice as slow while the first candidate ran: its latency is the
+    # larger, but it beat the default it was timed beside
+    for r in (_record(seconds=(5e-3,), default=True),
+              _record(seconds=(6e-3,), baseline=(12e-3,), trace=_traced(1)),
+              _record(seconds=(4e-3,), baseline=(5e-3,), trace=_traced(2))):
+        db.append(r)
+    assert db.best("w1", "llvm -mcpu=a").trace == _traced(1)
+
+
+def test_once_a_candidate_is_confirmed_only_confirmations_and_the_default_count(tmp_path):
+    db = Database(tmp_path / "t.db")
+    default = _record(seconds=(5e-3,), default=True)
+    lucky = _record(seconds=(1e-3,), baseline=(5e-3,), trace=_traced(1))
+    for r in (default, lucky, _record(seconds=(4e-3,), baseline=(5e-3,), trace=_traced(2))):
+        db.append(r)
+    assert db.best("w1", "llvm -mcpu=a") == lucky  # nothing confirmed yet
+    db.append(_record(seconds=(6e-3,), baseline=(5e-3,), trace=_traced(1), confirmed=True))
+    assert db.best("w1", "llvm -mcpu=a") == default  # the lucky one was slower after all
+    good = _record(seconds=(4.5e-3,), baseline=(5e-3,), trace=_traced(2), confirmed=True)
+    db.append(good)
+    assert db.best("w1", "llvm -mcpu=a") == good
+
+
+def test_records_without_a_baseline_are_relative_to_the_default_at_their_shapes(tmp_path):
+    db = Database(tmp_path / "t.db")
+    other = Record("w1", "llvm -mcpu=a", _traced(3), (1e-4,), "ok", {"n": 8}, default=True)
+    for r in (other, _record(seconds=(5e-3,), default=True),
+              _record(seconds=(3e-3,), baseline=(4e-3,), trace=_traced(1)),
+              _record(seconds=(2e-3,), trace=_traced(2))):
+        db.append(r)
+    assert db.best("w1", "llvm -mcpu=a").trace == _traced(2)  # 2/5 beats 3/4
 
 
 def test_merge_writes_each_distinct_record_once(tmp_path):

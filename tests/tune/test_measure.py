@@ -36,9 +36,14 @@ def test_candidates_are_timed_and_checked_against_the_default():
     func, target = _task()
     default = _default(func, target)
     hand = replay(func, _hand_record(func, target).trace)
-    base, (tuned,) = measure(default, [hand], {"n": 64}, target, repeats=3)
+    base, (tuned, same) = measure(default, [hand, default], {"n": 64}, target, repeats=5)
     assert base.status == tuned.status == "ok", tuned.error
-    assert len(tuned.seconds) == 3 and all(0 < s < 1 for s in tuned.seconds)
+    assert len(tuned.seconds) == 5 and all(0 < s < 1 for s in tuned.seconds)
+    # each is timed beside the default, repeat by repeat
+    assert len(tuned.baseline) == 5 and all(0 < s < 1 for s in tuned.baseline)
+    assert base.baseline == () and base.ratio is None
+    # the default against itself: the same kernel, timed milliseconds apart
+    assert 0.5 < same.ratio < 2, (same.seconds, same.baseline)
 
 
 def test_a_candidate_with_another_result_is_recorded_as_failed():
@@ -57,17 +62,17 @@ def test_a_candidate_with_another_result_is_recorded_as_failed():
     assert result.error.startswith("wrong result: argument 2: "), result.error
 
 
-def _crash(bad, shared, arrays, repeats, threads):
+def _crash(bad, shared, arrays, repeats, threads, baseline=None):
     """Kills its worker on the candidate `bad`, as the kernel of a candidate gone wrong might."""
     if shared == bad:
         os.kill(os.getpid(), signal.SIGKILL)
-    return _time_calls(shared, arrays, repeats, threads)
+    return _time_calls(shared, arrays, repeats, threads, baseline)
 
 
-def _hang(bad, shared, arrays, repeats, threads):
+def _hang(bad, shared, arrays, repeats, threads, baseline=None):
     if shared == bad:
         time.sleep(60)
-    return _time_calls(shared, arrays, repeats, threads)
+    return _time_calls(shared, arrays, repeats, threads, baseline)
 
 
 def test_a_crashing_or_hanging_candidate_is_a_failed_measurement_and_the_next_one_runs():

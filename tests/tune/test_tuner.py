@@ -50,8 +50,14 @@ def _setup(tmp_path: Path):
     return lowered, target, sizes
 
 
-def _points(db: Database) -> list[tuple]:
-    return [(r.workload, point_key(decisions_of(Trace.from_json(r.trace))[0])) for r in db.records]
+def _points(db: Database, confirmed: bool = False) -> list[tuple]:
+    """The points of the trials (or of the confirmations) in the database."""
+    return [(r.workload, point_key(decisions_of(Trace.from_json(r.trace))[0]))
+            for r in db.records if r.confirmed == confirmed]
+
+
+def _trials(db: Database) -> list:
+    return [r for r in db.records if not r.confirmed]
 
 
 def test_kernel_sizes_come_from_one_run_at_the_given_shapes(tmp_path):
@@ -65,17 +71,20 @@ def test_a_tune_records_every_measurement_and_a_resumed_one_measures_nothing_twi
     lowered, target, sizes = _setup(tmp_path)
     db = Database(tmp_path / "t.db")
     progress = Tuner(lowered, target, db, sizes, batch=6, jobs=2).run(20)
-    assert progress.trials == 20 and len(db.records) == 20
+    assert progress.trials == 20 and len(_trials(db)) == 20
     first = {r.workload: r for r in reversed(db.records)}
     assert all(r.default for r in first.values())  # each task's default measured first
     assert all(r.status == "ok" for r in db.records), [r.error for r in db.records]
     assert len(set(_points(db))) == 20
+    # every candidate was timed beside the default; a confirmation re-measures a trial
+    assert all(r.baseline for r in db.records if not r.default)
+    assert set(_points(db, confirmed=True)) <= set(_points(db))
 
     again = Database(tmp_path / "t.db")
     resumed = Tuner(lowered, target, again, sizes, batch=6, jobs=2)
     assert sum(s.trials for s in resumed.states) == 20
     resumed.run(32)
-    assert len(again.records) == 32 and len(set(_points(again))) == 32
+    assert len(_trials(again)) == 32 and len(set(_points(again))) == 32
     assert not any(r.default for r in again.records[20:])  # the defaults were not re-measured
     for state in resumed.states:
         assert state.best_seconds <= state.default_seconds
@@ -90,7 +99,7 @@ def test_a_tune_records_every_measurement_and_a_resumed_one_measures_nothing_twi
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-6)
 
 
-def _fail_on_call(counter: str, how: str, shared, arrays, repeats, threads):
+def _fail_on_call(counter: str, how: str, shared, arrays, repeats, threads, baseline=None):
     """`_time_calls`, except that the call the counter file counts down to crashes or hangs
     its worker, as the kernel of a candidate gone wrong might."""
     left = int(Path(counter).read_text())
@@ -99,7 +108,7 @@ def _fail_on_call(counter: str, how: str, shared, arrays, repeats, threads):
         if how == "crash":
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(60)
-    return _time_calls(shared, arrays, repeats, threads)
+    return _time_calls(shared, arrays, repeats, threads, baseline)
 
 
 def test_crashing_and_hanging_candidates_are_recorded_as_failed_and_the_tune_goes_on(tmp_path):
@@ -113,4 +122,5 @@ def test_crashing_and_hanging_candidates_are_recorded_as_failed_and_the_tune_goe
         Tuner(lowered, target, db, sizes, batch=4, jobs=1, timeout=2.0, work=work).run(10)
         failed = [r for r in db.records if r.status == "failed"]
         assert [r.error for r in failed] == [words]
-        assert len(db.records) == 10 and db.records.index(failed[0]) < 9  # and it went on
+        trials = _trials(db)
+        assert len(trials) == 10 and trials.index(failed[0]) < 9  # and it went on
