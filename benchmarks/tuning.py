@@ -252,7 +252,11 @@ def _spread(median_lo_hi) -> str:
     return f"{median:9.3f} ({lo:.3f}-{hi:.3f})"
 
 
-def time_model(name, model, target, db, feeds, args, sess, numpy_fn=None) -> str:
+def time_model(name, model, target, db, feeds, args, sess, numpy_fn=None, rounds=5) -> str:
+    """The untuned pack, the tuned pack and onnxruntime (and numpy) timed in `rounds`
+    alternating rounds of --runs / rounds runs each: on a shared machine the speed drifts
+    over minutes, and alternating gives every contender the same drift. Each figure is the
+    median of the round medians, with the rounds' min-max."""
     import numpy as np
     from models import timed
 
@@ -263,15 +267,22 @@ def time_model(name, model, target, db, feeds, args, sess, numpy_fn=None) -> str
         got = runner(feeds)[0]
         if not np.allclose(got, want, rtol=1e-3, atol=1e-4):
             return f"{name}: {label} pack WRONG (max abs err {np.abs(got - want).max():.3g})"
-    t_u, t_t = untuned.bench(feeds, args.runs), tuned.bench(feeds, args.runs)
-    t_o = timed(lambda: sess.run(None, feeds), args.runs)
-    o = (statistics.median(t_o), min(t_o), max(t_o))
-    line = (f"{name:12s} untuned {_spread(t_u)}  tuned {_spread(t_t)}  ort {_spread(o)}  "
-            f"tuned/untuned {t_t[0] / t_u[0]:5.2f}  tuned/ort {t_t[0] / o[0]:5.2f}")
+    runs = max(1, args.runs // rounds)
+    contenders = {"untuned": lambda: untuned.bench(feeds, runs)[0],
+                  "tuned": lambda: tuned.bench(feeds, runs)[0],
+                  "ort": lambda: statistics.median(timed(lambda: sess.run(None, feeds), runs))}
     if numpy_fn is not None:
-        t_n = timed(numpy_fn, args.runs)
-        n = (statistics.median(t_n), min(t_n), max(t_n))
-        line += f"  numpy {_spread(n)}  numpy/tuned {n[0] / t_t[0]:5.2f}"
+        contenders["numpy"] = lambda: statistics.median(timed(numpy_fn, runs))
+    medians = {k: [] for k in contenders}
+    for _ in range(rounds):
+        for k, fn in contenders.items():
+            medians[k].append(fn())
+    t = {k: (statistics.median(v), min(v), max(v)) for k, v in medians.items()}
+    line = (f"{name:12s} untuned {_spread(t['untuned'])}  tuned {_spread(t['tuned'])}  "
+            f"ort {_spread(t['ort'])}  tuned/untuned {t['tuned'][0] / t['untuned'][0]:5.2f}  "
+            f"tuned/ort {t['tuned'][0] / t['ort'][0]:5.2f}")
+    if numpy_fn is not None:
+        line += f"  numpy {_spread(t['numpy'])}  numpy/tuned {t['numpy'][0] / t['tuned'][0]:5.2f}"
     return line
 
 

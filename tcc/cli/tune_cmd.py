@@ -83,7 +83,16 @@ def _table(progress, title: str, rows: int | None = ROWS) -> Table:
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds a candidate may run before it is killed and recorded as failed.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the search.")
-def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs, timeout, seed):
+@click.option("--runner", type=click.Choice(["local", "ray"]), default="local",
+              show_default=True,
+              help="Where candidates are built and timed: here, or by one actor per node of "
+                   "a Ray cluster whose nodes are all the target machine (pip install "
+                   "'tcc[ray]').")
+@click.option("--ray-address", metavar="ADDRESS",
+              help="The Ray cluster to join (ray://host:10001, or 'auto'); without it "
+                   "--runner ray starts a cluster on this machine.")
+def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs, timeout, seed,
+            runner, ray_address):
     """Search for the fastest schedule of each kernel of a model, measured on this machine.
 
     Each distinct kernel is a task, weighted by its calls per run and measured at the sizes
@@ -113,7 +122,13 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
     named = parse_shapes(shape_pairs, "NAME=DIMS for an input (input_ids=1,128) or NAME=N "
                                       "for a symbolic dimension (batch=1)")
     parsed = parse_target(target)
-    if not parsed.is_host:
+    if ray_address and runner != "ray":
+        raise TccError("--ray-address is for --runner ray; add --runner ray")
+    if runner == "ray":
+        from tcc.tune.ray_runner import require_ray
+
+        require_ray()
+    if not parsed.is_host:  # the model runs here once, for its kernels' sizes
         raise TccError(f"--target {target!r}: tcc tune measures kernels on this machine, which "
                        f"is {parse_target('llvm').triple}; tune on a machine of that target")
     console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -125,12 +140,19 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
         lowered = lower(run_pipeline(load_module(source), target=parsed))
     with console.status("finding each kernel's sizes (one run of the model)", spinner="dots"):
         sizes, inputs = kernel_shapes(lowered, parsed, named)
-    unknown = [n for n in named if n not in inputs and not any(
-        n in {str(d) for d in dims} for dims in inputs.values())]
     shown = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in inputs.items())
     out.print(f"tuning {source} at {shown} for {target} ({search} search, db {db})")
-    tuner = Tuner(lowered, parsed, database, sizes, search=search, batch=batch,
-                  jobs=jobs or os.cpu_count() or 1, seed=seed, timeout=timeout)
+    jobs = jobs or os.cpu_count() or 1
+    measurer = None
+    if runner == "ray":
+        from tcc.tune.ray_runner import RayRunner
+
+        with console.status("joining the Ray cluster" if ray_address else
+                            "starting a Ray cluster on this machine", spinner="dots"):
+            measurer = RayRunner(parsed, ray_address, timeout=timeout, jobs=1)
+        out.print(f"measuring on {len(measurer.nodes)} Ray node(s), one actor each")
+    tuner = Tuner(lowered, parsed, database, sizes, search=search, batch=batch, jobs=jobs,
+                  seed=seed, timeout=timeout, runner=measurer)
     title = f"tcc tune {source.name}"
     if console.is_terminal:
         with Live(console=console, refresh_per_second=2, transient=True) as live:
@@ -152,8 +174,5 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
               "the budget ran out" if deadline is not None and time.monotonic() >= deadline
               else "every kernel's space is measured")
     out.print(_table(progress, f"{title}: stopped ({reason})", rows=None))
-    if unknown:
-        console.print(f"warning: --shape {unknown[0]}: no input or symbolic dimension has this "
-                      "name", markup=False)
     out.print(f"{len(database.records)} records in {db}; compile with `tcc compile {source} "
               f"--db {db}`")

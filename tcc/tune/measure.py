@@ -324,6 +324,24 @@ class KernelBench:
         return list(self.measure_each(candidates, repeats))
 
 
+class LocalRunner:
+    """Candidates built by `jobs` forked processes and timed in one worker process of this
+    machine, which every task's bench shares (closed by `close`; the next bench starts it
+    again)."""
+
+    def __init__(self, jobs: int = 1, timeout: float = 10.0, repeats: int = 3,
+                 work: Callable = _time_calls):
+        self.jobs, self.timeout, self.repeats, self.work = jobs, timeout, repeats, work
+        self.worker = Worker()
+
+    def bench(self, default: T.PrimFunc, shapes: dict[str, int], target) -> KernelBench:
+        return KernelBench(default, shapes, target, self.repeats, self.timeout, self.jobs,
+                           self.work, worker=self.worker)
+
+    def close(self) -> None:
+        self.worker.close()
+
+
 def measure(default: T.PrimFunc, candidates: Sequence[T.PrimFunc], shapes: dict[str, int],
             target, repeats: int = 3, timeout: float = 10.0,
             work: Callable = _time_calls) -> tuple[Measurement, list[Measurement]]:

@@ -71,6 +71,8 @@ class TaskSpace:
 def _fresh(space: TaskSpace, candidates, wanted: int) -> list[Candidate]:
     """Up to `wanted` candidates from `candidates` that are new, one per kernel."""
     out, kernels = [], set()
+    if wanted <= 0:
+        return out
     for c in candidates:
         if space.is_new(c) and c.key not in kernels:
             out.append(c)

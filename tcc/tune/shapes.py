@@ -44,7 +44,16 @@ class _Recorder:
 
 def input_shapes(signature: dict, named: dict[str, list[int]]) -> dict[str, list[int]]:
     """The shape of each input: `named` by input name, else its dimensions, symbolic ones
-    by name from `named` (a one-element list), else BATCH leading and SEQUENCE after."""
+    by name from `named` (a one-element list), else BATCH leading and SEQUENCE after. A name
+    in `named` that is neither an input nor a symbolic dimension is an error."""
+    inputs = [spec["name"] for spec in signature["inputs"]]
+    dims = sorted({d for spec in signature["inputs"] for d in spec.get("shape", ())
+                   if isinstance(d, str)})
+    for name in named:
+        if name not in inputs and name not in dims:
+            raise TccError(f"--shape {name}: the model has no input or symbolic dimension of "
+                           f"this name (inputs: {', '.join(inputs) or 'none'}; dimensions: "
+                           f"{', '.join(dims) or 'none'})")
     shapes = {}
     for spec in signature["inputs"]:
         if "shape" not in spec:

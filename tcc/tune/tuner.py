@@ -5,9 +5,10 @@ model gives it (`tcc.tune.shapes`). Its default schedule is measured first, so i
 a candidate and a tuned kernel is never slower than the default. Then rounds: the task
 scheduler picks a task, the search (`tcc.tune.search`) proposes a batch of its candidates,
 they are built in a process pool and run one at a time in the tune's worker process
-(`tcc.tune.measure.KernelBench`, `Worker`: one for every task, started again after a crash
-or hang), each paired with the default schedule, and every measurement is appended to the
-database as it is taken. The cost model is retrained after each round.
+(`tcc.tune.measure.LocalRunner`: one worker for every task, started again after a crash or
+hang) or by actors on the nodes of a Ray cluster (`tcc.tune.ray_runner.RayRunner`), each
+paired with the default schedule, and every measurement is appended to the database as it
+is taken. The cost model is retrained after each round.
 
 Candidates are ranked by their latency relative to the default's (`Measurement.ratio`). The
 best of a round's many quick measurements is the one most likely to have been lucky, so
@@ -40,7 +41,7 @@ from tcc.lower.schedule import ScheduleError
 from tcc.lower.schedule.trace import Trace
 from tcc.tune.cost_model import CostModel
 from tcc.tune.database import Database, Record, best_record, relative_latencies
-from tcc.tune.measure import KernelBench, Worker, _time_calls
+from tcc.tune.measure import KernelBench, LocalRunner, _time_calls
 from tcc.tune.search import SEARCHES, TaskSpace, point_key
 from tcc.tune.space import decisions_of
 from tcc.tune.tasks import Task, extract_tasks
@@ -54,7 +55,7 @@ CONFIRM_REPEATS = 10  # repeats of a confirming measurement
 class TaskState:
     task: Task
     space: TaskSpace
-    bench: KernelBench | None = None
+    bench: KernelBench | None = None  # or a runner's bench of the same interface
     default_seconds: float | None = None
     best_ratio: float = 1.0  # the best confirmed latency over the default's
     trials: int = 0
@@ -96,14 +97,17 @@ class Progress:
 class Tuner:
     def __init__(self, lowered: IRModule, target, db: Database, sizes: dict[str, dict],
                  search: str = "evolutionary", batch: int = 16, jobs: int = 2, seed: int = 0,
-                 repeats: int = 3, timeout: float = 10.0, work: Callable = _time_calls):
+                 repeats: int = 3, timeout: float = 10.0, work: Callable = _time_calls,
+                 runner=None):
+        """`runner` builds and times candidates: a LocalRunner(jobs, timeout, repeats,
+        work) by default (one worker process runs every task's candidates, in turn), or a
+        tcc.tune.ray_runner.RayRunner."""
         self.target, self.target_text, self.db = target, str(target), db
         self.search = SEARCHES[search]()
-        self.batch, self.jobs, self.repeats, self.timeout = batch, jobs, repeats, timeout
-        self.work = work
+        self.batch = batch
         self.rng = random.Random(seed)
         self.model = CostModel(seed)
-        self.worker = Worker()  # one process runs every task's candidates, in turn
+        self.runner = runner or LocalRunner(jobs, timeout, repeats, work)
         self.states = []
         for task in extract_tasks(lowered):
             shapes = dict(sorted(sizes.get(task.name, {}).items()))
@@ -166,9 +170,7 @@ class Tuner:
             return state.bench
         default = state.space.realize({})
         try:
-            state.bench = KernelBench(default.func, state.space.shapes, self.target,
-                                      self.repeats, self.timeout, self.jobs, self.work,
-                                      worker=self.worker)
+            state.bench = self.runner.bench(default.func, state.space.shapes, self.target)
         except TccError as e:
             state.exhausted, state.error = True, str(e)
             return None
@@ -259,5 +261,5 @@ class Tuner:
         except KeyboardInterrupt:
             self.progress.interrupted = True
         finally:
-            self.worker.close()
+            self.runner.close()
         return self.progress

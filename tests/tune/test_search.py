@@ -65,3 +65,19 @@ def test_searches_propose_only_unmeasured_kernels_until_the_space_is_used_up():
         else:
             raise AssertionError(f"{search.name}: the space was never used up")
         assert len(seen) >= 3
+
+
+def test_a_search_proposes_at_most_the_candidates_asked_for():
+    """A round near the end of a tune asks for fewer than a batch (one, say); proposing more
+    would overrun --trials."""
+    func = _kernel("matmul")
+    for search in (RandomSearch(), EvolutionarySearch()):
+        space, model, rng = TaskSpace(func, AVX512, {}), CostModel(), random.Random(0)
+        while not model.trained:
+            for c in search.propose(space, model, rng, 8):
+                space.measured[point_key(c.point)] = 1.0
+                space.measured_kernels.add(c.key)
+                model.add(space.features(c), rng.uniform(0.5, 2))
+            model.fit()
+        for count in (1, 2, 3, 5):
+            assert 1 <= len(search.propose(space, model, rng, count)) <= count, (search.name, count)
