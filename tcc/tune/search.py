@@ -57,7 +57,7 @@ class TaskSpace:
 
     def features(self, c: Candidate):
         if c.key not in self._features:
-            self._features[c.key] = features(c.func, self.shapes)
+            self._features[c.key] = features(c.scheduled, self.shapes)
         return self._features[c.key]
 
     def is_new(self, c: Candidate) -> bool:

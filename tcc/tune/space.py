@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import cached_property
 
 from tcc.ir.structural import structural_hash
 from tcc.ir.tir import PrimFunc
@@ -28,13 +29,20 @@ Point = dict[str, int]
 @dataclass(frozen=True)
 class Candidate:
     """A realized point: its decisions, the candidates of each, the schedule's trace and the
-    finished kernel (with its structural hash: two points may give the same kernel)."""
+    kernel as the rules left it (with its structural hash: two points may give the same
+    kernel). The search scores many more candidates than it measures, so the kernel is
+    finished (`finish_schedule`: compaction, unswitched guards; about as long again as the
+    rules) only when `func` is asked for, to be built."""
 
     point: dict
     choices: dict  # label -> candidate values
     trace: Trace
-    func: PrimFunc
+    scheduled: PrimFunc
     key: str
+
+    @cached_property
+    def func(self) -> PrimFunc:
+        return finish_schedule(self.scheduled)
 
 
 def decisions_of(trace: Trace) -> tuple[Point, dict[str, list[int]]]:
@@ -55,8 +63,7 @@ def decisions_of(trace: Trace) -> tuple[Point, dict[str, list[int]]]:
 def _candidate(sch: Schedule) -> Candidate:
     trace = sch.trace
     point, choices = decisions_of(trace)
-    func = finish_schedule(sch.func)
-    return Candidate(point, choices, trace, func, structural_hash(func))
+    return Candidate(point, choices, trace, sch.func, structural_hash(sch.func))
 
 
 def realize(func: PrimFunc, target, point: Point | None = None) -> Candidate:
