@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from tcc.ir.tir import PrimFunc
 from tcc.tune.cost_model import CostModel
 from tcc.tune.features import features
-from tcc.tune.space import Candidate, mutate, realize, sample
+from tcc.tune.space import Candidate, mutate, realize, realize_many
 
 DRAW_TRIES = 4  # draws per wanted candidate before a space counts as exhausted
 POPULATION = 48
@@ -39,7 +39,8 @@ class TaskSpace:
     func: PrimFunc
     target: object
     shapes: dict
-    measured: dict = field(default_factory=dict)  # point key -> seconds | None
+    jobs: int = 1  # processes that realize a batch of points
+    measured: dict = field(default_factory=dict)  # point key -> relative latency | None
     measured_kernels: set = field(default_factory=set)  # structural hashes
     realized: dict = field(default_factory=dict)  # point key -> Candidate
     _features: dict = field(default_factory=dict)  # kernel hash -> features
@@ -50,10 +51,27 @@ class TaskSpace:
             self.realized[key] = realize(self.func, self.target, point)
         return self.realized[key]
 
-    def draw(self, rng: random.Random) -> Candidate:
-        c = sample(self.func, self.target, rng)
-        self.realized.setdefault(point_key(c.point), c)
-        return c
+    def realize_all(self, points: list[dict]) -> list[Candidate]:
+        """`realize` of each point, the new ones together (`space.realize_many`)."""
+        new = list({point_key(p): p for p in points if point_key(p) not in self.realized}.values())
+        for p, c in zip(new, realize_many(self.func, self.target, new, self.jobs)):
+            self.realized[point_key(p)] = c
+        return [self.realized[point_key(p)] for p in points]
+
+    def draw_all(self, rng: random.Random, count: int) -> list[Candidate]:
+        """`count` points drawn at random, realized together."""
+        seeds = [rng.getrandbits(32) for _ in range(count)]
+        drawn = realize_many(self.func, self.target, [None] * count, self.jobs, seeds)
+        for c in drawn:
+            self.realized.setdefault(point_key(c.point), c)
+        return drawn
+
+    def draws(self, rng: random.Random, count: int, total: int):
+        """Up to `total` random candidates, realized `count` at a time as they are taken."""
+        count = max(1, count)
+        while total > 0:
+            yield from self.draw_all(rng, min(count, total))
+            total -= count
 
     def features(self, c: Candidate):
         if c.key not in self._features:
@@ -87,7 +105,7 @@ class RandomSearch:
 
     def propose(self, space: TaskSpace, model: CostModel, rng: random.Random,
                 count: int) -> list[Candidate]:
-        return _fresh(space, (space.draw(rng) for _ in range(DRAW_TRIES * count)), count)
+        return _fresh(space, space.draws(rng, count, DRAW_TRIES * count), count)
 
 
 class EvolutionarySearch:
@@ -98,21 +116,22 @@ class EvolutionarySearch:
         if not model.trained:
             return RandomSearch().propose(space, model, rng, count)
         population = {c.key: c for c in space.best_measured(PARENTS)}
-        for _ in range(POPULATION // 2):
-            c = space.draw(rng)
+        for c in space.draw_all(rng, POPULATION // 2):
             population.setdefault(c.key, c)
         seen = dict(population)
         for _ in range(GENERATIONS):
             members = list(population.values())
             scores = model.predict([space.features(c) for c in members])
-            children = {}
+            points = []
             for _ in range(POPULATION):
                 a, b = rng.randrange(len(members)), rng.randrange(len(members))
                 parent = members[a if scores[a] >= scores[b] else b]
                 point = mutate(parent, rng)
                 if point is not None:
-                    child = space.realize(point)
-                    children.setdefault(child.key, child)
+                    points.append(point)
+            children = {}
+            for child in space.realize_all(points):
+                children.setdefault(child.key, child)
             seen.update(children)
             pool = list({**population, **children}.values())
             pool_scores = model.predict([space.features(c) for c in pool])
@@ -124,7 +143,7 @@ class EvolutionarySearch:
         explore = max(1, round(EXPLORE * count)) if count > 1 else 0
         chosen = _fresh(space, ranked, count - explore)
         taken = {c.key for c in chosen}
-        extra = (c for c in (space.draw(rng) for _ in range(DRAW_TRIES * count))
+        extra = (c for c in space.draws(rng, count - len(chosen), DRAW_TRIES * count)
                  if c.key not in taken)
         chosen += _fresh(space, extra, count - len(chosen))
         return chosen

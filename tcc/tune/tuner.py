@@ -111,7 +111,7 @@ class Tuner:
         self.states = []
         for task in extract_tasks(lowered):
             shapes = dict(sorted(sizes.get(task.name, {}).items()))
-            self.states.append(TaskState(task, TaskSpace(task.func, target, shapes)))
+            self.states.append(TaskState(task, TaskSpace(task.func, target, shapes, jobs)))
         for state in self.states:
             self._resume(state)
         self.model.fit()

@@ -11,7 +11,7 @@ from tcc.lower.rules import Machine
 from tcc.tune.cost_model import CostModel
 from tcc.tune.features import LENGTH, features
 from tcc.tune.search import EvolutionarySearch, RandomSearch, TaskSpace, point_key
-from tcc.tune.space import realize, sample
+from tcc.tune.space import realize, realize_many, sample
 from tests.lower.rules.rules_cases import CASES, kernels
 
 AVX512 = Machine(vector_bits=512, vector_registers=32, cores=2)
@@ -81,3 +81,16 @@ def test_a_search_proposes_at_most_the_candidates_asked_for():
             model.fit()
         for count in (1, 2, 3, 5):
             assert 1 <= len(search.propose(space, model, rng, count)) <= count, (search.name, count)
+
+
+def test_candidates_realized_by_a_pool_are_those_realized_here():
+    func = _kernel("matmul")
+    seeds = list(range(10))
+    here = realize_many(func, AVX512, [None] * 10, jobs=1, seeds=seeds)
+    pooled = realize_many(func, AVX512, [None] * 10, jobs=2, seeds=seeds)
+    assert [c.key for c in pooled] == [c.key for c in here]
+    assert [c.trace.as_json() for c in pooled] == [c.trace.as_json() for c in here]
+    points = [c.point for c in here]
+    again = realize_many(func, AVX512, points, jobs=2)
+    assert [c.key for c in again] == [c.key for c in here]
+    assert len({c.key for c in here}) > 1  # the draws differ
