@@ -113,6 +113,14 @@ def resnet():
     return ResNetModel(cfg), image(64)
 
 
+def mobilenet_v2():
+    from transformers import MobileNetV2Config, MobileNetV2Model
+
+    # depthwise 3x3 convolutions between pointwise ones, ReLU6 (Clip), TF-style padding
+    cfg = MobileNetV2Config(image_size=64, depth_multiplier=0.35)
+    return MobileNetV2Model(cfg), image(64)
+
+
 def wav2vec2():
     from transformers import Wav2Vec2Config, Wav2Vec2Model
 
@@ -152,6 +160,7 @@ MODELS = {
     "vit_dynamo": (vit, "dynamo", 18),
     "swin_legacy": (swin, "legacy", 17),
     "resnet_legacy": (resnet, "legacy", 17),
+    "mobilenet_v2_legacy": (mobilenet_v2, "legacy", 17),
     "wav2vec2_dynamo": (wav2vec2, "dynamo", 18),
     "lstm_legacy": (lstm_lm, "legacy", 17),
 }

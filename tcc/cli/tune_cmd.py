@@ -3,6 +3,7 @@ fastest schedule of each kernel, every measurement appended to the database as i
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -32,6 +33,21 @@ def _us(seconds) -> str:
 
 
 ROWS = 12  # tasks shown live; the rest share a line
+
+
+def _busy() -> str:
+    """Why this machine looks too busy to time kernels on, or "". A schedule on fewer
+    threads suffers less from another process's load than the default it is timed beside,
+    so a tune beside other work can confirm schedules that are slower on an idle machine."""
+    cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return ""
+    if load <= 0.5 * cores:
+        return ""
+    return (f"this machine is busy (load average {load:.1f} on {cores} cores); kernels timed "
+            "beside other work may pick schedules that are slower on an idle machine")
 
 
 def _table(progress, title: str, rows: int | None = ROWS) -> Table:
@@ -79,7 +95,8 @@ def _table(progress, title: str, rows: int | None = ROWS) -> Table:
 @click.option("--batch", type=click.IntRange(min=1), default=16, show_default=True,
               help="Candidates measured per round of one kernel.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
-              help="Processes building candidates (default: the machine's cores).")
+              help="Processes that build candidates and realize the search's points "
+                   "(default: the machine's cores; with --runner ray, the nodes build).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds a candidate may run before it is killed and recorded as failed.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the search.")
@@ -103,8 +120,6 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
     command again goes on from there. `tcc compile --db DB` uses the best schedules
     (docs/tuning.md).
     """
-    import os
-
     from tcc.api import load_module, lower
     from tcc.emit.target import parse_target
     from tcc.lower.passes import run_pipeline
@@ -142,6 +157,9 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
         sizes, inputs = kernel_shapes(lowered, parsed, named)
     shown = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in inputs.items())
     out.print(f"tuning {source} at {shown} for {target} ({search} search, db {db})")
+    busy = _busy()
+    if busy and runner == "local":
+        console.print(f"warning: {busy}", markup=False)
     jobs = jobs or os.cpu_count() or 1
     measurer = None
     if runner == "ray":
@@ -149,7 +167,7 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
 
         with console.status("joining the Ray cluster" if ray_address else
                             "starting a Ray cluster on this machine", spinner="dots"):
-            measurer = RayRunner(parsed, ray_address, timeout=timeout, jobs=1)
+            measurer = RayRunner(parsed, ray_address, timeout=timeout)
         out.print(f"measuring on {len(measurer.nodes)} Ray node(s), one actor each")
     tuner = Tuner(lowered, parsed, database, sizes, search=search, batch=batch, jobs=jobs,
                   seed=seed, timeout=timeout, runner=measurer)

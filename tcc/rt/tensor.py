@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tcc.rt.format import DTYPES, LOW_PRECISION_DTYPES, PLAIN_DTYPES
+from tcc.rt.format import ARENA_ALIGN, DTYPES, LOW_PRECISION_DTYPES, PLAIN_DTYPES
 
 __all__ = ["DTYPES", "as_array", "dtype_name", "numpy_dtype"]
 
@@ -54,3 +54,20 @@ def random_array(shape, dtype: str, rng: np.random.Generator) -> np.ndarray:
     if dt.kind == "b":
         return rng.integers(0, 2, shape).astype(bool)
     return rng.integers(0, 8, shape).astype(dt)
+
+
+def aligned_empty(nbytes: int, align: int = ARENA_ALIGN) -> np.ndarray:
+    """`nbytes` uninitialized bytes starting at an `align`-byte boundary, as the runtimes'
+    arenas start (numpy's own allocations are 16-byte aligned: a 64-byte vector load from
+    one can straddle two cache lines)."""
+    raw = np.empty(nbytes + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start:start + nbytes]
+
+
+def aligned_copy(array: np.ndarray, align: int = ARENA_ALIGN) -> np.ndarray:
+    """A C-contiguous copy of `array` that starts at an `align`-byte boundary."""
+    array = np.asarray(array)
+    out = aligned_empty(array.nbytes, align).view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out

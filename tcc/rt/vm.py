@@ -26,7 +26,6 @@ from tcc.errors import TccError
 from tcc.rt.arena import ArenaPlan, plan_arena
 from tcc.rt.errors import PackError, RunInputError
 from tcc.rt.format import (
-    ARENA_ALIGN,
     INT64_MAX,
     NO_REG,
     ArgKind,
@@ -36,7 +35,7 @@ from tcc.rt.format import (
     Op,
     ShapeOp,
 )
-from tcc.rt.tensor import as_array, numpy_dtype
+from tcc.rt.tensor import aligned_empty, as_array, numpy_dtype
 
 _UNSET = object()
 _MAX_ARENA_PLANS = 64  # arena plans a machine remembers (one per set of sizes and lifetimes)
@@ -533,11 +532,9 @@ class Arena:
 
     def __init__(self, nbytes: int, offsets: tuple[int, ...], sizes: tuple[int, ...]):
         try:
-            raw = np.empty(nbytes + ARENA_ALIGN, np.uint8)
+            self.data = aligned_empty(nbytes)
         except (ValueError, MemoryError):
             raise RunInputError(f"out of memory allocating a {nbytes}-byte arena") from None
-        start = -raw.ctypes.data % ARENA_ALIGN
-        self.data = raw[start : start + nbytes]
         self.offsets, self.sizes = offsets, sizes
 
 

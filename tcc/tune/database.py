@@ -10,7 +10,7 @@ A record is one measured schedule of one workload (DESIGN.md §5):
      "baseline": [<the default schedule's time per repeat, measured alternately with these>],
      "confirmed": <whether this is a longer second measurement of a candidate that looked best>}
 
-A record's *relative latency* is its latency over its paired baseline's (1 for the default;
+A record's *relative latency* is its fastest repeat over its paired baseline's fastest (1 for the default;
 records without a baseline, written by earlier tcc versions, are divided by the default
 record's latency at the same shapes). The record applied for a workload is the one of least
 relative latency among the confirmed records and the default, or among all records when
@@ -68,10 +68,12 @@ class Record:
 
     @property
     def ratio(self) -> float | None:
-        """Latency over the paired baseline's (None when failed or unpaired)."""
+        """The fastest repeat over the paired default's fastest (None when failed or
+        unpaired): what another process's load adds, it adds to some repeats, and the
+        fastest of each side is the least disturbed."""
         if self.latency is None or not self.baseline:
             return None
-        return self.latency / max(statistics.median(self.baseline), 1e-12)
+        return min(self.seconds) / max(min(self.baseline), 1e-12)
 
     def as_json(self) -> dict:
         return {"format": FORMAT, "version": VERSION, "workload": self.workload,

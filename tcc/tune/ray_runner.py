@@ -40,7 +40,7 @@ def require_ray():
 class MeasureActor:
     """The remote side (a Ray actor): benches per task, one worker process, this node."""
 
-    def __init__(self, target_text: str, repeats: int, timeout: float, jobs: int):
+    def __init__(self, target_text: str, repeats: int, timeout: float):
         from tcc.emit.target import parse_target
 
         self.target = parse_target(target_text)
@@ -49,7 +49,7 @@ class MeasureActor:
         if str(here) != str(self.target):
             self.refusal = (f"node {socket.gethostname()} is {here.triple} -mcpu={here.cpu}, "
                             f"not the target {target_text.split()[0]} -mcpu={self.target.cpu}")
-        self.repeats, self.timeout, self.jobs = repeats, timeout, jobs
+        self.repeats, self.timeout = repeats, timeout
         self.worker = Worker()
         self.benches: dict[str, KernelBench] = {}
 
@@ -59,7 +59,7 @@ class MeasureActor:
     def _bench(self, key: str, default: T.PrimFunc, shapes: dict) -> KernelBench:
         if key not in self.benches:
             self.benches[key] = KernelBench(default, shapes, self.target, self.repeats,
-                                            self.timeout, self.jobs, worker=self.worker)
+                                            self.timeout, worker=self.worker)
         return self.benches[key]
 
     def measure(self, key: str, default: T.PrimFunc, shapes: dict, func: T.PrimFunc | None,
@@ -82,7 +82,7 @@ class RayRunner:
     joined at `address` otherwise): `actors` of them, one per node when None."""
 
     def __init__(self, target, address: str | None = None, actors: int | None = None,
-                 repeats: int = 3, timeout: float = 10.0, jobs: int = 1):
+                 repeats: int = 3, timeout: float = 10.0):
         ray = self.ray = require_ray()
         if not ray.is_initialized():
             try:
@@ -93,7 +93,7 @@ class RayRunner:
                 raise TccError(f"--ray-address {address}: cannot join the Ray cluster ({first})"
                                ) from None
         self.target_text = str(target)
-        self.options = (self.target_text, repeats, timeout, jobs)
+        self.options = (self.target_text, repeats, timeout)
         self.timeout = timeout
         self.remote = ray.remote(num_cpus=0)(MeasureActor)
         nodes = [n for n in ray.nodes() if n.get("Alive")]

@@ -90,3 +90,13 @@ def test_the_ray_runner_without_ray_says_how_to_install_it(tmp_path, monkeypatch
     assert r.exit_code == 2, r.output
     assert "--runner ray needs Ray: pip install 'tcc[ray]'" in r.output
     assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_a_busy_machine_is_named_before_tuning(monkeypatch):
+    from tcc.cli import tune_cmd
+
+    monkeypatch.setattr(tune_cmd.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(tune_cmd.os, "getloadavg", lambda: (3.5, 1.0, 1.0))
+    assert tune_cmd._busy().startswith("this machine is busy (load average 3.5 on 2 cores)")
+    monkeypatch.setattr(tune_cmd.os, "getloadavg", lambda: (0.2, 1.0, 1.0))
+    assert tune_cmd._busy() == ""

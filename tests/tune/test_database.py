@@ -33,7 +33,7 @@ def test_records_round_trip_and_append_one_durable_line_each(tmp_path):
     assert again.records == records and again.problems == []
     assert again.records[0].latency == 2e-3  # the median of the repeats
     assert again.records[1].latency is None
-    assert again.records[2].ratio == 1e-3 / 3e-3 and again.records[2].confirmed
+    assert again.records[2].ratio == 1e-3 / 2e-3 and again.records[2].confirmed  # fastest over fastest
 
 
 def test_a_line_cut_short_by_a_kill_is_named_and_the_next_append_starts_a_new_line(tmp_path):
