@@ -25,6 +25,7 @@ kernels' threads are set to --threads before anything loads.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import statistics
@@ -252,11 +253,15 @@ def _spread(median_lo_hi) -> str:
     return f"{median:9.3f} ({lo:.3f}-{hi:.3f})"
 
 
+ROUND_MS, MAX_RUNS = 300.0, 5000
+
+
 def time_model(name, model, target, db, feeds, args, sess, numpy_fn=None, rounds=5) -> str:
     """The untuned pack, the tuned pack and onnxruntime (and numpy) timed in `rounds`
-    alternating rounds of --runs / rounds runs each: on a shared machine the speed drifts
-    over minutes, and alternating gives every contender the same drift. Each figure is the
-    median of the round medians, with the rounds' min-max."""
+    alternating rounds of --runs / rounds runs each (more where a round would last under
+    ROUND_MS): on a shared machine the speed drifts over minutes, and alternating gives
+    every contender the same drift. Each figure is the median of the round medians, with
+    the rounds' min-max."""
     import numpy as np
     from models import timed
 
@@ -267,7 +272,11 @@ def time_model(name, model, target, db, feeds, args, sess, numpy_fn=None, rounds
         got = runner(feeds)[0]
         if not np.allclose(got, want, rtol=1e-3, atol=1e-4):
             return f"{name}: {label} pack WRONG (max abs err {np.abs(got - want).max():.3g})"
-    runs = max(1, args.runs // rounds)
+    # every round lasts at least ROUND_MS: tccrt starts a fresh process per round, and
+    # the median of a few runs after its one warm-up run is still cold (a 0.075 ms layer
+    # norm measured 0.5 ms at 6 runs a round)
+    per_run = untuned.bench(feeds, 20)[0]
+    runs = min(MAX_RUNS, max(1, args.runs // rounds, math.ceil(ROUND_MS / max(per_run, 1e-3))))
     contenders = {"untuned": lambda: untuned.bench(feeds, runs)[0],
                   "tuned": lambda: tuned.bench(feeds, runs)[0],
                   "ort": lambda: statistics.median(timed(lambda: sess.run(None, feeds), runs))}
