@@ -45,6 +45,15 @@ class DatabaseError(TccError):
     """A tuning database that cannot be read or written at all."""
 
 
+def paired_ratio(seconds, baseline) -> float | None:
+    """A candidate's fastest repeat over the fastest of the default's repeats taken beside
+    them (None when either is missing): another process's load adds to some repeats, and
+    the fastest of each side is the least disturbed."""
+    if not seconds or not baseline:
+        return None
+    return min(seconds) / max(min(baseline), 1e-12)
+
+
 @dataclass(frozen=True)
 class Record:
     workload: str
@@ -68,12 +77,8 @@ class Record:
 
     @property
     def ratio(self) -> float | None:
-        """The fastest repeat over the paired default's fastest (None when failed or
-        unpaired): what another process's load adds, it adds to some repeats, and the
-        fastest of each side is the least disturbed."""
-        if self.latency is None or not self.baseline:
-            return None
-        return min(self.seconds) / max(min(self.baseline), 1e-12)
+        """Latency relative to the paired baseline (`paired_ratio`)."""
+        return paired_ratio(self.seconds, self.baseline) if self.status == "ok" else None
 
     def as_json(self) -> dict:
         return {"format": FORMAT, "version": VERSION, "workload": self.workload,

@@ -36,6 +36,7 @@ from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.dtype import to_numpy
 from tcc.ir.errors import TccError
+from tcc.tune.database import paired_ratio
 
 SYMBOL = "candidate"
 MIN_REPEAT_S = 1e-3  # each timed repeat runs the kernel at least this long
@@ -57,12 +58,8 @@ class Measurement:
 
     @property
     def ratio(self) -> float | None:
-        """The fastest repeat over the paired default's fastest (None when failed or
-        unpaired): what another process's load adds, it adds to some repeats, and the
-        fastest of each side is the least disturbed."""
-        if self.latency is None or not self.baseline:
-            return None
-        return min(self.seconds) / max(min(self.baseline), 1e-12)
+        """Latency relative to the paired default's (`database.paired_ratio`)."""
+        return paired_ratio(self.seconds, self.baseline) if self.status == "ok" else None
 
 
 def size_env(func: T.PrimFunc, shapes: dict[str, int]) -> dict:

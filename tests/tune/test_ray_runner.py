@@ -9,17 +9,14 @@ import signal
 import threading
 import time
 
-import numpy as np
 import pytest
 
-import tcc.rt
-from tcc.api import compile_to_bytes
 from tcc.lower.schedule.trace import Trace
 from tcc.tune.database import Database
 from tcc.tune.search import point_key
 from tcc.tune.space import decisions_of
 from tcc.tune.tuner import Tuner
-from tests.tune.test_tuner import _model, _setup
+from tests.tune.test_tuner import _setup, assert_tuned_pack_computes_what_the_untuned_does
 
 ray = pytest.importorskip("ray")
 
@@ -49,14 +46,7 @@ def test_a_tune_on_a_ray_cluster_writes_records_that_apply_like_local_ones(tmp_p
     again = Database(tmp_path / "ray.db")  # they load as local records do
     assert again.records == db.records and again.problems == []
 
-    x = np.random.default_rng(1).standard_normal((5, 64)).astype(np.float32)
-    outs = []
-    for db_path in (None, tmp_path / "ray.db"):
-        pack = tmp_path / "m.tvmpack"
-        pack.write_bytes(compile_to_bytes(_model(), str(target), db=db_path))
-        with tcc.rt.load(pack) as m:
-            outs.append(m["main"](x)[0])
-    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-6)
+    assert_tuned_pack_computes_what_the_untuned_does(tmp_path, target, tmp_path / "ray.db")
 
 
 def test_an_actor_killed_in_the_middle_of_a_tune_loses_no_finished_record(tmp_path, cluster):

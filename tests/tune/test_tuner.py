@@ -50,6 +50,17 @@ def _setup(tmp_path: Path):
     return lowered, target, sizes
 
 
+def assert_tuned_pack_computes_what_the_untuned_does(tmp_path: Path, target, db: Path) -> None:
+    x = np.random.default_rng(1).standard_normal((5, 64)).astype(np.float32)
+    outs = []
+    for db_path in (None, db):
+        pack = tmp_path / "m.tvmpack"
+        pack.write_bytes(compile_to_bytes(_model(), str(target), db=db_path))
+        with tcc.rt.load(pack) as m:
+            outs.append(m["main"](x)[0])
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-6)
+
+
 def _points(db: Database, confirmed: bool = False) -> list[tuple]:
     """The points of the trials (or of the confirmations) in the database."""
     return [(r.workload, point_key(decisions_of(Trace.from_json(r.trace))[0]))
@@ -89,14 +100,7 @@ def test_a_tune_records_every_measurement_and_a_resumed_one_measures_nothing_twi
     for state in resumed.states:
         assert state.best_seconds <= state.default_seconds
 
-    x = np.random.default_rng(1).standard_normal((5, 64)).astype(np.float32)
-    outs = []
-    for db_path in (None, tmp_path / "t.db"):
-        pack = tmp_path / "m.tvmpack"
-        pack.write_bytes(compile_to_bytes(_model(), str(target), db=db_path))
-        with tcc.rt.load(pack) as m:
-            outs.append(m["main"](x)[0])
-    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-6)
+    assert_tuned_pack_computes_what_the_untuned_does(tmp_path, target, tmp_path / "t.db")
 
 
 def _fail_on_call(counter: str, how: str, shared, arrays, repeats, threads, baseline=None):
