@@ -110,12 +110,15 @@ def _table(progress, title: str, rows: int | None = ROWS) -> Table:
                    "--runner ray starts a cluster on this machine.")
 def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs, timeout, seed,
             runner, ray_address):
-    """Search for the fastest schedule of each kernel of a model, measured on this machine.
+    """Search for the fastest schedule of each kernel of a model, measured on this machine
+    (or on the nodes of a Ray cluster, --runner ray).
 
     Each distinct kernel is a task, weighted by its calls per run and measured at the sizes
     one run of the model at --shape gives it. Its default schedule is measured first; then
-    the search measures points of the default rules' space, guided by a cost model, and
-    gives trials to the kernels where they promise the most. Every measurement is appended
+    the search measures points of the default rules' space, each timed beside the default,
+    guided by a cost model, and gives trials to the kernels where they promise the most; a
+    candidate that looks best is measured again before it counts. Tune on an otherwise
+    idle machine. Every measurement is appended
     to DB as it is taken: Ctrl-C, --budget or a kill loses nothing, and running the same
     command again goes on from there. `tcc compile --db DB` uses the best schedules
     (docs/tuning.md).
