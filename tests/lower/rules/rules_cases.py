@@ -37,6 +37,9 @@ CASES = {
                       "elementwise"),
     "transpose": (_model("Transpose", {"x": [4, 33, 70]}, [4, 70, 33], perm=[0, 2, 1]),
                   "elementwise"),
+    # the load is contiguous along the outermost axis (as NCHWc -> NCHW is along channels)
+    "transpose_far": (_model("Transpose", {"x": [6, 20, 24]}, [24, 6, 20], perm=[2, 0, 1]),
+                      "elementwise"),
     "matmul": (_model("MatMul", {"a": [64, 96], "b": [96, 80]}, [64, 80]), "contraction"),
     "batch_matmul": (_model("MatMul", {"a": [2, 3, 40, 24], "b": [2, 3, 24, 56]},
                             [2, 3, 40, 56]), "contraction"),
