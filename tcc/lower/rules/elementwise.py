@@ -9,7 +9,8 @@ parallel loop when the stage is large enough to share. Decisions (`decide`): the
 loop's width, whether the outer loops run on threads, and, for a transpose whose load
 gathers along the lanes, whether the axis that load is contiguous along moves next to the
 lanes (`transpose_order`: for NCHWc -> NCHW the 16 channels of a block then reuse the
-gathered cache lines from L1 rather than from L2, a row of images later).
+gathered cache lines from L1, where the default order comes back to them from L2 after a
+whole plane).
 """
 
 from __future__ import annotations
