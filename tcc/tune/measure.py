@@ -23,6 +23,7 @@ arguments are copied to 64-byte boundaries first, as the runtimes' arenas place 
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import signal
 import statistics
@@ -37,6 +38,7 @@ from tcc.ir import tir as T
 from tcc.ir.dtype import to_numpy
 from tcc.ir.errors import TccError
 from tcc.tune.database import paired_ratio
+from tcc.tune.forked import forked_map
 
 SYMBOL = "candidate"
 MIN_REPEAT_S = 1e-3  # each timed repeat runs the kernel at least this long
@@ -246,10 +248,8 @@ def _mismatch(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> str:
     return ""
 
 
-def _build_one(index: int):
-    """In a builder process: ("ok", shared object) or ("error", reason) for candidate
-    `index` of the batch being built."""
-    func, target = _BATCH[index], _BATCH_TARGET[0]
+def _build_one(func: T.PrimFunc, target) -> tuple[str, object]:
+    """("ok", shared object) or ("error", reason)."""
     try:
         return "ok", build(func, target)
     except Exception as e:  # a candidate that does not build is a failed measurement
@@ -257,23 +257,11 @@ def _build_one(index: int):
         return "error", reason
 
 
-_BATCH: list[T.PrimFunc] = []
-_BATCH_TARGET: list = [None]
-
-
 def build_all(funcs: Sequence[T.PrimFunc], target, jobs: int = 1) -> list[tuple[str, object]]:
     """("ok", shared object) or ("error", reason) for each function, built by `jobs` forked
-    processes (they inherit the functions, so nothing is pickled on the way in)."""
-    _BATCH[:] = list(funcs)
-    _BATCH_TARGET[0] = target
-    try:
-        if jobs <= 1 or len(funcs) <= 1:
-            return [_build_one(i) for i in range(len(funcs))]
-        ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(min(jobs, len(funcs))) as pool:
-            return pool.map(_build_one, range(len(funcs)), chunksize=1)
-    finally:
-        _BATCH.clear()
+    processes (`forked_map`: they inherit the functions, so nothing is pickled on the way
+    in)."""
+    return forked_map(functools.partial(_build_one, target=target), list(funcs), jobs)
 
 
 class KernelBench:

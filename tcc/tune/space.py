@@ -12,6 +12,7 @@ checked primitives, and computes what the default does.
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 from functools import cached_property
@@ -22,6 +23,7 @@ from tcc.lower.rules import finish_schedule, schedule_kernel
 from tcc.lower.schedule import Schedule
 from tcc.lower.schedule.sampling import Decisions
 from tcc.lower.schedule.trace import Trace
+from tcc.tune.forked import forked_map
 
 Point = dict[str, int]
 
@@ -71,33 +73,20 @@ def realize(func: PrimFunc, target, point: Point | None = None) -> Candidate:
     return _candidate(schedule_kernel(func, target, Decisions(point or {})))
 
 
-_BATCH: list = []  # (func, target, point or None, seed) per candidate a pool realizes
-
-
-def _realize_one(index: int) -> Candidate:
-    func, target, point, seed = _BATCH[index]
+def _realize_one(func: PrimFunc, target, point_and_seed: tuple) -> Candidate:
+    point, seed = point_and_seed
     return _drawn(func, target, seed) if point is None else realize(func, target, point)
 
 
 def realize_many(func: PrimFunc, target, points: list[Point | None], jobs: int = 1,
                  seeds: list[int] | None = None) -> list[Candidate]:
     """`realize` of each point, in order (a None point: drawn at random with the seed at
-    its place in `seeds`); by `jobs` forked processes when there are enough points to pay
-    for them (they inherit the kernel, so only points go in and candidates come out). The
-    rules are Python, and a round realizes a hundred points or so: on one core that took as
-    long as building the round's candidates on all of them."""
-    seeds = seeds or [0] * len(points)
-    _BATCH[:] = [(func, target, p, s) for p, s in zip(points, seeds)]
-    try:
-        if jobs <= 1 or len(points) < 4 * jobs:
-            return [_realize_one(i) for i in range(len(points))]
-        import multiprocessing
-
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            return pool.map(_realize_one, range(len(points)),
-                            chunksize=max(1, len(points) // (4 * jobs)))
-    finally:
-        _BATCH.clear()
+    its place in `seeds`); by `jobs` forked processes (`forked_map`) when there are enough
+    points to pay for them. The rules are Python, and a round realizes a hundred points or
+    so: on one core that took as long as building the round's candidates on all of them."""
+    items = list(zip(points, seeds or [0] * len(points)))
+    return forked_map(functools.partial(_realize_one, func, target), items, jobs,
+                      serial_below=4 * jobs, chunksize=max(1, len(items) // (4 * jobs)))
 
 
 def _drawn(func: PrimFunc, target, seed: int) -> Candidate:

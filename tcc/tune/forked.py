@@ -1,0 +1,34 @@
+"""Mapping a function over items in forked processes that inherit the items.
+
+The tuner's batches (kernels to build, points to realize) are large Python objects; a forked
+child inherits them from a module-level slot, so only an index goes in and only the result
+comes back. Fork is safe here because the children run no OpenMP code (the parent may have:
+it ran the model once), only Python and LLVM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+_BATCH: list = [None, ()]  # the function and the items of the map in progress
+
+
+def _call(index: int):
+    function, items = _BATCH
+    return function(items[index])
+
+
+def forked_map(function: Callable, items: Sequence, jobs: int, serial_below: int = 2,
+               chunksize: int = 1) -> list:
+    """[function(item) for item in items], by `jobs` forked processes unless there are
+    fewer than `serial_below` items (or one job), when this process does them."""
+    if jobs <= 1 or len(items) < serial_below:
+        return [function(item) for item in items]
+    import multiprocessing
+
+    _BATCH[:] = [function, items]
+    try:
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(items))) as pool:
+            return pool.map(_call, range(len(items)), chunksize=chunksize)
+    finally:
+        _BATCH[:] = [None, ()]
