@@ -33,14 +33,18 @@ reads the buffer pointers from a struct): 2x slower on two threads than on one.
 
 Decisions (`decide`): V, U, blocks of tiles along each (run one after the other inside
 the tile loop, sharing loads in cache), the order of the two tile loops, unrolling of the
-innermost reduction loop, whether to accumulate in a local tile, and whether the tile loop
-runs on threads.
+innermost reduction loop, whether to accumulate in a local tile, whether the tile loop
+runs on threads, and (with the column tile loop outside) whether the load reused across
+rows is first copied into a contiguous panel per thread (`pack`): a matmul whose right
+operand is read down its columns then reads one run per reduction step instead of one
+line (1024^3: 4.9 ms packed, 6.7-10 ms not, on 2 threads of an AMD EPYC).
 """
 
 from __future__ import annotations
 
 import math
 
+from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.lower.rules.analysis import (
     Axis,
@@ -199,7 +203,16 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
         or decide_flag(sch, f"{block}.guarded_columns", False))
     tile, vector_loops = None, [v1]
     if local and lanes_ok:
-        tile, nests = local_tile(sch, func, block, outer, inner, reduce[0])
+        packed = _packed_load(stage, u, v, cols) if swap else None
+        if packed is not None and decide_flag(sch, f"{block}.pack", False):
+            # the tile loops the panel depends on outside, the others in each of its copies
+            used = [lp for lp, a in zip(outer, _swapped(stage, u, v)) if _uses(packed, a)]
+            rest = [lp for lp in outer if lp not in used]
+            sch.reorder(*used, *rest)
+            tile, nests = local_tile(sch, func, block, used, rest + inner, reduce[0])
+            nests.append(_pack(sch, block, packed, tile))
+        else:
+            tile, nests = local_tile(sch, func, block, outer, inner, reduce[0])
         vector_loops += nests
     if steps > 1:
         sch.unroll(reduce[-1])
@@ -211,6 +224,38 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
                                             f"{block}.threads"):
         sch.parallel(tile)
     return sch
+
+
+def _swapped(stage: Stage, u: Axis, v: Axis) -> list[Axis]:
+    """The axis each tile loop of the nest steps when the tile loops are swapped
+    (`columns_outside`): u's place holds v's tile loop and v's place u's."""
+    return [v if a is u else u if a is v else a for a in stage.spatial]
+
+
+def _uses(load: E.BufferLoad, axis: Axis) -> bool:
+    return E.uses(list(load.indices), axis.var)
+
+
+def _packed_load(stage: Stage, u: Axis, v: Axis, cols: int) -> E.BufferLoad | None:
+    """The load reused across rows (moving along `v`, not using `u`) when it reads its
+    panel of `cols` columns at a stride: copied into a contiguous panel once for all the
+    row tiles, each reduction step then reads one run of `cols` elements."""
+    load = next((ld for ld in stage.loads if stride(ld, v.var) not in (0, None)
+                 and stride(ld, u.var) == 0), None)
+    if load is None or stride(load, stage.reduce[-1].var) == cols:
+        return None
+    return load
+
+
+def _pack(sch: Schedule, block: str, load: E.BufferLoad, tile: LoopRV) -> LoopRV:
+    """Copy what `load` reads under `tile` into a buffer of its own before the reduction
+    (compact_buffers shrinks it to that panel, each thread's own); the copy's innermost
+    loop, to run as vector lanes."""
+    rv = sch.get_block(block)
+    index = next(i for i, r in enumerate(sch.get(rv).reads) if r.buffer is load.buffer)
+    copy = sch.cache_read(rv, index, "global")
+    sch.compute_at(copy, tile)
+    return sch.get_loops(copy)[-1]
 
 
 def _blocks(sch: Schedule, block: str, what: str, loop: LoopRV, extent: int | None,

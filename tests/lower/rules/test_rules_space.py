@@ -72,3 +72,30 @@ def test_every_sampled_point_computes_what_the_plain_kernel_does(all_kernels, se
     for name, want, got in run_both(all_kernels, sampled):
         for w, g in zip(want, got):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def _with(func, flags: dict[str, int], point: dict[str, int]) -> Schedule:
+    """`func` scheduled with every sample whose label ends in one of `flags` set to it."""
+    for _ in range(2):  # a decision may only be offered once another one is taken
+        sch = schedule_kernel(func, AVX512, Decisions(point))
+        point = {**point, **{label: flags[label.rsplit(".", 1)[1]] for label in _samples(sch)
+                             if label.rsplit(".", 1)[1] in flags}}
+    return schedule_kernel(func, AVX512, Decisions(point))
+
+
+def test_a_packed_panel_keeps_results_bit_identical(all_kernels):
+    """With the tile loops swapped, the load reused across rows may be copied into a
+    contiguous panel per column tile (dense_trans_b's weight is read across its rows): the
+    sums keep their order, so the results are the default's bits."""
+    packed, defaults = {}, {}
+    for name, func in all_kernels.items():
+        sch = _with(func, {"columns_outside": 1, "pack": 1}, {})
+        if any(i.kind == "cache_read" for i in sch.trace.instructions):
+            packed[name] = finish_schedule(sch.func)
+            defaults[name] = schedule_prim_func(func, AVX512)
+    # not where the panel is contiguous already (batch_matmul's 56 columns are one tile)
+    assert set(packed) == {"matmul_matmul_kernel", "dense_trans_b_gemm_kernel"}
+    for (name, want, _), (_, got, _) in zip(run_both(defaults, defaults),
+                                            run_both(packed, packed)):
+        for w, g in zip(want, got):
+            np.testing.assert_array_equal(g, w, err_msg=name)
