@@ -15,7 +15,8 @@ records without a baseline, written by earlier tcc versions, are divided by the 
 record's latency at the same shapes). The record applied for a workload is the one of least
 relative latency among the confirmed records and the default, or among all records when
 none is confirmed: a screening measurement that looked fast by luck does not count once a
-confirmation exists.
+confirmation exists. A schedule confirmed several times counts with the median of its
+confirmations.
 
 Records are keyed by workload and target: models that share a kernel share its records, and
 a record from another target is never applied. Appending writes the whole line, flushes and
@@ -210,10 +211,19 @@ def relative_latencies(records: list[Record]) -> list[tuple[Record, float]]:
 def best_record(records: list[Record]) -> tuple[Record, float] | None:
     """The record of least relative latency, with it, among the confirmed ones and the
     default when any is confirmed, else among all (the first of equals); when none has a
-    relative latency, the fastest (with relative latency 1)."""
+    relative latency, the fastest (with relative latency 1). A schedule confirmed more than
+    once (the tuner measures the best again beside each challenger) counts with the median
+    of its confirmations, so one lucky measurement does not keep it ahead."""
     ranked = relative_latencies(records)
     confirmed = [(r, x) for r, x in ranked if r.confirmed or r.default]
-    pool = confirmed if any(r.confirmed for r, _ in confirmed) else ranked
+    if any(r.confirmed for r, _ in confirmed):
+        by_trace: dict[str, list] = {}
+        for r, x in confirmed:
+            by_trace.setdefault(json.dumps(r.trace, sort_keys=True), []).append((r, x))
+        pool = [(group[0][0], statistics.median(x for _, x in group))
+                for group in by_trace.values()]
+    else:
+        pool = ranked
     if pool:
         return min(pool, key=lambda rx: rx[1])
     ok = [r for r in records if r.latency is not None]

@@ -14,7 +14,9 @@ Candidates are ranked by their latency relative to the default's (`Measurement.r
 best of a round's many quick measurements is the one most likely to have been lucky, so
 when it beats the task's best it is measured again, longer (CONFIRM_REPEATS), and only that
 confirmed ratio makes it the task's best; the confirmation is a record of its own, which
-`Database.best` prefers (never counted as a trial).
+`Database.best` prefers (never counted as a trial). The task's best is confirmed again beside
+each challenger, and a schedule counts with the median of its confirmations, so a best that
+was confirmed by luck does not stay ahead for the rest of the tune.
 
 The task scheduler, after every task has had one round (heaviest calls x latency first),
 gives the next round to the task with the largest expected end-to-end gain, as Ansor's
@@ -30,6 +32,7 @@ started again with the same database goes on where it stopped, measuring nothing
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,6 +61,8 @@ class TaskState:
     bench: KernelBench | None = None  # or a runner's bench of the same interface
     default_seconds: float | None = None
     best_ratio: float = 1.0  # the best confirmed latency over the default's
+    best_point: dict | None = None  # its decisions (None: the default is best)
+    confirmations: dict = field(default_factory=dict)  # point key -> confirmed ratios
     trials: int = 0
     rounds: int = 0
     gains: list = field(default_factory=list)
@@ -131,8 +136,10 @@ class Tuner:
             ratio = relative.get(id(r)) if r.latency is not None else None
             key = point_key(point)
             if r.confirmed:
-                if ratio is not None and key in state.space.measured:
-                    state.space.measured[key] = ratio
+                if ratio is not None:
+                    state.confirmations.setdefault(key, []).append(ratio)
+                    if key in state.space.measured:
+                        state.space.measured[key] = statistics.median(state.confirmations[key])
                 continue
             state.space.measured[key] = ratio
             state.trials += 1
@@ -140,9 +147,15 @@ class Tuner:
                 state.default_seconds = r.latency
             if ratio is not None:
                 kept.append((ratio, point))
+        self._settle_best(state)
         best = best_record(records)
-        if best is not None:
-            state.best_ratio = min(best[1], 1.0)
+        if not state.confirmations and best is not None and best[1] < 1.0:
+            # killed before its leader was confirmed: the leader is what compile applies
+            try:
+                state.best_point = decisions_of(Trace.from_json(best[0].trace))[0]
+                state.best_ratio = best[1]
+            except ScheduleError:
+                pass
         if kept:
             state.rounds = 1
         if state.default_seconds is None:
@@ -212,14 +225,34 @@ class Tuner:
         self.model.fit()
 
     def _confirm(self, state: TaskState, c) -> None:
-        """Measure `c`, which looked better than the task's best, again and longer; its
-        confirmed ratio is what the search and the scheduler go on."""
-        m, = state.bench.measure([c.func], repeats=CONFIRM_REPEATS)
-        self._record(state, c.trace, m, confirmed=True)
-        if m.ratio is None:
-            return
-        state.space.measured[point_key(c.point)] = m.ratio
-        state.best_ratio = min(state.best_ratio, m.ratio)
+        """Measure `c`, which looked better than the task's best, again and longer, and the
+        task's best beside it, again: each schedule counts with the median of its
+        confirmations (as `best_record` ranks them), so a best that was confirmed by luck
+        loses its place to a challenger that is faster measured the same way."""
+        contenders = [c]
+        if state.best_point is not None and point_key(state.best_point) != point_key(c.point):
+            try:
+                contenders.append(state.space.realize(state.best_point))
+            except TccError:
+                pass
+        measured = state.bench.measure([x.func for x in contenders], repeats=CONFIRM_REPEATS)
+        for x, m in zip(contenders, measured):
+            self._record(state, x.trace, m, confirmed=True)
+            if m.ratio is None:
+                continue
+            key = point_key(x.point)
+            state.confirmations.setdefault(key, []).append(m.ratio)
+            state.space.measured[key] = statistics.median(state.confirmations[key])
+        self._settle_best(state)
+
+    @staticmethod
+    def _settle_best(state: TaskState) -> None:
+        """The task's best: the confirmed schedule of least median ratio, or the default."""
+        state.best_ratio, state.best_point = 1.0, None
+        for key, ratios in state.confirmations.items():
+            ratio = statistics.median(ratios)
+            if ratio < state.best_ratio:
+                state.best_ratio, state.best_point = ratio, dict(key)
 
     # -- scheduling ---------------------------------------------------------------------------
 

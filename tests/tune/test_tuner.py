@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import signal
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ from tcc.frontend.onnx import from_onnx
 from tcc.lower.passes import run_pipeline
 from tcc.lower.schedule.trace import Trace
 from tcc.tune.database import Database
-from tcc.tune.measure import _time_calls
+from tcc.tune.measure import Measurement, _time_calls
 from tcc.tune.search import point_key
 from tcc.tune.shapes import kernel_shapes
 from tcc.tune.space import decisions_of
@@ -128,3 +129,33 @@ def test_crashing_and_hanging_candidates_are_recorded_as_failed_and_the_tune_goe
         assert [r.error for r in failed] == [words]
         trials = _trials(db)
         assert len(trials) == 10 and trials.index(failed[0]) < 9  # and it went on
+
+
+class _ScriptedBench:
+    """A bench whose measurements of each kernel follow a script of ratios."""
+
+    def __init__(self, script: dict):
+        self.script = script  # id(func) -> ratios, taken in order
+
+    def measure(self, funcs, repeats=None):
+        return [Measurement(seconds=(self.script[id(f)].pop(0),), baseline=(1.0,))
+                for f in funcs]
+
+
+def test_a_challenger_is_confirmed_beside_the_best_whose_lucky_confirmation_stops_counting(tmp_path):
+    lowered, target, sizes = _setup(tmp_path)
+    db = Database(tmp_path / "t.db")
+    tuner = Tuner(lowered, target, db, sizes)
+    state = tuner.states[0]
+    default = state.space.realize({}).key
+    drawn = {c.key: c for c in state.space.draws(random.Random(0), 8, 16) if c.key != default}
+    lucky, steady = list(drawn.values())[:2]
+    state.bench = _ScriptedBench({id(lucky.func): [0.5, 1.3], id(steady.func): [0.8]})
+    tuner._confirm(state, lucky)
+    assert (state.best_point, state.best_ratio) == (lucky.point, 0.5)
+    tuner._confirm(state, steady)  # the lucky one is measured again beside it: 1.3
+    assert (state.best_point, state.best_ratio) == (steady.point, 0.8)
+    # the database ranks it the same way (lucky: the median of 0.5 and 1.3), and so does a resume
+    assert db.best(state.task.workload, str(target)).trace == steady.trace.as_json()
+    resumed = Tuner(lowered, target, Database(tmp_path / "t.db"), sizes).states[0]
+    assert (resumed.best_point, resumed.best_ratio) == (steady.point, 0.8)
