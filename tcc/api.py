@@ -3,9 +3,11 @@
 One flat pipeline, each stage named (DESIGN.md §1):
 
     import (ONNX -> IRModule) -> optimize (graph passes, tcc.lower.passes.PIPELINE)
-      -> legalize (op calls -> call_tir + PrimFuncs)
-      -> schedule (default CPU rules, tcc.lower.rules) -> vm (graph functions -> bytecode)
-      -> llvm (PrimFuncs -> object code) -> pack
+      -> legalize (op calls -> call_tir + PrimFuncs) [-> tuning (schedules of a database)]
+      -> vm (graph functions -> bytecode)
+      -> kernels (each PrimFunc scheduled by the default CPU rules, tcc.lower.rules, and
+         compiled to object code, in parallel and through the cache: tcc.emit.cpu_kernels)
+      -> pack
 
 The driver lives beside the rooms, not in one: it is the one place that calls all of them.
 """
@@ -33,6 +35,8 @@ class StageTimes:
     # one-line warnings of the tuning database: lines skipped, records that do not replay
     tuning_warnings: list[str] = field(default_factory=list)
     tuned: int = 0  # kernels scheduled by a tuning record
+    kernels_cached: int = 0  # kernels whose object code came from the compile cache
+    kernels_compiled: int = 0
 
 
 def load_module(source, guarded: list[str] | None = None):
@@ -115,6 +119,8 @@ def compile_to_bytes(
     plan_memory: bool = True,
     sign=None,
     db=None,
+    cache: bool = True,
+    jobs: int | None = None,
 ) -> bytes:
     """Compile `source` (see load_module) into the bytes of a .tvmpack, running the graph
     passes first unless `optimize` is False (`disable_passes` skips some of them), and
@@ -123,8 +129,11 @@ def compile_to_bytes(
     planning"); without it each is allocated on its own. `sign` is the path of an Ed25519
     private key (PEM) that signs the pack (docs/security.md). `db` is a tuning database whose
     best record for each kernel and this target schedules it instead of the default rules
-    (docs/tuning.md)."""
-    from tcc.emit.llvm import compile_prim_funcs
+    (docs/tuning.md). With `cache`, kernels compiled before come from the compile cache
+    (tcc.emit.object_cache; the pack is the same either way); `jobs` processes compile
+    the kernels (default: this process's cores)."""
+    from tcc.emit.cpu_kernels import compile_kernels
+    from tcc.emit.object_cache import ObjectCache
     from tcc.emit.pack import pack_bytes
     from tcc.emit.target import parse_target
     from tcc.emit.vm import compile_module
@@ -154,24 +163,19 @@ def compile_to_bytes(
             "optimize", lambda: run_pipeline(state["mod"], disable_passes, target=parsed_target)
         )
     state["lowered"] = stage("legalize", lambda: lower(state["mod"]))
-    if schedule:
-        from tcc.lower.rules import schedule_module
-
-        state["tuned"] = {}
-        if db is not None:
-            state["tuned"] = stage(
-                "tuning", lambda: _tuned(state["lowered"], str(parsed_target), db, times))
-        state["lowered"] = stage(
-            "schedule", lambda: schedule_module(state["lowered"], parsed_target, state["tuned"])
-        )
+    state["tuned"] = {}
+    if schedule and db is not None:
+        state["tuned"] = stage(
+            "tuning", lambda: _tuned(state["lowered"], str(parsed_target), db, times))
     state["exe"] = stage("vm", lambda: compile_module(state["lowered"], plan=plan_memory))
-    state["kernels"] = stage(
-        "llvm", lambda: compile_prim_funcs(state["lowered"].prim_funcs, parsed_target)
-    )
+    built = stage("kernels", lambda: compile_kernels(
+        state["lowered"].prim_funcs, parsed_target, schedule, state["tuned"], jobs,
+        ObjectCache() if cache else None))
+    times.kernels_cached, times.kernels_compiled = built.cached, built.compiled
     return stage(
         "pack",
         lambda: pack_bytes(
-            state["exe"], state["kernels"], str(parsed_target), state["lowered"].const_values,
+            state["exe"], built.module, str(parsed_target), state["lowered"].const_values,
             sign=signer,
         ),
     )

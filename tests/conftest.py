@@ -1,9 +1,11 @@
 """Run-wide setup: the directory of packs that tests/packs.py shares between the workers,
+a compile cache of the run's own (TCC_CACHE_DIR: tests neither read nor fill the user's),
 and TCC_VERIFY=1, so that every compile in the suite proves each kernel's buffer accesses in
 bounds after every pass (tcc/ir/verify.py; a run started with TCC_VERIFY=0 skips that).
 
-The process that starts the run (the xdist controller, or pytest alone) makes the directory
-before any worker starts, so the workers inherit its path, and removes it when the run ends."""
+The process that starts the run (the xdist controller, or pytest alone) makes the
+directories before any worker starts, so the workers inherit their paths, and removes them
+when the run ends."""
 
 import os
 import shutil
@@ -13,18 +15,19 @@ import pytest
 
 from tests.packs import PACKS_ENV
 
-_OWNED = pytest.StashKey[str]()
+_OWNED = pytest.StashKey[dict]()
+CACHE_ENV = "TCC_CACHE_DIR"
 
 
 def pytest_configure(config):
     os.environ.setdefault("TCC_VERIFY", "1")
-    if PACKS_ENV not in os.environ:
-        path = os.environ[PACKS_ENV] = tempfile.mkdtemp(prefix="tcc-test-packs-")
-        config.stash[_OWNED] = path
+    owned = config.stash[_OWNED] = {}
+    for env, prefix in ((PACKS_ENV, "tcc-test-packs-"), (CACHE_ENV, "tcc-test-cache-")):
+        if env not in os.environ:
+            owned[env] = os.environ[env] = tempfile.mkdtemp(prefix=prefix)
 
 
 def pytest_unconfigure(config):
-    path = config.stash.get(_OWNED, None)
-    if path is not None:
+    for env, path in config.stash.get(_OWNED, {}).items():
         shutil.rmtree(path, ignore_errors=True)
-        os.environ.pop(PACKS_ENV, None)
+        os.environ.pop(env, None)

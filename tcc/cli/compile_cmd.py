@@ -18,16 +18,16 @@ _STAGES = {
     "optimize": "optimizing the graph",
     "legalize": "legalizing ops to loop programs",
     "tuning": "applying the tuning database",
-    "schedule": "scheduling loop programs (default rules)",
     "vm": "compiling graph functions to bytecode",
-    "llvm": "generating CPU code (LLVM)",
+    "kernels": "scheduling kernels and generating CPU code (LLVM)",
     "pack": "writing the pack",
 }
 
 
 def _build(source: Path, target: str, output: Path, verbose: bool, optimize: bool = False,
            disable_passes: tuple[str, ...] = (), plan_memory: bool = True,
-           schedule: bool = True, sign: Path | None = None, db: Path | None = None) -> None:
+           schedule: bool = True, sign: Path | None = None, db: Path | None = None,
+           cache: bool = True) -> None:
     why = not_a_file(source)
     if why:
         raise TccError(f"{source}: {why}")
@@ -44,7 +44,7 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
         data = compile_to_bytes(
             source, target, on_stage=lambda s: progress.update(task, description=_STAGES[s]),
             times=times, optimize=optimize, disable_passes=disable_passes,
-            plan_memory=plan_memory, schedule=schedule, sign=sign, db=db,
+            plan_memory=plan_memory, schedule=schedule, sign=sign, db=db, cache=cache,
         )
     write_atomic(output, data)
     for warning in times.tuning_warnings:
@@ -63,6 +63,12 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
             Console(highlight=False).print(f"  {name:9s} {s * 1000:9.1f} ms")
         if db is not None:
             Console(highlight=False).print(f"  {times.tuned} kernel(s) scheduled by {db}")
+        if cache:
+            from tcc.emit.object_cache import cache_dir
+
+            Console(highlight=False).print(
+                f"  {times.kernels_cached} of {times.kernels_cached + times.kernels_compiled} "
+                f"kernel(s) from the compile cache ({cache_dir()})", soft_wrap=True)
 
 
 _target = click.option(
@@ -80,6 +86,12 @@ _db = click.option(
     help="A tuning database: each kernel it has a record for on this target gets its best "
          "record's schedule instead of the default rules (docs/tuning.md).",
 )
+_no_cache = click.option(
+    "--no-cache", is_flag=True,
+    help="Compile every kernel, without reading or adding to the compile cache "
+         "($TCC_CACHE_DIR, else $XDG_CACHE_HOME/tcc/objects or ~/.cache/tcc/objects). The "
+         "pack is the same either way.",
+)
 _no_schedule = click.option(
     "--no-schedule", is_flag=True,
     help="Compile the loop programs as legalized, without the default schedule rules "
@@ -92,7 +104,8 @@ _no_schedule = click.option(
 @_target
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="The pack to write (default: MODEL with the suffix .tvmpack).")
-@click.option("-v", "--verbose", is_flag=True, help="Print the time of every stage.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Print the time of every stage, and the kernels the compile cache gave.")
 @click.option("--no-optimize", is_flag=True, help="Skip the graph passes of `tcc optimize`.")
 @click.option("--disable-pass", "disable_passes", multiple=True, metavar="NAME",
               help="Skip one graph pass (repeatable); see `tcc optimize --help`.")
@@ -101,16 +114,18 @@ _no_schedule = click.option(
 @_no_schedule
 @_db
 @_sign
+@_no_cache
 def compile_command(model: Path, target: str, output: Path | None, verbose: bool,
                     no_optimize: bool, disable_passes: tuple[str, ...], no_plan_memory: bool,
-                    no_schedule: bool, db: Path | None, sign: Path | None):
+                    no_schedule: bool, db: Path | None, sign: Path | None, no_cache: bool):
     """Compile an ONNX model (or a .tcir file) into a .tvmpack.
 
     Runs the graph passes of `tcc optimize` first (unless --no-optimize), then generates
     code as `tcc emit` does."""
     _build(model, target, output or model.with_suffix(".tvmpack"), verbose,
            optimize=not no_optimize, disable_passes=disable_passes,
-           plan_memory=not no_plan_memory, schedule=not no_schedule, sign=sign, db=db)
+           plan_memory=not no_plan_memory, schedule=not no_schedule, sign=sign, db=db,
+           cache=not no_cache)
 
 
 @click.command("emit")
@@ -118,15 +133,17 @@ def compile_command(model: Path, target: str, output: Path | None, verbose: bool
 @_target
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="The pack to write (default: IR_FILE with the suffix .tvmpack).")
-@click.option("-v", "--verbose", is_flag=True, help="Print the time of every stage.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Print the time of every stage, and the kernels the compile cache gave.")
 @_no_schedule
 @_db
 @_sign
+@_no_cache
 def emit_command(ir_file: Path, target: str, output: Path | None, verbose: bool,
-                 no_schedule: bool, db: Path | None, sign: Path | None):
+                 no_schedule: bool, db: Path | None, sign: Path | None, no_cache: bool):
     """Generate code for a .tcir file and write a .tvmpack (the module as it is: run
     `tcc optimize` first for the graph passes)."""
     if ir_file.suffix != ".tcir":
         raise TccError(f"{ir_file}: `tcc emit` reads a .tcir file; use `tcc compile` for ONNX models")
     _build(ir_file, target, output or ir_file.with_suffix(".tvmpack"), verbose,
-           schedule=not no_schedule, sign=sign, db=db)
+           schedule=not no_schedule, sign=sign, db=db, cache=not no_cache)

@@ -29,13 +29,13 @@ so the same input gives the same bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from tcc.emit.llvm_abi import RESERVED, Runtime, build_entry, fmt_text, size_vars
+from tcc.emit.llvm_abi import RESERVED, SHARED_STATE, Runtime, build_entry, fmt_text, size_vars
 from tcc.emit.llvm_expr import (
     _LIBM,
     _LLVM_MATH,
@@ -54,13 +54,14 @@ from tcc.emit.llvm_vector import (
     lane_guarded,
     plan_vector,
 )
-from tcc.emit.support import CodegenError, link_shared
+from tcc.emit.support import CodegenError, combine_objects, link_shared
 from tcc.emit.target import Target, parse_target
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.errors import InternalError
 
-__all__ = ["CodegenError", "CpuModule", "compile_prim_funcs"]
+__all__ = ["CodegenError", "CpuModule", "ObjectFile", "compile_object", "compile_prim_funcs",
+           "link_objects"]
 
 STACK_LIMIT_BYTES = 16 * 1024  # larger local buffers go to the heap, away from thread stacks
 UNROLL_COPY_LIMIT = 16  # unrolled loops up to this many iterations are copied out
@@ -512,13 +513,15 @@ def _check_name(name: str) -> None:
         )
 
 
-def build_module(funcs: Mapping[str, T.PrimFunc], target: Target) -> tuple[ir.Module, Runtime]:
-    """The unoptimized LLVM module holding every kernel (sorted by name) and the runtime glue."""
+def build_module(funcs: Mapping[str, T.PrimFunc], target: Target,
+                 part: str = "whole") -> tuple[ir.Module, Runtime]:
+    """The unoptimized LLVM module holding every kernel (sorted by name) and the runtime glue
+    (`part`: what of the glue, `Runtime`)."""
     tm = target.target_machine()
     module = ir.Module(name="tcc_kernels")
     module.triple = target.triple
     module.data_layout = str(tm.target_data)
-    rt = Runtime(module)
+    rt = Runtime(module, part)
     for name in sorted(funcs):
         _check_name(name)
         try:
@@ -530,10 +533,21 @@ def build_module(funcs: Mapping[str, T.PrimFunc], target: Target) -> tuple[ir.Mo
     return module, rt
 
 
-def compile_prim_funcs(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llvm") -> CpuModule:
-    """Compile PrimFuncs (by exported symbol) for a CPU target; see the module docstring."""
+@dataclass(frozen=True)
+class ObjectFile:
+    """One compiled LLVM module: its ELF object, whether it calls libgomp, its optimized IR."""
+
+    object_code: bytes
+    uses_openmp: bool
+    llvm_ir: str = ""
+
+
+def compile_object(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llvm",
+                   part: str = "whole") -> ObjectFile:
+    """One object holding `funcs` (and the runtime glue `part` names, `Runtime`), optimized
+    at O3."""
     target = parse_target(target)
-    module, rt = build_module(funcs, target)
+    module, rt = build_module(funcs, target, part)
     tm = target.target_machine()
     try:
         parsed = llvm.parse_assembly(str(module))
@@ -542,6 +556,9 @@ def compile_prim_funcs(funcs: Mapping[str, T.PrimFunc], target: str | Target = "
         raise InternalError(
             f"LLVM rejected the IR tcc generated (a tcc bug, please report): {e}"
         ) from None
+    if part != "whole":
+        for name in SHARED_STATE:
+            parsed.get_global_variable(name).visibility = "hidden"
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = pto.loop_unrolling = True
     # tcc vectorizes explicitly (`vectorized` loops); the SLP vectorizer would pack the
@@ -550,7 +567,26 @@ def compile_prim_funcs(funcs: Mapping[str, T.PrimFunc], target: str | Target = "
     pto.slp_vectorization = False
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(parsed, pb)
-    object_code = tm.emit_object(parsed)
-    libraries = ["m"] + (["gomp"] if rt.uses_openmp else [])
-    shared = link_shared(object_code, libraries) if target.is_host else None
-    return CpuModule(str(target), tuple(sorted(funcs)), object_code, shared, str(parsed))
+    return ObjectFile(tm.emit_object(parsed), rt.uses_openmp, str(parsed))
+
+
+def link_objects(objects: Sequence[ObjectFile], symbols, target: str | Target) -> CpuModule:
+    """Kernels compiled apart (`compile_object` with part "state" once and "kernels" for the
+    rest) as one CpuModule: one relocatable object of them all and, for the host, one shared
+    object. Needs the C compiler's linker (`support.c_compiler`)."""
+    target = parse_target(target)
+    codes = [o.object_code for o in objects]
+    libraries = ["m"] + (["gomp"] if any(o.uses_openmp for o in objects) else [])
+    shared = link_shared(codes, libraries) if target.is_host else None
+    return CpuModule(str(target), tuple(sorted(symbols)), combine_objects(codes), shared,
+                     "\n".join(o.llvm_ir for o in objects if o.llvm_ir))
+
+
+def compile_prim_funcs(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llvm") -> CpuModule:
+    """Compile PrimFuncs (by exported symbol) for a CPU target, as one LLVM module; see the
+    module docstring (`tcc.emit.cpu_kernels` compiles a model's kernels apart, in parallel)."""
+    target = parse_target(target)
+    obj = compile_object(funcs, target)
+    libraries = ["m"] + (["gomp"] if obj.uses_openmp else [])
+    shared = link_shared([obj.object_code], libraries) if target.is_host else None
+    return CpuModule(str(target), tuple(sorted(funcs)), obj.object_code, shared, obj.llvm_ir)

@@ -51,28 +51,41 @@ def fmt_text(text: str) -> str:
     return text.replace("%", "%%")
 
 
-class Runtime:
-    """What all kernels of one module share: the error buffer, the thread count, libc/libgomp."""
+SHARED_STATE = ("tcc_error_buffer", "tcc_num_threads")  # hidden symbols when split (`part`)
 
-    def __init__(self, module: ir.Module):
+
+class Runtime:
+    """What all kernels of a shared object share: the error buffer, the thread count,
+    libc/libgomp, and the exports `tcc_last_error` and `tcc_set_num_threads`.
+
+    `part` says which of the module's pieces this module holds: "whole" (the state and the
+    exports, internal to the module, and kernels), "state" (the state and the exports,
+    without kernels) or "kernels" (kernels referring to the state of a "state" module
+    linked beside them). Split, the state's symbols are external, and the compiler gives
+    them hidden visibility (SHARED_STATE), so they link across the objects of one shared
+    object and never across two loaded packs."""
+
+    def __init__(self, module: ir.Module, part: str = "whole"):
         self.module = module
         self._strings: dict[str, ir.GlobalVariable] = {}
         buf_t = ir.ArrayType(I8, ERROR_BUFFER_BYTES)
         self.error_buffer = ir.GlobalVariable(module, buf_t, "tcc_error_buffer")
-        self.error_buffer.linkage = "internal"
         # One message per thread, so concurrent callers never read each other's errors.
         self.error_buffer.storage_class = "thread_local"
-        self.error_buffer.initializer = ir.Constant(buf_t, None)
         self.num_threads = ir.GlobalVariable(module, I32, "tcc_num_threads")
-        self.num_threads.linkage = "internal"
-        self.num_threads.initializer = I32(0)  # 0: the OpenMP default (OMP_NUM_THREADS or cores)
+        if part != "kernels":
+            self.error_buffer.initializer = ir.Constant(buf_t, None)
+            self.num_threads.initializer = I32(0)  # 0: OpenMP's default (OMP_NUM_THREADS or cores)
+        if part == "whole":
+            self.error_buffer.linkage = self.num_threads.linkage = "internal"
         self.snprintf = ir.Function(
             module, ir.FunctionType(I32, [PTR, I64, PTR], var_arg=True), "snprintf"
         )
         self.malloc = ir.Function(module, ir.FunctionType(PTR, [I64]), "malloc")
         self.free = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), "free")
         self.uses_openmp = False
-        self._define_exports()
+        if part != "kernels":
+            self._define_exports()
 
     def _define_exports(self) -> None:
         fn = ir.Function(self.module, ir.FunctionType(PTR, []), "tcc_last_error")

@@ -14,10 +14,10 @@ import os
 import re
 import struct
 
-import ml_dtypes
 import numpy as np
 
 from tcc.infile import not_a_file
+from tcc.ir.dtype import to_numpy
 from tcc.ir.errors import IRFileError
 from tcc.outfile import open_output
 
@@ -49,7 +49,7 @@ def _align(n: int) -> int:
 
 def _le_dtype(name: str) -> np.dtype:
     if name in _LOW_PRECISION:  # one byte each: no byte order
-        return np.dtype(getattr(ml_dtypes, name))
+        return to_numpy(name)
     return np.dtype(name).newbyteorder("<")
 
 

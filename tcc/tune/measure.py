@@ -33,12 +33,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tcc.forked import forked_map
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.dtype import to_numpy
 from tcc.ir.errors import TccError
 from tcc.tune.database import paired_ratio
-from tcc.tune.forked import forked_map
 
 SYMBOL = "candidate"
 MIN_REPEAT_S = 1e-3  # each timed repeat runs the kernel at least this long

@@ -17,13 +17,13 @@ import random
 from dataclasses import dataclass
 from functools import cached_property
 
+from tcc.forked import forked_map
 from tcc.ir.structural import structural_hash
 from tcc.ir.tir import PrimFunc
 from tcc.lower.rules import finish_schedule, schedule_kernel
 from tcc.lower.schedule import Schedule
 from tcc.lower.schedule.sampling import Decisions
 from tcc.lower.schedule.trace import Trace
-from tcc.tune.forked import forked_map
 
 Point = dict[str, int]
 

@@ -131,7 +131,7 @@ def test_foreign_or_broken_shared_objects():
 
     mod = llvm.parse_assembly("define i32 @f() {\n  ret i32 0\n}\n")
     mod.triple = host_target().triple
-    foreign = link_shared(host_target().target_machine().emit_object(mod), [])
+    foreign = link_shared([host_target().target_machine().emit_object(mod)], [])
     with pytest.raises(KernelError, match="was not built by tcc's CPU backend"):
         load_cpu_library(foreign)
 

@@ -1,8 +1,8 @@
 """Mapping a function over items in forked processes that inherit the items.
 
-The tuner's batches (kernels to build, points to realize) are large Python objects; a forked
-child inherits them from a module-level slot, so only an index goes in and only the result
-comes back. Fork is safe here because the children run no OpenMP code (the parent may have:
+The tuner's batches (kernels to build, points to realize) and a model's kernels to compile
+(tcc.emit.cpu_kernels) are large Python objects; a forked child inherits them from a
+module-level slot, so only an index goes in and only the result comes back. Fork is safe here because the children run no OpenMP code (the parent may have:
 it ran the model once), only Python and LLVM.
 """
 
@@ -22,9 +22,11 @@ def forked_map(function: Callable, items: Sequence, jobs: int, serial_below: int
                chunksize: int = 1) -> list:
     """[function(item) for item in items], by `jobs` forked processes unless there are
     fewer than `serial_below` items (or one job), when this process does them."""
-    if jobs <= 1 or len(items) < serial_below:
-        return [function(item) for item in items]
     import multiprocessing
+
+    if jobs <= 1 or len(items) < serial_below or multiprocessing.current_process().daemon:
+        # a pool's worker is daemonic and may start no processes of its own
+        return [function(item) for item in items]
 
     _BATCH[:] = [function, items]
     try:

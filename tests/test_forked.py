@@ -1,0 +1,25 @@
+"""forked_map: the same results in order, by forked processes or, where it may not start any
+(inside a pool's daemonic worker), by the calling process."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+from tcc.forked import forked_map
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def _map_in_worker(n: int) -> list:
+    return forked_map(_square, list(range(n)), jobs=2)
+
+
+def test_results_come_back_in_order():
+    assert forked_map(_square, list(range(10)), jobs=2) == [x * x for x in range(10)]
+
+
+def test_inside_a_pool_worker_the_map_runs_in_that_worker():
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_map_in_worker, (6,)) == [x * x for x in range(6)]
