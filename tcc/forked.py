@@ -2,8 +2,9 @@
 
 The tuner's batches (kernels to build, points to realize) and a model's kernels to compile
 (tcc.emit.cpu_kernels) are large Python objects; a forked child inherits them from a
-module-level slot, so only an index goes in and only the result comes back. Fork is safe here because the children run no OpenMP code (the parent may have:
-it ran the model once), only Python and LLVM.
+module-level slot, so only an index goes in and only the result comes back. Fork is safe
+here because the children run no OpenMP code (the parent may have: it ran the model once),
+only Python and LLVM.
 """
 
 from __future__ import annotations

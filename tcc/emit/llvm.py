@@ -65,6 +65,9 @@ __all__ = ["CodegenError", "CpuModule", "ObjectFile", "compile_object", "compile
 
 STACK_LIMIT_BYTES = 16 * 1024  # larger local buffers go to the heap, away from thread stacks
 UNROLL_COPY_LIMIT = 16  # unrolled loops up to this many iterations are copied out
+# LLVM's optimization and code generation level: O2 compiled ResNet-50 16% faster but ran
+# BERT 8% slower (docs/compile.md §6; benchmarks/compile_time.py --opt-levels 3,2)
+OPT_LEVEL = 3
 _C_MATH_NAMES = frozenset(n for base in (*_LIBM, *(v.split(".")[1] for v in _LLVM_MATH.values()))
                           for n in (base, base + "f"))  # fmt: skip
 
@@ -545,10 +548,10 @@ class ObjectFile:
 def compile_object(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llvm",
                    part: str = "whole") -> ObjectFile:
     """One object holding `funcs` (and the runtime glue `part` names, `Runtime`), optimized
-    at O3."""
+    at `OPT_LEVEL`."""
     target = parse_target(target)
     module, rt = build_module(funcs, target, part)
-    tm = target.target_machine()
+    tm = target.target_machine(OPT_LEVEL)
     try:
         parsed = llvm.parse_assembly(str(module))
         parsed.verify()
@@ -559,7 +562,7 @@ def compile_object(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llvm
     if part != "whole":
         for name in SHARED_STATE:
             parsed.get_global_variable(name).visibility = "hidden"
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
     pto.loop_vectorization = pto.loop_unrolling = True
     # tcc vectorizes explicitly (`vectorized` loops); the SLP vectorizer would pack the
     # scalar chains of unrolled rows into gathers instead: a 512 x 256 layer norm with its

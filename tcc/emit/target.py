@@ -84,8 +84,9 @@ class Target:
         text += f" -mattr={self.features}" if self.features else ""
         return text + ("" if self.fp_contract else " -fp-contract=off")
 
-    def target_machine(self) -> llvm.TargetMachine:
-        """An LLVM target machine emitting position-independent code (for shared objects)."""
+    def target_machine(self, opt: int = 3) -> llvm.TargetMachine:
+        """An LLVM target machine emitting position-independent code (for shared objects),
+        with code generation at optimization level `opt`."""
         _initialize()
         try:
             tgt = llvm.Target.from_triple(self.triple)
@@ -95,7 +96,7 @@ class Target:
                 "use a triple such as x86_64-linux-gnu or aarch64-linux-gnu"
             ) from None
         return tgt.create_target_machine(
-            cpu=self.cpu, features=self.features, opt=3, reloc="pic", codemodel="default"
+            cpu=self.cpu, features=self.features, opt=opt, reloc="pic", codemodel="default"
         )
 
 
