@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.models import LIGHT, c_runtime, feeds_for, models  # noqa: E402
+from benchmarks.models import LIGHT, c_runtime, models  # noqa: E402
 
 STAGES = ("import", "optimize", "legalize", "vm", "kernels", "pack")
 
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     print(f"cores: {len(os.sched_getaffinity(0))}, CPU: {_cpu_name()}")
     print(f"{'model':12s} {'O':>2s} {'':5s} " + " ".join(f"{s:>8s}" for s in STAGES)
           + f" {'wall s':>7s} {'cached':>7s}")
-    for name, model, dims in models():
+    for name, model, make_feeds in models():
         if name not in wanted:
             continue
         packs = {}
@@ -79,12 +79,12 @@ def main(argv=None) -> int:
                       f"{t.kernels_cached:3d}/{t.kernels_cached + t.kernels_compiled:<3d}", flush=True)
             packs[level] = cold
         if rt is not None:
-            _race(rt, name, model, dims, packs, levels, args)
+            _race(rt, name, model, make_feeds, packs, levels, args)
     return 0
 
 
-def _race(rt, name, model, dims, packs, levels, args) -> None:
-    feeds = feeds_for(model, dims, np.random.default_rng(0))
+def _race(rt, name, model, make_feeds, packs, levels, args) -> None:
+    feeds = make_feeds(model, np.random.default_rng(0))
     arrays = [feeds[vi.name] for vi in model.graph.input if vi.name in feeds]
     modules = {}
     with tempfile.TemporaryDirectory() as d:

@@ -1,7 +1,7 @@
 """tcc vs onnxruntime on the test model set: latency (median and spread), ratio, compile time.
 
     .venv/bin/python benchmarks/models.py [--runs 20] [--threads 2] [--models resnet50,bert]
-                                          [--optimize-off]
+                                          [--optimize-off] [--corpus]
 
 Both run in this process, on the same seeded inputs and thread count. tcc's pack runs in
 both of its runtimes: the Python loader (tcc.rt) and the C runtime (libtccrt.so, built with
@@ -12,6 +12,10 @@ compile yet is listed with the reason. The first outputs are compared (rtol 1e-3
 atol 1e-4) so a fast wrong answer never counts. Each row also gives the kernel calls of one
 inference (counted by the VM's profiler). `--optimize-off` adds the same model compiled
 without the graph passes (`tcc compile --no-optimize`): its latency and kernel calls.
+`--corpus` adds the real exports of `make corpus` (tools/export_corpus.py; those found in
+$TCC_CORPUS_DIR or ~/.cache/tcc/corpus) at batch 1, sequence 128, 16000 audio frames.
+Each row names the model's slowest kernel and its share of a run (the Python runtime's
+profiler), and the last line gives the geomean of the tcc/ort ratios.
 """
 
 from __future__ import annotations
@@ -33,12 +37,35 @@ LIGHT = ["squeezenet", "resnet50", "shufflenet", "inception_v1", "inception_v2",
          "bvlc_alexnet", "zfnet512", "vgg19"]
 
 
-def models():
+CORPUS_SIZES = {"batch": 1, "seq": 128, "frames": 16000}
+
+
+def models(corpus: bool = False):
+    """(name, model, feeds) for each model; feeds(model, rng) gives its inputs."""
     text = dict(layers=4, hidden=256, heads=4, max_positions=128)
-    yield "bert", builders.bert_encoder(ffn=1024, **text), {"batch": 1, "seq": 128}
-    yield "gpt2", builders.gpt2_decoder(**text), {"batch": 1, "seq": 128}
+    tokens = lambda model, rng: feeds_for(model, {"batch": 1, "seq": 128}, rng)  # noqa: E731
+    yield "bert", builders.bert_encoder(ffn=1024, **text), tokens
+    yield "gpt2", builders.gpt2_decoder(**text), tokens
     for name in LIGHT:
-        yield name, builders.light_model(name), {}
+        yield name, builders.light_model(name), lambda model, rng: feeds_for(model, {}, rng)
+    if corpus:
+        yield from corpus_models()
+
+
+def corpus_models():
+    import json
+
+    import onnx
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    from export_corpus import MODELS, QUANTIZED, default_dir, example_inputs
+
+    for name in [*MODELS, *QUANTIZED]:
+        path = default_dir() / f"{name}.onnx"
+        if path.exists():
+            spec = json.loads(path.with_suffix(".json").read_text())["inputs"]
+            yield name, onnx.load(str(path)), (
+                lambda model, rng, spec=spec: example_inputs(spec, CORPUS_SIZES, seed=0))
 
 
 def feeds_for(model, dims: dict, rng) -> dict:
@@ -103,8 +130,17 @@ def c_module(rt, model, threads: int):
 
 def kernel_calls(fn, feeds) -> int:
     """Kernel calls one inference makes (loops counted per iteration)."""
-    rows = fn.module.profile("main", feeds, runs=1, warmup=0)
-    return round(sum(r.calls for r in rows if r.kind == "kernel"))
+    return kernel_profile(fn, feeds)[0]
+
+
+def kernel_profile(fn, feeds) -> tuple[int, str]:
+    """Kernel calls one inference makes (loops counted per iteration), and the kernel with
+    the largest share of a run, with that share."""
+    rows = fn.module.profile("main", feeds, runs=3, warmup=1)
+    kernels = [r for r in rows if r.kind == "kernel"]
+    top = max(kernels, key=lambda r: r.share, default=None)
+    slowest = f"{top.name} {top.share:.0%}" if top else "-"
+    return round(sum(r.calls for r in kernels)), slowest
 
 
 def main(argv=None) -> int:
@@ -114,6 +150,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="", help="comma-separated subset")
     p.add_argument("--optimize-off", action="store_true",
                    help="also time the model compiled without the graph passes")
+    p.add_argument("--corpus", action="store_true", help="add the real exports of `make corpus`")
     args = p.parse_args(argv)
     import onnxruntime as ort
 
@@ -123,11 +160,12 @@ def main(argv=None) -> int:
     off_head = f" {'no-opt ms (min-max)':>22s} {'kernels':>8s}" if args.optimize_off else ""
     rt = c_runtime()
     print(f"{'model':14s} {'compile s':>9s} {'tcc C ms (min-max)':>22s} {'ort ms (min-max)':>22s} "
-          f"{'tcc/ort':>8s} {'tcc py ms (min-max)':>22s} {'kernels':>8s}{off_head}")
-    for name, model, dims in models():
+          f"{'tcc/ort':>8s} {'tcc py ms (min-max)':>22s} {'kernels':>8s}{off_head}  slowest kernel")
+    ratios = []
+    for name, model, make_feeds in models(args.corpus):
         if wanted and name not in wanted:
             continue
-        feeds = feeds_for(model, dims, np.random.default_rng(0))
+        feeds = make_feeds(model, np.random.default_rng(0))
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = args.threads
         opts.inter_op_num_threads = 1
@@ -164,10 +202,15 @@ def main(argv=None) -> int:
             off = (f" {statistics.median(t_off):9.2f} ({min(t_off):.1f}-{max(t_off):.1f})"
                    f" {kernel_calls(plain, feeds):8d}")
         c_col = f"{mt:9.2f} ({min(t_tcc):.1f}-{max(t_tcc):.1f})" if rt else f"{'-':>22s}"
+        ratios.append(mt / mo)
+        calls, slowest = kernel_profile(fn, feeds)
         print(f"{name:14s} {compile_s:9.2f} {c_col} "
               f"{mo:9.2f} ({min(t_ort):.1f}-{max(t_ort):.1f}) {mt / mo:8.2f} "
               f"{statistics.median(t_py):9.2f} ({min(t_py):.1f}-{max(t_py):.1f}) "
-              f"{kernel_calls(fn, feeds):8d}{off}", flush=True)
+              f"{calls:8d}{off}  {slowest}", flush=True)
+    if ratios:
+        geomean = float(np.exp(np.mean(np.log(ratios))))
+        print(f"geomean tcc/ort over {len(ratios)} models: {geomean:.2f} (worst {max(ratios):.2f})")
     return 0
 
 

@@ -13,8 +13,10 @@ stores is loaded only at the offsets it is stored to (so no lane reads what anot
 A select that loads in a branch (padding) and whose condition differs between lanes runs
 both branches with their loads masked to the lanes that choose them, so every load under
 it must be contiguous: a masked vector load never touches a masked-off lane, where the
-index may be out of bounds, but a lane-by-lane gather or a uniform load would. Anything
-else is left to LLVM's loop vectorizer.
+index may be out of bounds, but a lane-by-lane gather or a uniform load would. A load of
+one element known to be in bounds (`BufferLoad.at_fixed_element`: a scalar operand, as in
+`select(isnan(x), c, x)`) needs no mask and may be uniform. Anything else is left to LLVM's
+loop vectorizer.
 """
 
 from __future__ import annotations
@@ -219,7 +221,7 @@ def plan_vector(loop: T.For) -> VectorPlan | None:
         if isinstance(e, E.BufferLoad):
             flat = flat_index(e.buffer, e.indices, rename)
             loads.append((e.buffer, flat))
-            if masked and access_kind(flat, u) != "contiguous":
+            if masked and access_kind(flat, u) != "contiguous" and not e.at_fixed_element():
                 unmaskable.append(e)
         if isinstance(e, E.Select) and E.uses(e.cond, loop.var):
             collect_loads(e.cond, masked)

@@ -183,6 +183,16 @@ class BufferLoad(PrimExpr):
     def dtype(self) -> str:  # type: ignore[override]
         return self.buffer.dtype
 
+    def at_fixed_element(self) -> bool:
+        """Whether the load reads one element known to be in bounds (a 0-d buffer, constant
+        indices inside constant dimensions): it may run where a guard would not let an
+        indexed load, as under a select's other branch."""
+        for index, dim in zip(self.indices, self.buffer.shape):
+            dim = dim.value if isinstance(dim, IntImm) else dim
+            if not (isinstance(index, IntImm) and isinstance(dim, int) and 0 <= index.value < dim):
+                return False
+        return True
+
 
 # ---------------------------------------------------------------------------------------------
 # construction helpers

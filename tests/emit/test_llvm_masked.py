@@ -132,7 +132,13 @@ def concat(A: Buffer((5,), "{dt}"), B: Buffer((11,), "{dt}"), C: Buffer((16,), "
 
 
 @prim_func
-def uniform(A: Buffer((16,), "{dt}"), S: Buffer((1,), "{dt}"), C: Buffer((16,), "{dt}")):
+def uniform(A: Buffer((16,), "{dt}"), S: Buffer((n,), "{dt}"), C: Buffer((16,), "{dt}")):
+    for i in vectorized(0, 16):
+        C[i] = select(i >= 8, A[i] + S[n - 1], A[i])
+
+
+@prim_func
+def scalar(A: Buffer((16,), "{dt}"), S: Buffer((1,), "{dt}"), C: Buffer((16,), "{dt}")):
     for i in vectorized(0, 16):
         C[i] = select(i >= 8, A[i] + S[0], A[i])
 """
@@ -154,7 +160,15 @@ def test_both_branches_and_nested_selects_load_only_their_lanes(dtype):
 
 
 def test_a_uniform_load_under_a_lane_mask_keeps_the_scalar_loop():
-    """`S[0]` is one address for all lanes: no masked vector load covers it, so the loop
-    stays scalar rather than loading it for lanes that do not choose it."""
+    """`S[n - 1]` is one address for all lanes, in bounds only when n > 0: no masked vector
+    load covers it, so the loop stays scalar rather than loading it for lanes that do not
+    choose it."""
     body = compute_ir(parse_module(CONCAT.format(dt="float32")).prim_funcs, "uniform")
     assert MASKED_LOAD not in body and VECTOR_STORE not in body
+
+
+def test_a_scalar_operand_under_a_lane_mask_is_loaded_for_all_lanes():
+    """`S[0]` of a one-element buffer is in bounds whichever lanes choose it, so it is
+    loaded plainly and the loop runs as vector code, A masked as before."""
+    body = compute_ir(parse_module(CONCAT.format(dt="float32")).prim_funcs, "scalar")
+    assert MASKED_LOAD in body and VECTOR_STORE in body

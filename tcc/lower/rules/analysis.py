@@ -118,11 +118,11 @@ def guarded_load_along(stage: Stage, var: E.Var) -> bool:
     """True when a select whose condition changes with `var` loads in a branch (padding) at
     other than unit stride along `var`: only the chosen branch may load, and the backend
     masks a contiguous load per lane (llvm.masked.load) but runs any other guarded load as a
-    scalar loop."""
+    scalar loop, unless it reads one element known to be in bounds."""
     for x in subexprs(stage.store.value):
         if isinstance(x, E.Select) and E.uses(x.cond, var):
             guarded = [*_loads(x.true_value), *_loads(x.false_value)]
-            if any(stride(ld, var) != 1 for ld in guarded):
+            if any(stride(ld, var) != 1 and not ld.at_fixed_element() for ld in guarded):
                 return True
     return False
 

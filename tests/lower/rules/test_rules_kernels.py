@@ -217,3 +217,28 @@ def test_a_row_groups_statistics_stay_in_registers():
     start = llvm_ir.index("@ln.parallel0(")
     worker = llvm_ir[start : llvm_ir.index("\n}", start)]
     assert worker.count("= alloca") <= 2 and "gather" not in worker
+
+
+def test_a_symbolic_select_of_a_scalar_runs_in_vector_rows_inside_the_threads():
+    """where(cond, scalar, y) over symbolic (n, s), as exporters mask attention scores: the
+    scalar branch reads one in-bounds element, so the select still runs as vector lanes
+    (a masked load for y, the scalar loaded plainly), and each thread's iteration is a row of
+    vector steps, its indices taken apart by the symbolic divisions once a row. The result
+    is bit-identical to the unscheduled kernel's."""
+    from tcc.emit.llvm_vector import plan_vector
+
+    n, s = E.Var("n"), E.Var("s")
+    func = op_prim_func("where", [TensorType((n, s), "bool"), TensorType((), "float32"),
+                                  TensorType((n, s), "float32")], {})
+    out = schedule_prim_func(func, AVX512)
+    (threads,) = [loc.stmt for loc in walk(out.body) if isinstance(loc.stmt, T.For)
+                  and loc.stmt.kind is T.ForKind.PARALLEL]
+    inner = [loc.stmt for loc in walk(threads.body) if isinstance(loc.stmt, T.For)]
+    assert inner and inner[0].kind is T.ForKind.SERIAL  # the row, inside the threads' loop
+    lanes = [loc.stmt for loc in walk(out.body) if isinstance(loc.stmt, T.For)
+             and loc.stmt.kind is T.ForKind.VECTORIZED]
+    assert plan_vector(lanes[0]) is not None  # the whole tiles' (the last one's is guarded)
+    sizes = [{"n": 1, "s": 1}, {"n": 7, "s": 37}, {"n": 130, "s": 16}]
+    got = _run_symbolic({"plain": func, "rules": out}, sizes, np.random.default_rng(0))
+    for plain, rules in zip(got["plain"], got["rules"]):
+        np.testing.assert_array_equal(rules, plain)
