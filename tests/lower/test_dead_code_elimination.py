@@ -128,6 +128,17 @@ def _inputs(mod, rng):
     return out
 
 
+def _cubes(mod) -> bool:
+    """Whether a graph function raises something to a constant power of 3."""
+    for f in mod.graph_functions.values():
+        for b in f.bindings:
+            if getattr(b.value, "op", None) == "pow":
+                exponent = mod.const_values.get(getattr(b.value.args[1], "name", None))
+                if exponent is not None and np.all(exponent == 3):
+                    return True
+    return False
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_pipeline_keeps_model_outputs_exactly(name):
     mod = from_onnx(MODELS[name]())
@@ -137,11 +148,16 @@ def test_pipeline_keeps_model_outputs_exactly(name):
     # bits (tests/lower/test_fold_batch_norm.py checks it within tolerance); a pre-transposed
     # gemm weight changes the memory order numpy's BLAS sums in (compiled kernels sum in the
     # same order either way); fused groups are call_tir, which the interpreter cannot run
-    # (tests/lower/test_fuse_ops.py compiles them). Every other pass keeps results bit for bit.
+    # (tests/lower/test_fuse_ops.py compiles them). simplify-algebra rounds a float cube
+    # twice, as onnxruntime does (GELU's tanh form in the GPT-2 decoder), where numpy's power
+    # rounds once. Every other pass keeps results bit for bit.
     optimized = run_pipeline(mod, disable=["fold-batch-norm", "pretranspose-weights", "fuse-ops"])
     got = run(optimized, inputs)
     assert len(got) == len(want)
     for g, w in zip(got, want):
-        np.testing.assert_array_equal(g, w)
+        if _cubes(mod):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+        else:
+            np.testing.assert_array_equal(g, w)
     assert sum(len(f.bindings) for f in optimized.graph_functions.values()) <= sum(
         len(f.bindings) for f in mod.graph_functions.values())

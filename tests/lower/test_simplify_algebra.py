@@ -126,6 +126,53 @@ def main(x: Tensor((n, 4), "float32"), k: Tensor((4,), "int32")) -> Tuple(Tensor
     np.testing.assert_array_equal(np.power(x, F32(2)), x * x)  # the same rounding
 
 
+def test_float_cubes_become_two_products_as_onnxruntime_rounds_them():
+    # pow(x, 3) of floats is (x * x) * x, the square bound first; integers and other
+    # exponents stay
+    verify(
+        '''
+constants = {"three": Tensor((), "float32"), "i3": Tensor((), "int32"), "mixed": Tensor((4,), "float32")}
+
+@function(inputs=["x", "k"], outputs=["a", "c", "d"])
+def main(x: Tensor((n, 4), "float32"), k: Tensor((4,), "int32")) -> Tuple(Tensor((n, 4), "float32"), Tensor((4,), "int32"), Tensor((n, 4), "float32")):
+    a: Tensor((n, 4), "float32") = op.pow(x, const("three"))
+    c: Tensor((4,), "int32") = op.pow(k, const("i3"))
+    d: Tensor((n, 4), "float32") = op.pow(x, const("mixed"))
+    return a, c, d
+''',
+        '''
+constants = {"three": Tensor((), "float32"), "i3": Tensor((), "int32"), "mixed": Tensor((4,), "float32")}
+
+@function(inputs=["x", "k"], outputs=["a", "c", "d"])
+def main(x: Tensor((n, 4), "float32"), k: Tensor((4,), "int32")) -> Tuple(Tensor((n, 4), "float32"), Tensor((4,), "int32"), Tensor((n, 4), "float32")):
+    a_mul: Tensor((n, 4), "float32") = op.mul(x, x)
+    a: Tensor((n, 4), "float32") = op.mul(a_mul, x)
+    c: Tensor((4,), "int32") = op.pow(k, const("i3"))
+    d: Tensor((n, 4), "float32") = op.pow(x, const("mixed"))
+    return a, c, d
+''',
+        {"three": np.array(3, F32), "i3": np.array(3, I32), "mixed": np.array([3, 3, 2, 3], F32)},
+    )
+
+
+def test_a_compiled_cube_is_what_onnxruntime_computes():
+    """GELU's tanh form cubes its input: the compiled model gives onnxruntime's Pow bit for
+    bit (onnxruntime computes (x * x) * x), and stays within 2 ulp of numpy's power."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+    three = numpy_helper.from_array(np.array(3, F32), "three")
+    graph = helper.make_graph([helper.make_node("Pow", ["x", "three"], ["y"])], "cube", [x],
+                              [y], [three])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    data = np.random.default_rng(0).standard_normal(100_000).astype(F32) * 30
+    (want,) = onnxruntime_outputs(model, {"x": data})
+    fn = tcc.api.compile_onnx(model)
+    got = fn({"x": data})
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_max_ulp(got, np.power(data, F32(3)), maxulp=2)
+
+
 def test_casts_to_the_own_dtype_and_identities_are_removed():
     verify(
         '''

@@ -4,22 +4,25 @@ May change: in each graph function, a call that returns one of its operands unch
 removed and its uses read that operand (`x * 1`, `1 * x`, `x + 0`, `0 + x`, `x - 0`,
 `x / 1`, `pow(x, 1)` with the neutral value held in a module constant of any shape that
 does not enlarge x; a float `pow(x, 2)` becomes `x * x` (the same correctly rounded
-square, and a product vectorizes where pow is a library call); `cast` to x's own dtype; `identity`; a reshape, squeeze or expand_dims
-chain, or a transpose, that gives x's own shape and element order back); any other
-reshape/squeeze/expand_dims of such a chain becomes one reshape of the chain's source, and
-a transpose of a transpose becomes one transpose with the composed permutation. Every
-rewrite keeps the binding's result type (dtype and shape, provably equal dimensions), and
-one forward sweep reaches the fixed point, since each rule only looks at values defined
-earlier, already simplified.
+square, and a product vectorizes where pow is a library call), and `pow(x, 3)` becomes
+`(x * x) * x` (see below), the square bound first; `cast` to x's own dtype; `identity`;
+a reshape, squeeze or expand_dims chain, or a transpose, that gives x's own shape and
+element order back); any other reshape/squeeze/expand_dims of such a chain becomes one
+reshape of the chain's source, and a transpose of a transpose becomes one transpose with
+the composed permutation. Every rewrite keeps the binding's result type (dtype and shape,
+provably equal dimensions), and one forward sweep reaches the fixed point, since each rule
+only looks at values defined earlier, already simplified.
 
 Preserves each function's parameters, returned values (by position and public name; a
 returned value may become a parameter or another output, which a function may return
-directly) and numerics, with one exception: `-0.0 + 0` is `+0.0` while the rewritten
-value keeps `-0.0` (they compare equal). `x * 0` is never simplified (NaN and inf times 0
-are NaN), nor is an integer `pow` with a float exponent (the reference rounds large
-integers through float64 there). A value is never replaced by a bare constant: that is
-constant folding, and a function's outputs must stay variables. Producers left unused are
-dropped by dead-code-elimination; the input module is not changed.
+directly) and numerics, with two exceptions: `-0.0 + 0` is `+0.0` while the rewritten
+value keeps `-0.0` (they compare equal), and a float cube is rounded twice, as onnxruntime
+rounds it (its Pow gives `(x * x) * x` bit for bit), where libm's powf rounds once.
+`x * 0` is never simplified (NaN and inf times 0 are NaN), nor is an integer `pow` with a
+float exponent (the reference rounds large integers through float64 there). A value is
+never replaced by a bare constant: that is constant folding, and a function's outputs must
+stay variables. Producers left unused are dropped by dead-code-elimination; the input
+module is not changed.
 """
 
 from __future__ import annotations
@@ -123,6 +126,19 @@ def _square(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None:
     return _call("mul", (x, x), {}, out)
 
 
+def _cube(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None:
+    """`pow(x, 3)` of floats is `(x * x) * x`, as onnxruntime computes it: two roundings
+    instead of libm's one, and products that vectorize where pow is a library call (GELU's
+    tanh form cubes its input; 6.7 ns an element as powf)."""
+    x, const = call.args
+    if not (isinstance(const, G.Constant) and _replaces(x, out) and out.dtype not in INT_DTYPES):
+        return None
+    if not _all_equal(scope.const_values.get(const.name), 3):
+        return None
+    square = _call("mul", (x, x), {}, out)
+    return None if square is None else G.Call("mul", (square, x), {})
+
+
 def _same_dtype_cast(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None:
     x = call.args[0]
     return x if _replaces(x, out) and x.type.dtype == call.attrs["dtype"] else None
@@ -179,7 +195,7 @@ def _merge_transposes(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None
 
 RULES: dict[str, tuple[Rule, ...]] = {
     **{op: (_neutral_operand,) for op in NEUTRAL},
-    "pow": (_neutral_operand, _square),
+    "pow": (_neutral_operand, _square, _cube),
     "cast": (_same_dtype_cast,),
     "identity": (_copy,),
     **{op: (_collapse_reshapes,) for op in RESHAPES},
@@ -204,6 +220,21 @@ def _simplify(value: G.Call, out: G.Type, scope: _Scope) -> G.Expr:
     return value
 
 
+def _bind_operand_calls(call: G.Call, var: G.Var, kept: list[G.Binding]) -> G.Call:
+    """`call` with each operand that is a call itself (a rule's `(x * x) * x`) bound first
+    to a variable of its own, named after `var` and the operand's op."""
+    args = []
+    for arg in call.args:
+        if isinstance(arg, G.Call):
+            operand = G.Var(f"{var.name}_{arg.op}", infer_call(arg.op, arg.args, arg.attrs)[1])
+            kept.append(G.Binding(operand, arg))
+            arg = operand
+        args.append(arg)
+    if all(a is b for a, b in zip(args, call.args)):
+        return call
+    return G.Call(call.op, tuple(args), call.attrs)
+
+
 def _simplify_function(fn: G.Function, const_values: Mapping[str, np.ndarray]) -> G.Function:
     scope = _Scope({}, const_values)
     mapping: dict[int, G.Var] = {}
@@ -215,6 +246,7 @@ def _simplify_function(fn: G.Function, const_values: Mapping[str, np.ndarray]) -
             if isinstance(value, G.Var):
                 mapping[id(b.var)] = value
                 continue
+            value = _bind_operand_calls(value, b.var, kept)
             scope.defs[id(b.var)] = value
         kept.append(b if value is b.value else G.Binding(b.var, value))
     if len(kept) == len(fn.bindings) and all(a is b for a, b in zip(kept, fn.bindings)):
