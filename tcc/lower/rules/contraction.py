@@ -59,6 +59,7 @@ from tcc.lower.rules.machine import (
     Machine,
     decide,
     decide_flag,
+    enough_to_share,
     threads_decided,
 )
 from tcc.lower.schedule import BlockRV, LoopRV, Schedule, ScheduleError
@@ -211,6 +212,12 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
             sch.reorder(*used, *rest)
             tile, nests = local_tile(sch, func, block, used, rest + inner, reduce[0])
             nests.append(_pack(sch, block, packed, tile))
+        elif len(outer) >= 2 and stage.work() is None and decide_flag(
+                sch, f"{block}.tile_inside_threads", enough_to_share(sch, outer[:-1], machine)):
+            # the last tile loop serial inside the threads' loop: its tiles' indices count
+            # up instead of coming out of divisions by symbolic extents, tile by tile
+            tile, nests = local_tile(sch, func, block, outer[:-1], outer[-1:] + inner,
+                                     reduce[0])
         else:
             tile, nests = local_tile(sch, func, block, outer, inner, reduce[0])
         vector_loops += nests

@@ -23,7 +23,13 @@ from __future__ import annotations
 
 from tcc.ir import expr as E
 from tcc.lower.rules.analysis import Axis, Stage, canonical_stage, guarded_load_along, stride
-from tcc.lower.rules.machine import Machine, decide_flag, parallelize, vector_split
+from tcc.lower.rules.machine import (
+    Machine,
+    decide_flag,
+    enough_to_share,
+    parallelize,
+    vector_split,
+)
 from tcc.lower.schedule import Schedule
 
 
@@ -49,21 +55,10 @@ class ElementwiseRule:
                 outer = outer[:-1] + ([rest] if rest is not None else [])
                 sch.vectorize(lanes)
         if len(outer) >= 2 and stage.work() is None and decide_flag(
-                sch, f"{block}.row_inside_threads", _rows_to_share(sch, outer[:-1], machine)):
+                sch, f"{block}.row_inside_threads", enough_to_share(sch, outer[:-1], machine)):
             outer = outer[:-1]
         parallelize(sch, outer, stage.work(), machine, f"{block}.threads")
         return sch
-
-
-def _rows_to_share(sch: Schedule, loops, machine: Machine) -> bool:
-    """Whether `loops` (symbolic extents count as many) give every core several iterations."""
-    shared = 1
-    for loop in loops:
-        extent = sch.get(loop).extent
-        if not isinstance(extent, E.IntImm):
-            return True
-        shared *= extent.value
-    return shared >= 4 * machine.cores
 
 
 def _gathered_along(stage: Stage) -> Axis | None:

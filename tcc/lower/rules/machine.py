@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tcc.ir import expr as E
 from tcc.ir.dtype import bit_width
 from tcc.lower.rules.analysis import divisor_at_most
 from tcc.lower.schedule import LoopRV, Schedule
@@ -107,6 +108,19 @@ def vector_split(
 def _worth_threads(work: int | None) -> bool:
     """Whether a stage has the work (None: symbolic, assumed large) to pay for threads."""
     return work is None or work >= MIN_PARALLEL_WORK
+
+
+def enough_to_share(sch: Schedule, loops: list[LoopRV], machine: Machine) -> bool:
+    """Whether `loops` (symbolic extents count as many) give every core several iterations:
+    then a loop inside them may stay serial. Over symbolic extents it pays to: the fused
+    loop's variable is taken apart into indices by real divisions, once per iteration."""
+    shared = 1
+    for loop in loops:
+        extent = sch.get(loop).extent
+        if not isinstance(extent, E.IntImm):
+            return True
+        shared *= extent.value
+    return shared >= 4 * machine.cores
 
 
 def threads_decided(sch: Schedule, loop: LoopRV, work: int | None, machine: Machine,

@@ -242,3 +242,23 @@ def test_a_symbolic_select_of_a_scalar_runs_in_vector_rows_inside_the_threads():
     got = _run_symbolic({"plain": func, "rules": out}, sizes, np.random.default_rng(0))
     for plain, rules in zip(got["plain"], got["rules"]):
         np.testing.assert_array_equal(rules, plain)
+
+
+def test_a_symbolic_contraction_counts_its_column_tiles_inside_the_threads():
+    """Attention scores over a symbolic length, (b, n, 16) x (b, 16, n): the threads share
+    the row tiles, and each thread steps through a row's column tiles in a serial loop
+    (their indices count up instead of coming out of divisions by n). Results stay
+    bit-identical to the unscheduled kernel's, at lengths that fill the tiles and not."""
+    b, n = E.Var("b"), E.Var("n")
+    func = op_prim_func("matmul", [TensorType((b, n, 16), "float32"),
+                                   TensorType((b, 16, n), "float32")], {})
+    out = schedule_prim_func(func, AVX512)
+    (threads,) = [loc.stmt for loc in walk(out.body) if isinstance(loc.stmt, T.For)
+                  and loc.stmt.kind is T.ForKind.PARALLEL]
+    loops = [loc.stmt for loc in walk(threads.body) if isinstance(loc.stmt, T.For)]
+    assert loops[0].kind is T.ForKind.SERIAL and "i2" in loops[0].var.name  # column tiles
+    assert any(lp.kind is T.ForKind.VECTORIZED for lp in loops)
+    sizes = [{"b": 1, "n": 5}, {"b": 2, "n": 40}, {"b": 3, "n": 129}]
+    got = _run_symbolic({"plain": func, "rules": out}, sizes, np.random.default_rng(0))
+    for plain, rules in zip(got["plain"], got["rules"]):
+        np.testing.assert_array_equal(rules, plain)
