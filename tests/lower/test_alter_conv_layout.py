@@ -202,10 +202,34 @@ def main(x: Tensor((n, 3, 4, 4), "float32")) -> Tensor((n, 8, 4, 4), "float32"):
     )
 
 
+def test_output_channels_half_a_vector_divides_take_half_vector_blocks():
+    # 12 output channels on 8 lanes: blocks of 4, the input still in blocks of 8
+    verify(
+        f'''
+constants = {{"w": Tensor((12, 8, 3, 3), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 8, 4, 4), "float32")) -> Tensor((1, 12, 4, 4), "float32"):
+    y: Tensor((1, 12, 4, 4), "float32") = op.conv2d(x, const("w"), {CONV}, groups=1)
+    return y
+''',
+        f'''
+constants = {{"w_OIHW8i4o": Tensor((3, 1, 3, 3, 8, 4), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 8, 4, 4), "float32")) -> Tensor((1, 12, 4, 4), "float32"):
+    x_NCHW8c: Tensor((1, 1, 4, 4, 8), "float32") = op.layout_transform(x, src="NCHW", dst="NCHW8c")
+    y_c: Tensor((1, 3, 4, 4, 4), "float32") = op.conv2d_nchwc(x_NCHW8c, const("w_OIHW8i4o"), {CONV}, groups=1)
+    y: Tensor((1, 12, 4, 4), "float32") = op.layout_transform(y_c, src="NCHW4c", dst="NCHW")
+    return y
+''',
+    )
+
+
 @pytest.mark.parametrize(
     "weight, groups, why",
     [
-        ((12, 8, 3, 3), 1, "output channels that do not divide"),
+        ((10, 8, 3, 3), 1, "output channels that neither a vector nor half of one divides"),
         ((8, 4, 3, 3), 2, "a grouped conv that is not depthwise"),
     ],
 )
