@@ -4,7 +4,11 @@ its epilogue folded into the write-back, under one parallel tile loop.
 Applies to a canonical stage with reduction variables whose output's last axis `v` (the
 matmul column, the convolution's output width) has a partner spatial axis `u` (the matmul
 row, the output channel) that some load along `v` does not use: that load's vector is then
-reused for every `u` of a tile. The nest becomes
+reused for every `u` of a tile. A grouped convolution's input is read at channel
+`o // G * Cg + rc`, which changes with the output channel `o` only from one group of G to
+the next: with a row tile U dividing G the vector is reused all the same (ShuffleNet's
+grouped 1x1 convs, 272 channels in 4 groups at 14 x 14: 0.177 ms accumulating in place on
+their 14 columns, 0.081 ms as 4 x 14 tiles). The nest becomes
 
     fused(outer spatial loops, u0, v0)      parallel when there are cores and work to share
       init: U x V accumulators = 0          the local tile (decompose_reduction)
@@ -53,6 +57,7 @@ from tcc.lower.rules.analysis import (
     divisor_at_most,
     guarded_load_along,
     stride,
+    subexprs,
 )
 from tcc.lower.rules.machine import (
     MAX_WHOLE_VECTOR,
@@ -68,9 +73,11 @@ from tcc.lower.schedule.state import child_blocks
 MAX_ROWS = 8  # unrolled rows of the micro-kernel
 
 
-def register_axes(stage: Stage) -> tuple[Axis, Axis] | None:
-    """(u, v): v the output's innermost axis, u the innermost other spatial axis that a load
-    moving along v does not use (that load is reused across u)."""
+def register_axes(stage: Stage) -> tuple[Axis, Axis, int | None] | None:
+    """(u, v, group): v the output's innermost axis, u the innermost other spatial axis that
+    a load moving along v does not use (that load is reused across u), or uses only as
+    `u // group` (a grouped convolution's input channels): reused across rows that stay in
+    one group, so the row tile must divide `group` (None: any row tile)."""
     v = stage.innermost_write_axis()
     if v is None:
         return None
@@ -79,8 +86,34 @@ def register_axes(stage: Stage) -> tuple[Axis, Axis] | None:
         if u is v or u.extent == 1:
             continue
         if any(stride(ld, u.var) == 0 for ld in along_v):
-            return u, v
+            return u, v, None
+    for u in reversed(stage.spatial):
+        if u is v or u.extent == 1:
+            continue
+        group = next((g for g in (_group_of(ld, u.var) for ld in along_v) if g), None)
+        if group is not None:
+            return u, v, group
     return None
+
+
+def _group_of(load: E.BufferLoad, var: E.Var) -> int | None:
+    """G when every use of `var` in the load's indices is `var // G` (G > 1), else None."""
+    groups, bare = set(), 0
+    for index in load.indices:
+        for x in subexprs(index):
+            if isinstance(x, E.BinOp) and x.op == "floordiv" and x.a is var:
+                if not isinstance(x.b, E.IntImm) or x.b.value < 2:
+                    return None
+                groups.add(x.b.value)
+            elif x is var:
+                bare += 1
+    # each floordiv holds one use of `var` as its operand: any other use is bare
+    return groups.pop() if len(groups) == 1 and bare == _floordivs(load, var) else None
+
+
+def _floordivs(load: E.BufferLoad, var: E.Var) -> int:
+    return sum(1 for index in load.indices for x in subexprs(index)
+               if isinstance(x, E.BinOp) and x.op == "floordiv" and x.a is var)
 
 
 def column_tile(extent: int | None, lanes: int) -> int:
@@ -170,13 +203,16 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
     axes = register_axes(stage)
     if axes is None:
         return None
-    u, v = axes
+    u, v, group = axes
     lanes = machine.lanes(stage.dtype)
     cols = column_tile(v.extent, lanes)
     cols = decide(sch, f"{block}.columns", [cols, *column_tiles(v.extent, lanes)], cols)
     rows = row_tile(u.extent, cols, lanes, machine.vector_registers)
-    rows = decide(sch, f"{block}.rows",
-                  [rows, *row_tiles(u.extent, cols, lanes, machine.vector_registers)], rows)
+    options = row_tiles(u.extent, cols, lanes, machine.vector_registers)
+    if group is not None:  # a tile's rows in one group
+        rows = divisor_at_most(group, rows)
+        options = [r for r in options if group % r == 0]
+    rows = decide(sch, f"{block}.rows", [rows, *options], rows)
     u0, u1 = sch.split(u.loop, [None, rows])
     v0, v1 = sch.split(v.loop, [None, cols])
     # tiles in blocks: a block's tiles run one after the other on one thread, sharing the

@@ -53,9 +53,9 @@ CASES = {
                             pads=[1, 1, 1, 1], strides=[2, 2]), "contraction"),
     "conv_depthwise": (_model("Conv", CONV_X, [1, 8, 15, 15], {"w": [8, 1, 3, 3]},
                               pads=[1, 1, 1, 1], group=8), "reduction"),  # nothing to reuse
-    # the input channel is `o // 8 * 4 + rc`: reuse only within a group, not seen as such
+    # the input channel is `o // 8 * 4 + rc`: reused across a row tile inside one group
     "conv_grouped": (_model("Conv", CONV_X, [1, 16, 13, 13], {"w": [16, 4, 3, 3]}, group=2),
-                     "reduction"),
+                     "contraction"),
     "softmax": (_model("Softmax", {"x": [6, 50]}, [6, 50], axis=-1), "rows"),
     "layer_norm": (_model("LayerNormalization", {"x": [5, 7, 48]}, [5, 7, 48],
                           {"g": [48], "b": [48]}, axis=-1), "rows"),

@@ -81,6 +81,18 @@ def test_matmul_micro_kernel_shape():
     assert isinstance(tile_loop.body, T.Allocate) and tile_loop.body.buffer is tile
 
 
+def test_a_grouped_convs_row_tile_stays_inside_one_group():
+    """Output channels o read input channels o // 8 * 4 + rc: the micro-kernel's unrolled
+    rows (a tile of output channels) divide the group's 8, so one input vector serves them
+    all; the tile accumulates in a local buffer."""
+    (func,) = kernels("conv_grouped").values()
+    out = schedule_prim_func(func, AVX512)
+    (rows,) = [loc.stmt for loc in walk(out.body) if isinstance(loc.stmt, T.For)
+               and loc.stmt.kind is T.ForKind.UNROLLED]
+    assert 8 % rows.extent.value == 0 and rows.extent.value > 1
+    assert _allocations(out)
+
+
 def test_the_epilogue_is_folded_into_the_write_back():
     """Conv + bias + ReLU as fuse-ops makes it: the ReLU stage goes into the write-back of
     the convolution's tile, so the convolution's full output is never stored."""
