@@ -26,11 +26,12 @@ after it (bias, residual add, activation) are folded into the write-back
 registers (or the whole axis when it is short), U fills about half the vector registers.
 
 A symbolic output width splits by V with a guard; `unswitch_guards` (run after the rules)
-gives every tile but the last a guard-free copy, so the symbolic case is tiled too. When
-the columns of a tile cannot run as guard-free vector lanes otherwise (a constant width
-without a divisor worth a vector, padding along it) or a block primitive refuses, the rule
-falls back to accumulating in place in the output, on one thread. A guarded scalar tile in a local
-buffer measured 4x slower than in place (BERT's attention scores, 128 x 128 x 64: 16.7 vs
+gives every tile but the last a guard-free copy, so the symbolic case is tiled too, and so
+is a constant width without a divisor made of half registers (V one register, the
+`guarded_columns` decision). When the columns of a tile cannot run as guard-free vector
+lanes otherwise (padding along them, a width a tuner cut with a guard but not into whole
+registers) or a block primitive refuses, the rule falls back to accumulating in place in
+the output, on one thread. A guarded scalar tile in a local buffer measured 4x slower than in place (BERT's attention scores, 128 x 128 x 64: 16.7 vs
 3.8 ms), and in place LLVM keeps accumulators in registers only while it can prove the
 operands do not alias them, which it cannot inside a parallel loop's outlined function (it
 reads the buffer pointers from a struct): 2x slower on two threads than on one.
@@ -118,7 +119,10 @@ def _floordivs(load: E.BufferLoad, var: E.Var) -> int:
 
 def column_tile(extent: int | None, lanes: int) -> int:
     """V: the whole axis when short, else one or two registers' worth dividing it, else the
-    largest divisor of the axis that fills half a register, else one register (guarded)."""
+    largest divisor of the axis made of half registers, else one register (guarded: every
+    tile but the last runs guard-free). A divisor of other lanes is no vector LLVM splits
+    well: the LSTM export's 128 x 48 x 500 head ran 0.21 ms in 50-column tiles, 0.028 ms in
+    16-column tiles with the last one guarded."""
     if extent is None:
         return lanes
     if extent <= min(2 * lanes, MAX_WHOLE_VECTOR):
@@ -127,7 +131,7 @@ def column_tile(extent: int | None, lanes: int) -> int:
         if extent % width == 0:
             return width
     best = divisor_at_most(extent, MAX_WHOLE_VECTOR)
-    return best if 2 * best >= lanes else lanes
+    return best if 2 * best >= lanes and best % max(lanes // 2, 1) == 0 else lanes
 
 
 def column_tiles(extent: int | None, lanes: int) -> list[int]:
@@ -237,7 +241,7 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
     lanes_ok = not guarded_load_along(stage, v.var) and (
         v.extent is None or v.extent % cols == 0
         # a constant width cut by a guard: its last tile unswitched, as a symbolic one's
-        or decide_flag(sch, f"{block}.guarded_columns", False))
+        or decide_flag(sch, f"{block}.guarded_columns", cols % lanes == 0))
     tile, vector_loops = None, [v1]
     if local and lanes_ok:
         packed = _packed_load(stage, u, v, cols) if swap else None

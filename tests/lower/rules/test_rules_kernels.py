@@ -274,3 +274,20 @@ def test_a_symbolic_contraction_counts_its_column_tiles_inside_the_threads():
     got = _run_symbolic({"plain": func, "rules": out}, sizes, np.random.default_rng(0))
     for plain, rules in zip(got["plain"], got["rules"]):
         np.testing.assert_array_equal(rules, plain)
+
+
+def test_a_width_without_a_divisor_of_whole_vectors_is_tiled_by_registers():
+    """500 columns (divisors up to 64: 50, 25, 20 ... none made of half registers): tiles
+    of one 16-lane register, every tile but the last guard-free vector code, rather than
+    50-lane vectors; the results stay bit-identical to the unscheduled kernel's."""
+    from tcc.emit.llvm_vector import plan_vector
+
+    func = op_prim_func("matmul", [TensorType((24, 48), "float32"),
+                                   TensorType((48, 500), "float32")], {})
+    out = schedule_prim_func(func, AVX512)
+    lanes = [loc.stmt for loc in walk(out.body) if isinstance(loc.stmt, T.For)
+             and loc.stmt.kind is T.ForKind.VECTORIZED]
+    assert {lp.extent.value for lp in lanes} == {16}
+    assert any(plan_vector(lp) is not None for lp in lanes)
+    got = _run_symbolic({"plain": func, "rules": out}, [{}], np.random.default_rng(0))
+    np.testing.assert_array_equal(got["rules"][0], got["plain"][0])
