@@ -29,6 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.models import LIGHT, c_runtime, models  # noqa: E402
+from benchmarks.tuning import cpu_name  # noqa: E402
 
 STAGES = ("import", "optimize", "legalize", "vm", "kernels", "pack")
 
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown model(s) {', '.join(unknown)}; known: bert, gpt2, {', '.join(LIGHT)}")
     rt = c_runtime() if len(levels) > 1 else None
-    print(f"cores: {len(os.sched_getaffinity(0))}, CPU: {_cpu_name()}")
+    print(f"cores: {len(os.sched_getaffinity(0))}, CPU: {cpu_name()}")
     print(f"{'model':12s} {'O':>2s} {'':5s} " + " ".join(f"{s:>8s}" for s in STAGES)
           + f" {'wall s':>7s} {'cached':>7s}")
     for name, model, make_feeds in models():
@@ -107,16 +108,6 @@ def _race(rt, name, model, make_feeds, packs, levels, args) -> None:
         print(f"{name:12s} O{level}: {statistics.median(times[level]) * 1e3:8.2f} ms, "
               f"x{statistics.median(ratios):.3f} of O{base} ({min(ratios):.2f}-{max(ratios):.2f})"
               f"{'' if same else ', OUTPUTS DIFFER'}", flush=True)
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 if __name__ == "__main__":
