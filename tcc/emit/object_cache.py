@@ -69,7 +69,8 @@ class ObjectCache:
             data = self._path(key).read_bytes()
         except OSError:
             return None
-        head, digest, body = data[: len(MAGIC)], data[len(MAGIC): len(MAGIC) + 32], data[len(MAGIC) + 32:]
+        n = len(MAGIC)
+        head, digest, body = data[:n], data[n : n + 32], data[n + 32 :]
         if head != MAGIC or hashlib.sha256(body).digest() != digest:
             return None
         return body

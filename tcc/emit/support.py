@@ -42,8 +42,8 @@ def link_shared(objects: list[bytes], libraries: list[str]) -> bytes | None:
         # unloading these kernels must never unload libgomp under its idle worker threads
         cmd.append("-Wl,-z,nodelete")
     cmd += [f"-l{lib}" for lib in libraries]
-    return _link(objects, cmd, "kernels.so",
-                 "install the C toolchain's libraries (libm, libgomp) or set CC to a working compiler")
+    return _link(objects, cmd, "kernels.so", "install the C toolchain's libraries (libm, "
+                 "libgomp) or set CC to a working compiler")
 
 
 def combine_objects(objects: list[bytes]) -> bytes:

@@ -31,10 +31,11 @@ is a constant width without a divisor made of half registers (V one register, th
 `guarded_columns` decision). When the columns of a tile cannot run as guard-free vector
 lanes otherwise (padding along them, a width a tuner cut with a guard but not into whole
 registers) or a block primitive refuses, the rule falls back to accumulating in place in
-the output, on one thread. A guarded scalar tile in a local buffer measured 4x slower than in place (BERT's attention scores, 128 x 128 x 64: 16.7 vs
-3.8 ms), and in place LLVM keeps accumulators in registers only while it can prove the
-operands do not alias them, which it cannot inside a parallel loop's outlined function (it
-reads the buffer pointers from a struct): 2x slower on two threads than on one.
+the output, on one thread. A guarded scalar tile in a local buffer measured 4x slower than
+in place (BERT's attention scores, 128 x 128 x 64: 16.7 vs 3.8 ms), and in place LLVM
+keeps accumulators in registers only while it can prove the operands do not alias them,
+which it cannot inside a parallel loop's outlined function (it reads the buffer pointers
+from a struct): 2x slower on two threads than on one.
 
 Decisions (`decide`): V, U, blocks of tiles along each (run one after the other inside
 the tile loop, sharing loads in cache), the order of the two tile loops, unrolling of the
@@ -99,22 +100,17 @@ def register_axes(stage: Stage) -> tuple[Axis, Axis, int | None] | None:
 
 def _group_of(load: E.BufferLoad, var: E.Var) -> int | None:
     """G when every use of `var` in the load's indices is `var // G` (G > 1), else None."""
-    groups, bare = set(), 0
+    groups, uses, divided = set(), 0, 0
     for index in load.indices:
         for x in subexprs(index):
-            if isinstance(x, E.BinOp) and x.op == "floordiv" and x.a is var:
+            if x is var:
+                uses += 1
+            elif isinstance(x, E.BinOp) and x.op == "floordiv" and x.a is var:
                 if not isinstance(x.b, E.IntImm) or x.b.value < 2:
                     return None
                 groups.add(x.b.value)
-            elif x is var:
-                bare += 1
-    # each floordiv holds one use of `var` as its operand: any other use is bare
-    return groups.pop() if len(groups) == 1 and bare == _floordivs(load, var) else None
-
-
-def _floordivs(load: E.BufferLoad, var: E.Var) -> int:
-    return sum(1 for index in load.indices for x in subexprs(index)
-               if isinstance(x, E.BinOp) and x.op == "floordiv" and x.a is var)
+                divided += 1
+    return groups.pop() if len(groups) == 1 and uses == divided else None
 
 
 def column_tile(extent: int | None, lanes: int) -> int:
