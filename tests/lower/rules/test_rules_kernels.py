@@ -276,14 +276,11 @@ def test_a_symbolic_contraction_counts_its_column_tiles_inside_the_threads():
         np.testing.assert_array_equal(rules, plain)
 
 
-def test_a_width_without_a_divisor_of_whole_vectors_is_tiled_by_registers():
-    """500 columns (divisors up to 64: 50, 25, 20 ... none made of half registers): tiles
-    of one 16-lane register, every tile but the last guard-free vector code, rather than
-    50-lane vectors; the results stay bit-identical to the unscheduled kernel's."""
+def _runs_in_guarded_16_lane_tiles(func: T.PrimFunc) -> None:
+    """The scheduled `func` vectorizes in 16-lane tiles, whole tiles as vector code (the
+    last one guarded), and computes bit for bit what the unscheduled one does."""
     from tcc.emit.llvm_vector import plan_vector
 
-    func = op_prim_func("matmul", [TensorType((24, 48), "float32"),
-                                   TensorType((48, 500), "float32")], {})
     out = schedule_prim_func(func, AVX512)
     lanes = [loc.stmt for loc in walk(out.body) if isinstance(loc.stmt, T.For)
              and loc.stmt.kind is T.ForKind.VECTORIZED]
@@ -291,18 +288,15 @@ def test_a_width_without_a_divisor_of_whole_vectors_is_tiled_by_registers():
     assert any(plan_vector(lp) is not None for lp in lanes)
     got = _run_symbolic({"plain": func, "rules": out}, [{}], np.random.default_rng(0))
     np.testing.assert_array_equal(got["rules"][0], got["plain"][0])
+
+
+def test_a_width_without_a_divisor_of_whole_vectors_is_tiled_by_registers():
+    """500 columns (divisors up to 64: 50, 25, 20 ... none made of half registers): tiles
+    of one 16-lane register rather than 50-lane vectors."""
+    _runs_in_guarded_16_lane_tiles(op_prim_func(
+        "matmul", [TensorType((24, 48), "float32"), TensorType((48, 500), "float32")], {}))
 
 
 def test_a_row_without_a_divisor_worth_a_vector_runs_in_guarded_vector_tiles():
-    """109 columns (prime): tiles of 16 lanes, all but the last guard-free vector code,
-    rather than a serial loop; the results stay bit-identical."""
-    from tcc.emit.llvm_vector import plan_vector
-
-    func = op_prim_func("sigmoid", [TensorType((40, 109), "float32")], {})
-    out = schedule_prim_func(func, AVX512)
-    lanes = [loc.stmt for loc in walk(out.body) if isinstance(loc.stmt, T.For)
-             and loc.stmt.kind is T.ForKind.VECTORIZED]
-    assert {lp.extent.value for lp in lanes} == {16}
-    assert any(plan_vector(lp) is not None for lp in lanes)
-    got = _run_symbolic({"plain": func, "rules": out}, [{}], np.random.default_rng(0))
-    np.testing.assert_array_equal(got["rules"][0], got["plain"][0])
+    """109 columns (prime): tiles of 16 lanes rather than a serial loop."""
+    _runs_in_guarded_16_lane_tiles(op_prim_func("sigmoid", [TensorType((40, 109), "float32")], {}))
