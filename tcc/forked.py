@@ -9,9 +9,18 @@ only Python and LLVM.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 _BATCH: list = [None, ()]  # the function and the items of the map in progress
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity mask), the default number of jobs."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _call(index: int):

@@ -96,7 +96,7 @@ def _table(progress, title: str, rows: int | None = ROWS) -> Table:
               help="Candidates measured per round of one kernel.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Processes that build candidates and realize the search's points "
-                   "(default: the machine's cores; with --runner ray, the nodes build).")
+                   "(default: the cores tcc may run on; with --runner ray, the nodes build).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds a candidate may run before it is killed and recorded as failed.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the search.")
@@ -163,7 +163,10 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
     busy = _busy()
     if busy and runner == "local":
         console.print(f"warning: {busy}", markup=False)
-    jobs = jobs or os.cpu_count() or 1
+    if jobs is None:
+        from tcc.forked import available_cores
+
+        jobs = available_cores()
     measurer = None
     if runner == "ray":
         from tcc.tune.ray_runner import RayRunner

@@ -20,7 +20,6 @@ module instead, without the cache.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -28,7 +27,7 @@ from tcc.emit.llvm import CpuModule, ObjectFile, compile_object, compile_prim_fu
 from tcc.emit.object_cache import ObjectCache
 from tcc.emit.support import c_compiler
 from tcc.emit.target import Target, parse_target
-from tcc.forked import forked_map
+from tcc.forked import available_cores, forked_map
 from tcc.ir import tir as T
 from tcc.ir.module import IRModule
 from tcc.ir.printer import print_prim_func
@@ -40,13 +39,6 @@ class KernelBuild:
     module: CpuModule
     cached: int  # kernels whose object came from the cache
     compiled: int  # kernels scheduled and compiled here
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def _scheduled(name: str, func: T.PrimFunc, target: Target, how: str, tuned) -> T.PrimFunc:
@@ -93,10 +85,11 @@ def compile_kernels(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llv
         scheduled = {name: _scheduled(name, f, target, how, t) for name, f, how, t in work}
         return KernelBuild(compile_prim_funcs(scheduled, target), 0, len(work))
 
-    keys = [ObjectCache.key(str(target), how, print_prim_func(name, t if how == "tuned" else f))
-            for name, f, how, t in work]
     objects: list[ObjectFile | None] = [None] * len(work)
+    keys = []
     if cache is not None:
+        keys = [ObjectCache.key(str(target), how, print_prim_func(name, t if how == "tuned" else f))
+                for name, f, how, t in work]
         for i, key in enumerate(keys):
             data = cache.get(key)
             objects[i] = _decode(data) if data else None

@@ -574,9 +574,10 @@ def compile_object(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llvm
 
 
 def link_objects(objects: Sequence[ObjectFile], symbols, target: str | Target) -> CpuModule:
-    """Kernels compiled apart (`compile_object` with part "state" once and "kernels" for the
-    rest) as one CpuModule: one relocatable object of them all and, for the host, one shared
-    object. Needs the C compiler's linker (`support.c_compiler`)."""
+    """Objects of `compile_object` (one "whole", or "state" once and "kernels" for the rest)
+    as one CpuModule: one relocatable object of them all and, for the host, one shared
+    object (None without a C compiler). Combining more than one object needs the C
+    compiler's linker (`support.c_compiler`)."""
     target = parse_target(target)
     codes = [o.object_code for o in objects]
     libraries = ["m"] + (["gomp"] if any(o.uses_openmp for o in objects) else [])
@@ -588,8 +589,4 @@ def link_objects(objects: Sequence[ObjectFile], symbols, target: str | Target) -
 def compile_prim_funcs(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llvm") -> CpuModule:
     """Compile PrimFuncs (by exported symbol) for a CPU target, as one LLVM module; see the
     module docstring (`tcc.emit.cpu_kernels` compiles a model's kernels apart, in parallel)."""
-    target = parse_target(target)
-    obj = compile_object(funcs, target)
-    libraries = ["m"] + (["gomp"] if obj.uses_openmp else [])
-    shared = link_shared([obj.object_code], libraries) if target.is_host else None
-    return CpuModule(str(target), tuple(sorted(funcs)), obj.object_code, shared, obj.llvm_ir)
+    return link_objects([compile_object(funcs, target)], funcs, target)

@@ -137,9 +137,8 @@ class Tuner:
             key = point_key(point)
             if r.confirmed:
                 if ratio is not None:
-                    state.confirmations.setdefault(key, []).append(ratio)
-                    if key in state.space.measured:
-                        state.space.measured[key] = statistics.median(state.confirmations[key])
+                    self._add_confirmation(state, key, ratio,
+                                           point_measured=key in state.space.measured)
                 continue
             state.space.measured[key] = ratio
             state.trials += 1
@@ -238,12 +237,17 @@ class Tuner:
         measured = state.bench.measure([x.func for x in contenders], repeats=CONFIRM_REPEATS)
         for x, m in zip(contenders, measured):
             self._record(state, x.trace, m, confirmed=True)
-            if m.ratio is None:
-                continue
-            key = point_key(x.point)
-            state.confirmations.setdefault(key, []).append(m.ratio)
-            state.space.measured[key] = statistics.median(state.confirmations[key])
+            if m.ratio is not None:
+                self._add_confirmation(state, point_key(x.point), m.ratio)
         self._settle_best(state)
+
+    @staticmethod
+    def _add_confirmation(state: TaskState, key, ratio: float, point_measured: bool = True):
+        """Count a confirmed ratio for the point `key`: the search goes on the median of the
+        point's confirmations (when the point is among those it measured)."""
+        state.confirmations.setdefault(key, []).append(ratio)
+        if point_measured:
+            state.space.measured[key] = statistics.median(state.confirmations[key])
 
     @staticmethod
     def _settle_best(state: TaskState) -> None:
