@@ -17,7 +17,7 @@ from tcc.ir import tir as T
 from tcc.ir.printer import format_expr
 from tcc.lower.schedule import regions as R
 from tcc.lower.schedule.blocks import error, func_vars, merged, require_scope
-from tcc.lower.schedule.regions import iter_loads
+from tcc.lower.schedule.regions import iter_loads, point_region
 from tcc.lower.schedule.rewrite import (
     conjunction,
     conjuncts,
@@ -29,7 +29,7 @@ from tcc.lower.schedule.scope import unique_name
 from tcc.lower.schedule.state import Located, find_loop, replace
 
 
-def _feeds(block: T.Block, var: E.Var) -> set[T.IterKind]:
+def feeding_kinds(block: T.Block, var: E.Var) -> set[T.IterKind]:
     """The kinds of the iteration variables whose binding uses a loop variable."""
     return {iv.kind for iv in block.iter_vars if E.uses(iv.binding, var)}
 
@@ -38,7 +38,7 @@ def _init_loops(block: T.Block, loops: list[T.For], k: int) -> list[T.For]:
     """The loops from the `k`-th one down that the init block needs: those feeding spatial
     variables; refused when a loop outside feeds a reduction, a loop feeds both, or one
     feeding nothing repeats the reduction."""
-    reducing = [f for f in loops if T.IterKind.REDUCE in _feeds(block, f.var)]
+    reducing = [f for f in loops if T.IterKind.REDUCE in feeding_kinds(block, f.var)]
     outer = next((f for f in reducing if loops.index(f) < k), None)
     if outer is not None:
         raise error(
@@ -49,7 +49,9 @@ def _init_loops(block: T.Block, loops: list[T.For], k: int) -> list[T.For]:
             "reduction loop",
         )
     repeat = next(
-        (f for f in loops[k:] if not _feeds(block, f.var) and R.const_value(f.extent) != 1), None
+        (f for f in loops[k:]
+         if not feeding_kinds(block, f.var) and R.const_value(f.extent) != 1),
+        None,
     )
     if repeat is not None:
         raise error(
@@ -58,7 +60,7 @@ def _init_loops(block: T.Block, loops: list[T.For], k: int) -> list[T.For]:
             f"loop '{repeat.var.name}' feeds no iteration variable and repeats the whole "
             "reduction, which needs the init each time; decompose at a loop inside it",
         )
-    spatial = [f for f in loops[k:] if T.IterKind.SPATIAL in _feeds(block, f.var)]
+    spatial = [f for f in loops[k:] if T.IterKind.SPATIAL in feeding_kinds(block, f.var)]
     both = next((f for f in spatial if f in reducing), None)
     if both is not None:
         raise error(
@@ -132,7 +134,7 @@ def decompose_reduction(
             T.IterVar(iv_map[iv.var], iv.extent, iv.kind, substitute_expr(iv.binding, loop_map))
             for iv in spatial
         ),
-        merged((), (_point(ld) for ld in iter_loads(body))),
+        merged((), (point_region(ld.buffer, ld.indices) for ld in iter_loads(body))),
         tuple(substitute_stmt(r, iv_map) for r in block.writes),
         body,
     )
@@ -157,7 +159,3 @@ def _stmt_vars(s: T.Stmt) -> list[E.Var]:
     found: list[E.Var] = []
     map_exprs(s, lambda e: found.append(e) if isinstance(e, E.Var) else None)
     return found
-
-
-def _point(load: E.BufferLoad) -> T.BufferRegion:
-    return T.BufferRegion(load.buffer, tuple((i, E.const(1)) for i in load.indices))

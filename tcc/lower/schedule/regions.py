@@ -193,7 +193,8 @@ class Access:
         return self.region.buffer
 
 
-def _point_region(buffer: T.Buffer, indices) -> T.BufferRegion:
+def point_region(buffer: T.Buffer, indices) -> T.BufferRegion:
+    """The one element at `indices`."""
     return T.BufferRegion(buffer, tuple((i, E.const(1)) for i in indices))
 
 
@@ -229,9 +230,9 @@ def _walk_accesses(s, env: dict, loops: tuple, owner, found: list[Access]) -> No
                 _walk_accesses(part, env, loops, s, found)
         return
     if isinstance(s, T.BufferStore):
-        found.append(_access(owner, "writes", _point_region(s.buffer, s.indices), env, loops))
+        found.append(_access(owner, "writes", point_region(s.buffer, s.indices), env, loops))
     for ld in iter_loads(_expr_parts(s)):
-        found.append(_access(owner, "reads", _point_region(ld.buffer, ld.indices), env, loops))
+        found.append(_access(owner, "reads", point_region(ld.buffer, ld.indices), env, loops))
     if isinstance(s, T.For):
         _walk_accesses(s.body, env, (*loops, s), owner, found)
     elif isinstance(s, T.SeqStmt):

@@ -2,12 +2,12 @@
 
 Every primitive is a method marked `@instruction`. It resolves its handles to located
 statements (`_block`, `_loop`, `_int`), calls a pure function of the current PrimFunc
-(`loops.py`, `blocks.py`, `cache.py`, `reduction.py`, `compute_at.py`, `sampling.py`) that
-checks preconditions and returns the rewritten function, stores that function, and records
-itself with `_record`, which names the handles it returns. A primitive that raises leaves
-the schedule as it was. Handle and int parameters of a primitive are its trace inputs, the
-others (strings, flags) its attributes, and sampling primitives take a `decision` keyword,
-which is how a trace replays them.
+(`loops.py`, `blocks.py`, `cache.py`, `reduction.py`, `rfactor.py`, `compute_at.py`,
+`sampling.py`) that checks preconditions and returns the rewritten function, stores that
+function, and records itself with `_record`, which names the handles it returns. A
+primitive that raises leaves the schedule as it was. Handle and int parameters of a
+primitive are its trace inputs, the others (strings, flags) its attributes, and sampling
+primitives take a `decision` keyword, which is how a trace replays them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from tcc.ir import expr as E
 from tcc.ir import tir as T
-from tcc.lower.schedule import blocks, cache, compute_at, loops, reduction, sampling
+from tcc.lower.schedule import blocks, cache, compute_at, loops, reduction, rfactor, sampling
 from tcc.lower.schedule.state import (
     BlockRV,
     ExprRV,
@@ -323,6 +323,15 @@ class Schedule:
         loop_loc = self._loop("decompose_reduction", loop)
         self._func, name = reduction.decompose_reduction(self._func, block_loc, loop_loc)
         return self._record("decompose_reduction", [block, loop], {}, BlockRV(name))
+
+    @instruction
+    def rfactor(self, block: BlockRV, loop: LoopRV) -> BlockRV:
+        """Keep one partial result of a reduction per iteration of `loop`, combined by the
+        block after its loop nest; returns the block computing the partial results."""
+        block_loc = self._block("rfactor", block)
+        loop_loc = self._loop("rfactor", loop)
+        self._func, name = rfactor.rfactor(self._func, block_loc, loop_loc)
+        return self._record("rfactor", [block, loop], {}, BlockRV(name))
 
     # -- sampling ---------------------------------------------------------------------------
 

@@ -68,6 +68,10 @@ CASES = {
                         kernel_shape=[2, 2]), "reduction"),
     "reduce_mean": (_model("ReduceMean", {"x": [6, 20, 33]}, [6, 1, 33], axes=[1]),
                     "reduction"),
+    # no output axis to run as lanes: partial results in lanes instead
+    "reduce_max_all": (_model("ReduceMax", {"x": [6, 20, 64]}, [], keepdims=0), "reduction"),
+    "reduce_min_rows": (_model("ReduceMin", {"x": [24, 96]}, [24], axes=[1], keepdims=0),
+                        "reduction"),
 }
 # Convolutions through the optimize pipeline for this CPU: blocked NCHWc kernels.
 BLOCKED = ("conv_pad", "conv_stride2", "conv_depthwise")

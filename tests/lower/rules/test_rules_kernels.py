@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tcc.emit.llvm import compile_prim_funcs
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.graph import TensorType
@@ -13,6 +14,7 @@ from tcc.lower.legalize import op_prim_func
 from tcc.lower.rules import UNSCHEDULED, Machine, schedule_prim_func, stage_rules
 from tcc.lower.schedule import Schedule, ScheduleError
 from tcc.lower.schedule.state import walk
+from tcc.rt.kernels import load_cpu_library
 
 from .rules_cases import BLOCKED, CASES, all_kernels, conv_relu_kernels, kernels, run_both
 
@@ -300,3 +302,39 @@ def test_a_width_without_a_divisor_of_whole_vectors_is_tiled_by_registers():
 def test_a_row_without_a_divisor_worth_a_vector_runs_in_guarded_vector_tiles():
     """109 columns (prime): tiles of 16 lanes rather than a serial loop."""
     _runs_in_guarded_16_lane_tiles(op_prim_func("sigmoid", [TensorType((40, 109), "float32")], {}))
+
+
+@pytest.mark.parametrize("case", ["reduce_max_all", "reduce_min_rows"])
+def test_a_max_without_an_output_axis_keeps_partial_results_in_vector_lanes(case):
+    """A whole-tensor max and a row min: the reduction's contiguous innermost loop runs as
+    vector lanes of partial results (max and min regroup exactly), combined after; the
+    result is the same bit for bit, NaN and signed zeros included."""
+    (func,) = kernels(case).values()
+    scheduled = schedule_prim_func(func, AVX512)
+    blocks = [b.name for b in _blocks(scheduled)]
+    assert any(name.endswith("_rf") for name in blocks), blocks
+    assert T.ForKind.VECTORIZED in _loop_kinds(scheduled)
+    with load_cpu_library(compile_prim_funcs({"plain": func, "rules": scheduled})
+                          .shared_object) as lib:
+        lib.set_num_threads(2)
+        for seed in range(3):
+            rng = np.random.default_rng(seed)
+            x = rng.standard_normal([int(d) for d in func.buffers[0].shape]).astype("float32")
+            flat = x.reshape(-1)
+            flat[rng.choice(flat.size, 8, replace=False)] = [0.0] * 4 + [-0.0] * 4
+            if seed == 2:
+                flat[rng.integers(flat.size)] = np.nan
+            outs = {}
+            for name in ("plain", "rules"):
+                args = [x.copy(), np.full([int(d) for d in func.buffers[1].shape], 7.0, "float32")]
+                lib.call(name, args)
+                outs[name] = args[1]
+            assert outs["rules"].tobytes() == outs["plain"].tobytes()
+
+
+def test_a_float_sum_keeps_its_order():
+    """Regrouping a float sum would change its rounding: no partial results."""
+    func = op_prim_func("reduce_sum", [TensorType((24, 96), "float32")],
+                        {"axes": [1], "keepdims": False})
+    scheduled = schedule_prim_func(func, AVX512)
+    assert not any(b.name.endswith("_rf") for b in _blocks(scheduled))
