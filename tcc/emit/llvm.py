@@ -11,7 +11,9 @@ internal compute function built here, statement by statement:
   a guard tests the lane, the remainder tile of a split, which LLVM would refuse with a
   warning); `parallel` loops are outlined into a function that `GOMP_parallel` (libgomp,
   the OpenMP runtime shipped with the C compiler) runs on every thread, each thread taking
-  one contiguous chunk.
+  one contiguous chunk; the calling thread runs it alone when one thread is asked for, or,
+  for a loop nest whose size is symbolic at compile time, when at run time the loop has
+  one iteration or the nest fewer than the rules' `MIN_PARALLEL_WORK`.
 * `Block`: iteration variables are bound from their bindings, `init` runs when every
   reduction variable is 0.
 * Local buffers (a block's `alloc_buffer`, an `Allocate`) of constant size up to 16 KiB
@@ -59,6 +61,7 @@ from tcc.emit.target import Target, parse_target
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.errors import InternalError
+from tcc.lower.rules.machine import MIN_PARALLEL_WORK
 
 __all__ = ["CodegenError", "CpuModule", "ObjectFile", "compile_object", "compile_prim_funcs",
            "link_objects"]
@@ -455,7 +458,21 @@ class _KernelGen(ExprEmitter):
         self.b, self.frame, self.env, self.bufs = saved
 
         threads = b.load(self.rt.num_threads, typ=I32)
-        b.call(self.rt.gomp("GOMP_parallel"), [fn, slot, threads, I32(0)])
+        work = nest_work(s)
+        if work is not None and not isinstance(work, E.IntImm):
+            # the rules took a symbolic extent for large; at run time it may not be (an
+            # LSTM step at batch 1): one iteration, or too little work for threads, runs on
+            # this one
+            small = b.or_(
+                b.icmp_signed("<", self.expr_as(work, "int64"), I64(MIN_PARALLEL_WORK)),
+                b.icmp_signed("<=", self.expr_as(s.extent, "int64"), I64(1)),
+            )
+            threads = b.select(small, I32(1), threads)
+        with b.if_else(b.icmp_signed("<=", threads, I32(1))) as (alone, shared):
+            with alone:  # outside a parallel region the worker's share is the whole loop
+                b.call(fn, [slot])
+            with shared:
+                b.call(self.rt.gomp("GOMP_parallel"), [fn, slot, threads, I32(0)])
         failed = b.icmp_signed("!=", b.load(flag_p, typ=I32), I32(0))
         with b.if_then(failed, likely=False):
             self.fail(
@@ -480,6 +497,33 @@ class _KernelGen(ExprEmitter):
             self.stmt(s.body)
 
         self.loop(lo, hi, body)
+
+
+def nest_work(s: T.Stmt, inner: frozenset = frozenset()) -> E.PrimExpr | None:
+    """How many times the statements innermost in `s` run (every branch taken), as an
+    expression of the variables outside it; None when an extent depends on a loop inside
+    (`inner`: the variables, by id, of the loops around the statement being counted)."""
+    if isinstance(s, T.For):
+        if any(id(v) in inner for v in E.free_vars([s.extent])):
+            return None
+        body = nest_work(s.body, inner | {id(s.var)})
+        return None if body is None else E.binop("mul", s.extent, body)
+    if isinstance(s, T.SeqStmt):
+        parts = [nest_work(x, inner) for x in s.stmts]
+        if any(p is None for p in parts):
+            return None
+        total = parts[0]
+        for p in parts[1:]:
+            total = E.binop("add", total, p)
+        return total
+    if isinstance(s, T.IfThenElse):
+        parts = [nest_work(x, inner) for x in (s.then_case, s.else_case) if x is not None]
+        if any(p is None for p in parts):
+            return None
+        return parts[0] if len(parts) == 1 else E.binop("add", *parts)
+    if isinstance(s, (T.Block, T.Allocate)):
+        return nest_work(s.body, inner)
+    return E.const(1)
 
 
 _STMTS = {

@@ -7,11 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from tcc.emit.llvm import CodegenError, build_module, compile_prim_funcs
+from tcc.emit.llvm import CodegenError, build_module, compile_prim_funcs, nest_work
 from tcc.emit.target import parse_target
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.parser import parse_module
+from tcc.lower.rules.machine import MIN_PARALLEL_WORK
 from tcc.rt.errors import KernelError
 from tcc.rt.kernels import load_cpu_library
 
@@ -695,6 +696,57 @@ def pad_lanes(A: Buffer((6,), "float32"), B: Buffer((8,), "float32")):
         b = np.zeros(8, np.float32)
         lib.call("pad_lanes", [a, b])
         np.testing.assert_array_equal(b, np.concatenate([[5.0], a, [5.0]]))
+
+
+SMALL_OR_LARGE = """
+@prim_func
+def rows_then_total(A: Buffer((n, 48), "float32"), B: Buffer((n, 48), "float32")):
+    for i in parallel(0, n):
+        for j in serial(0, 48):
+            B[i, j] = A[i, j] * 2.0
+        if i < 3:
+            for j2 in serial(0, 2):
+                B[i, j2] = B[i, j2] + 1.0
+
+
+@prim_func
+def fixed(A: Buffer((4, 48), "float32"), B: Buffer((4, 48), "float32")):
+    for i in parallel(0, 4):
+        for j in serial(0, 48):
+            B[i, j] = A[i, j] * 2.0
+"""
+
+
+def test_nest_work_counts_the_innermost_statements_as_an_expression_of_the_sizes():
+    (func,) = (f for name, f in parse_module(SMALL_OR_LARGE).prim_funcs.items()
+               if name == "rows_then_total")
+    n = next(v for v in E.free_vars(list(func.params[0].shape)) if v.name == "n")
+    work = nest_work(func.body)
+    assert [E.evaluate(work, {n: k}) for k in (0, 1, 10)] == [0, 50, 500]
+    i, j = E.Var("i"), E.Var("j")
+    triangular = T.For(i, E.const(0), n, T.ForKind.SERIAL,
+                       T.For(j, E.const(0), i, T.ForKind.SERIAL, T.Evaluate(E.const(0))))
+    assert nest_work(triangular) is None
+
+
+def test_a_symbolic_parallel_loop_runs_on_the_calling_thread_when_small_at_run_time():
+    """Where the nest's size is symbolic, the compute function compares it with the rules'
+    threshold and calls the outlined loop itself, without the OpenMP runtime, below it (or
+    with one iteration); a parallel loop of constant size keeps the schedule's threads."""
+    module = build_module(parse_module(SMALL_OR_LARGE).prim_funcs, parse_target("llvm"))[0]
+    for name, checked in (("rows_then_total", True), ("fixed", False)):
+        compute = str(module.get_global(f"{name}.compute"))
+        assert f"@\"{name}.parallel0\"(ptr" in compute  # alone, at least with one thread
+        assert (f", {MIN_PARALLEL_WORK}" in compute) is checked
+    with load(SMALL_OR_LARGE) as lib:
+        lib.set_num_threads(2)
+        for rows in (0, 1, 2, 7, 170, 1000):  # 170 x 48 rows of work cross the threshold
+            a = rand(rows, 48)
+            b = np.full_like(a, 5.0)
+            lib.call("rows_then_total", [a, b])
+            want = a * 2
+            want[:3, :2] += 1
+            np.testing.assert_array_equal(b, want)
 
 
 def test_nested_parallel_loops_and_integer_intrinsics():
