@@ -8,6 +8,8 @@ pays for one LLVM compile however many schedules it checks.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from tcc.emit.llvm import compile_prim_funcs
@@ -15,8 +17,11 @@ from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.graph import TensorType
 from tcc.ir.parser import parse_module
+from tcc.ir.printer import print_prim_func
+from tcc.ir.structural import structural_equal
 from tcc.ir.tir_eval import run_prim_func
 from tcc.lower.legalize import op_prim_func
+from tcc.lower.schedule import Schedule, Trace
 from tcc.rt.kernels import load_cpu_library
 
 
@@ -61,6 +66,18 @@ def symbolic_matmul() -> T.PrimFunc:
     )
     assert func is not None
     return func
+
+
+def assert_prints_and_replays(sch, make) -> None:
+    """The scheduled function survives printing and parsing, and its trace survives JSON and
+    replays on a fresh schedule of `make()` to an equal function."""
+    text = print_prim_func("f", sch.func)
+    assert structural_equal(parse_module(text).prim_funcs["f"], sch.func)
+    trace = Trace.from_json(json.loads(json.dumps(sch.trace.as_json())))
+    assert trace == sch.trace
+    fresh = Schedule(make())
+    trace.apply(fresh)
+    assert structural_equal(fresh.func, sch.func)
 
 
 def arrays_for(func: T.PrimFunc, rng: np.random.Generator, sizes: dict | None = None) -> list:

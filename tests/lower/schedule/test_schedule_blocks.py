@@ -5,8 +5,6 @@ per reason (the message, and a schedule left as it was)."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -15,10 +13,11 @@ from tcc.ir.parser import parse_module
 from tcc.ir.printer import print_prim_func
 from tcc.ir.structural import structural_equal
 from tcc.lower.passes.fuse_ops import fuse_ops
-from tcc.lower.schedule import Schedule, ScheduleError, Trace
+from tcc.lower.schedule import Schedule, ScheduleError
 from tcc.lower.schedule.state import walk
 from tests.lower.schedule.cases import (
     arrays_for,
+    assert_prints_and_replays,
     compile_all,
     matmul,
     op_func,
@@ -381,13 +380,7 @@ def test_schedules_keep_the_result_in_tir_eval_and_replay_from_json(name):
     arrays = arrays_for(sch.func, np.random.default_rng(0), SIZES)
     assert_same(outputs_of(sch.func, arrays), outputs_of(make(), arrays))
 
-    text = print_prim_func("f", sch.func)
-    assert structural_equal(parse_module(text).prim_funcs["f"], sch.func)
-    trace = Trace.from_json(json.loads(json.dumps(sch.trace.as_json())))
-    assert trace == sch.trace
-    fresh = Schedule(make())
-    trace.apply(fresh)
-    assert structural_equal(fresh.func, sch.func)
+    assert_prints_and_replays(sch, make)
 
 
 def test_schedules_keep_the_result_through_the_cpu_codegen():

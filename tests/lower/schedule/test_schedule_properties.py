@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import random
 
 import numpy as np
@@ -19,14 +18,13 @@ from hypothesis import strategies as st
 
 from tcc.ir import tir as T
 from tcc.ir.parser import parse_module
-from tcc.ir.printer import print_prim_func
-from tcc.ir.structural import structural_equal
-from tcc.lower.schedule import Schedule, ScheduleError, Trace
+from tcc.lower.schedule import Schedule, ScheduleError
 from tcc.lower.schedule.rewrite import substitute_stmt
 from tcc.lower.schedule.state import find_loop, replace, walk
 from tests.lower.schedule.cases import (
     add2d,
     arrays_for,
+    assert_prints_and_replays,
     compile_all,
     matmul,
     outputs_of,
@@ -136,14 +134,7 @@ def test_random_schedules_keep_the_result_and_their_trace_replays(name, steps, d
     for loop in concurrent_loops(sch.func):
         assert_same(outputs_of(backwards(sch.func, loop), arrays), want)
 
-    text = print_prim_func("f", sch.func)
-    assert structural_equal(parse_module(text).prim_funcs["f"], sch.func)
-
-    trace = Trace.from_json(json.loads(json.dumps(sch.trace.as_json())))
-    assert trace == sch.trace
-    fresh = Schedule(FUNCS[name]())
-    trace.apply(fresh)
-    assert structural_equal(fresh.func, sch.func)
+    assert_prints_and_replays(sch, FUNCS[name])
 
 
 def test_running_a_dependent_loop_backwards_changes_its_result():

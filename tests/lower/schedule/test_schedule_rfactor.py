@@ -4,19 +4,21 @@ reason."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from tcc.ir import expr as E
 from tcc.ir.graph import TensorType
-from tcc.ir.parser import parse_module
 from tcc.ir.printer import print_prim_func
-from tcc.ir.structural import structural_equal
 from tcc.lower.legalize import op_prim_func
-from tcc.lower.schedule import Schedule, ScheduleError, Trace
-from tests.lower.schedule.cases import compile_all, op_func, outputs_of, run_compiled
+from tcc.lower.schedule import Schedule, ScheduleError
+from tests.lower.schedule.cases import (
+    assert_prints_and_replays,
+    compile_all,
+    op_func,
+    outputs_of,
+    run_compiled,
+)
 
 
 def row_max():
@@ -158,13 +160,7 @@ def test_rfactor_keeps_the_result_in_tir_eval_and_replays_from_json(name):
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
 
-    text = print_prim_func("f", sch.func)
-    assert structural_equal(parse_module(text).prim_funcs["f"], sch.func)
-    trace = Trace.from_json(json.loads(json.dumps(sch.trace.as_json())))
-    assert trace == sch.trace
-    fresh = Schedule(make())
-    trace.apply(fresh)
-    assert structural_equal(fresh.func, sch.func)
+    assert_prints_and_replays(sch, make)
 
 
 def test_rfactor_keeps_the_result_bit_for_bit_through_the_cpu_codegen():
