@@ -47,6 +47,8 @@ def op_prim_func(op_name: str, arg_types: list[Type | None], attrs: dict) -> Pri
     """The PrimFunc of one op call (operands as placeholders, then outputs), or None when
     the op has no loop program."""
     op = get_op(op_name)
+    if op.loop_program is not None:
+        return op.loop_program(arg_types, attrs)
     if op.compute is None:
         return None
     for t in arg_types:
@@ -221,6 +223,8 @@ def no_loop_reason(call: Call) -> str:
             infer_call(call.op, call.args, dict(call.attrs))[1], (SequenceType, OptionalType)):
         return (f"op {call.op} works on sequences or optionals, which only the reference "
                 "interpreter runs")
+    if op.loop_program is not None:
+        return f"op {call.op}: its loop program does not take these operand types"
     if op.compute is None:
         return f"op {call.op} has no loop program"
     try:

@@ -103,3 +103,78 @@ def test_compiled_lstm_in_both_runtimes(tmp_path):
     for g, c, w in zip(got, c_got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
         assert np.array_equal(g, c)
+
+
+PLAIN = [
+    ({}, {}),
+    ({"direction": "reverse"}, {"init": True}),
+    ({"direction": "bidirectional", "layout": 1}, {"init": True, "layout": 1}),
+    ({"activations": ["Sigmoid", "Tanh", "Tanh"]}, {}),  # the defaults, spelled out
+    ({}, {"dtype": "float16"}),  # computed in float32
+]
+
+
+def _recurrence_calls(mod) -> int:
+    return sum(isinstance(b.value, G.Call) and b.value.op == "lstm_recurrence"
+               for b in mod.functions["main"].bindings)
+
+
+@pytest.mark.parametrize("attrs, operands", PLAIN)
+def test_a_plain_lstm_runs_each_direction_as_one_recurrence_call(attrs, operands):
+    rng = np.random.default_rng(2)
+    dirs = 2 if attrs.get("direction") == "bidirectional" else 1
+    mod, _ = _module("lstm", _operands("lstm", rng, dirs, **operands), attrs)
+    lowered = lower_recurrent(mod)
+    assert _recurrence_calls(lowered) == dirs
+    assert not any(isinstance(b.value, G.Scan) for b in lowered.functions["main"].bindings)
+
+
+@pytest.mark.parametrize("attrs, operands", [
+    ({"clip": 0.5}, {}),
+    ({"input_forget": True}, {}),
+    ({}, {"peep": True}),
+    ({}, {"lens": True}),
+    ({"activations": ["Sigmoid", "Tanh", "Relu"]}, {}),
+])
+def test_other_lstms_keep_the_scan(attrs, operands):
+    mod, _ = _module("lstm", _operands("lstm", np.random.default_rng(3), 1, **operands), attrs)
+    assert _recurrence_calls(lower_recurrent(mod)) == 0
+
+
+def test_compiled_plain_lstm_matches_the_reference_in_both_runtimes(tmp_path):
+    """The recurrence kernel, at two sequence lengths and batches of one pack (symbolic
+    dims), in both directions of a bidirectional LSTM with initial states."""
+    import tcc.api
+    import tcc.rt
+    from tcc.ir.expr import Var
+    from tests.runtime_c.capi import CRuntime, build_runtime
+
+    seq, batch = Var("seq"), Var("batch")
+    mod = IRModule()
+    bb = FunctionBuilder()
+    x = bb.param("x", G.TensorType((seq, batch, INPUT), "float32"))
+    rng = np.random.default_rng(4)
+    weights = [(rng.standard_normal(s) * 0.5).astype("float32")
+               for s in ((2, 4 * HIDDEN, INPUT), (2, 4 * HIDDEN, HIDDEN), (2, 8 * HIDDEN))]
+    consts = [mod.add_constant(f"w{k}", w) for k, w in enumerate(weights)]
+    h0 = bb.param("h0", G.TensorType((2, batch, HIDDEN), "float32"))
+    c0 = bb.param("c0", G.TensorType((2, batch, HIDDEN), "float32"))
+    out = bb.emit("lstm", x, *consts, None, h0, c0, direction="bidirectional")
+    fields = [bb.get_item(out, i, name=f"out{i}") for i in range(3)]
+    mod.functions["main"] = bb.finish(fields, ["y", "y_h", "y_c"])
+    path = tmp_path / "m.tvmpack"
+    path.write_bytes(tcc.api.compile_to_bytes(mod))
+    crt = CRuntime(build_runtime(tmp_path / "crt") / "libtccrt.so").load(path)
+    with tcc.rt.load(path) as m:
+        for s, b in ((7, 3), (1, 1)):
+            inputs = [(rng.standard_normal(shape) * 0.5).astype("float32")
+                      for shape in ((s, b, INPUT), (2, b, HIDDEN), (2, b, HIDDEN))]
+            want = get_op("lstm").ref(inputs[0], *weights, None, inputs[1], inputs[2],
+                                      **normalize_attrs(get_op("lstm"),
+                                                        {"direction": "bidirectional"}))
+            got = m["main"](*inputs)
+            c_got = crt.run("main", inputs)
+            for g, c, w in zip(got, c_got, want):
+                assert g.shape == w.shape
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+                assert np.array_equal(g, c)

@@ -68,6 +68,9 @@ class OpDef:
     # The pass calls it and reads its values as those of one more shape operand, numbered
     # after the call's own operands.
     size_op: str | None = None
+    # A loop program written directly, `loop_program(arg_types, attrs) -> PrimFunc | None`,
+    # for an op te cannot express (a recurrence over time); used in place of `compute`.
+    loop_program: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,10 @@
 """Recurrent ops: rnn, gru, lstm (ONNX layouts, all directions).
 
-Each op runs a whole sequence and returns the tuple of all its outputs, (Y, Y_h) for rnn and
+`lstm_recurrence` is the time loop of one direction of a plain LSTM (default activations,
+no clip, peepholes or sequence lengths), its input projection done: lower-recurrent gives
+it such LSTMs, and its loop program runs every step in one kernel call.
+
+Each of rnn, gru and lstm runs a whole sequence and returns the tuple of all its outputs, (Y, Y_h) for rnn and
 gru and (Y, Y_h, Y_c) for lstm; a frontend picks the ones a model uses. Operands follow
 ONNX: X is [seq, batch, input] (layout 0) or [batch, seq, input] (layout 1); W, R and B
 hold the gate weights and biases of each direction stacked along their first axis; the
@@ -26,6 +30,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tcc.ir import expr as E
+from tcc.ir import tir as T
 from tcc.ir.dtype import is_float, is_int
 from tcc.ir.errors import ShapeError
 from tcc.ir.graph import TensorType, TupleType
@@ -370,5 +376,114 @@ register(
         doc="LSTM over a sequence: (X, W, R, B?, sequence_lens?, initial_h?, initial_c?, P?) "
         "-> (Y, Y_h, Y_c); P holds the peephole weights, `input_forget` couples the forget "
         "gate to the input gate (f = 1 - i).",
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# lstm_recurrence: the time loop of one plain LSTM direction, one kernel
+
+
+def _recurrence_infer(args, attrs) -> TupleType:
+    xw, rt, h0, c0 = (tensor(a, "lstm_recurrence", f"operand {k}") for k, a in enumerate(args))
+    dtype = same_dtype([xw, rt, h0, c0], "lstm_recurrence")
+    if dtype != "float32":
+        raise ShapeError(f"lstm_recurrence computes in float32, got {dtype}")
+    if xw.ndim != 3 or rt.ndim != 2 or h0.ndim != 2 or c0.ndim != 2:
+        raise ShapeError("lstm_recurrence takes xw [seq, batch, 4*hidden], rt [hidden, "
+                         "4*hidden], h0 and c0 [batch, hidden]")
+    hidden = rt.shape[0]
+    for t, shape, what in ((rt, (hidden, 4 * hidden) if isinstance(hidden, int) else None, "rt"),
+                           (h0, (xw.shape[1], hidden), "h0"), (c0, (xw.shape[1], hidden), "c0")):
+        if shape is not None:
+            _expect(t, shape, "lstm_recurrence", what)
+    state = TensorType((xw.shape[1], hidden), dtype)
+    return TupleType((state, state, TensorType((xw.shape[0], xw.shape[1], hidden), dtype)))
+
+
+def _recurrence_ref(xw, rt, h0, c0):
+    hidden = rt.shape[0]
+    h, c = h0.astype(np.float32), c0.astype(np.float32)
+    ys = np.zeros((xw.shape[0],) + h.shape, np.float32)
+    for t in range(xw.shape[0]):
+        g = xw[t] + h @ rt
+        i, o, f = (_sigmoid(g[:, k * hidden : (k + 1) * hidden]) for k in range(3))
+        c = f * c + i * np.tanh(g[:, 3 * hidden :])
+        h = o * np.tanh(c)
+        ys[t] = h
+    return h, c, ys
+
+
+def _sigmoid_expr(x: E.PrimExpr) -> E.PrimExpr:
+    """As the sigmoid op computes it: exp of a non-positive value never overflows."""
+    e = E.Call("exp", (E.binop("sub", E.const(0.0), E.Call("abs", (x,), x.dtype)),), x.dtype)
+    one = E.const(1.0)
+    return E.select(E.compare("ge", x, E.const(0.0)), E.binop("div", one, one + e),
+                    E.binop("div", e, one + e))
+
+
+def _loop(var: E.Var, extent, body: T.Stmt, kind=T.ForKind.SERIAL) -> T.For:
+    return T.For(var, E.const(0), E.const(extent) if isinstance(extent, int) else extent,
+                 kind, body)
+
+
+def _recurrence_loops(arg_types, attrs) -> T.PrimFunc | None:
+    """The whole time loop as one loop program, written scheduled, since the rules schedule
+    the stages of a kernel and this is a loop around several: per step and batch entry, the
+    recurrent projection `h @ rt` accumulated over k into a local row of 4*hidden gates (the
+    gates in vector lanes, k in order, as the matmul it replaces sums), then, in vector lanes
+    over the hidden units, the gates' activations and the new cell and hidden states, which
+    overwrite the state outputs the next step reads."""
+    xw_t, rt_t, h0_t, c0_t = arg_types
+    hidden = rt_t.shape[0]
+    if not isinstance(hidden, int):
+        return None
+    seq, batch = xw_t.shape[0], xw_t.shape[1]
+    f32 = "float32"
+    xw = T.Buffer("xw", xw_t.shape, f32)
+    rt = T.Buffer("rt", rt_t.shape, f32)
+    h0 = T.Buffer("h0", h0_t.shape, f32)
+    c0 = T.Buffer("c0", c0_t.shape, f32)
+    h = T.Buffer("h", h0_t.shape, f32)
+    c = T.Buffer("c", c0_t.shape, f32)
+    y = T.Buffer("y", (seq, batch, hidden), f32)
+    gates = T.Buffer("gates", (4 * hidden,), f32, "local")
+    t, b, k, g, g0, j, j0, bi, ji = (E.Var(n) for n in ("t", "b", "k", "g", "g0", "j", "j0",
+                                                        "bi", "ji"))
+    vec = T.ForKind.VECTORIZED
+    copy_in = _loop(bi, batch, _loop(ji, hidden, T.seq(
+        T.BufferStore(h, h0[bi, ji], (bi, ji)), T.BufferStore(c, c0[bi, ji], (bi, ji))), vec))
+    zero = _loop(g0, 4 * hidden, T.BufferStore(gates, E.const(0.0), (g0,)), vec)
+    project = _loop(k, hidden, _loop(g, 4 * hidden, T.BufferStore(
+        gates, gates[g] + h[b, k] * rt[k, g], (g,)), vec))
+
+    def gate(n: int) -> E.PrimExpr:
+        return xw[t, b, j + n * hidden] + gates[j + n * hidden]
+
+    cell = E.binop("add", E.binop("mul", _sigmoid_expr(gate(2)), c[b, j]),
+                   E.binop("mul", _sigmoid_expr(gate(0)), E.Call("tanh", (gate(3),), f32)))
+    new_h = E.binop("mul", _sigmoid_expr(gate(1)), E.Call("tanh", (c[b, j],), f32))
+    update = _loop(j, hidden, T.seq(
+        T.BufferStore(c, cell, (b, j)),
+        T.BufferStore(h, new_h, (b, j)),
+        T.BufferStore(y, h[b, j], (t, b, j)),
+    ), vec)
+    steps = _loop(t, seq, _loop(b, batch, T.seq(zero, project, update)))
+    root = T.Block("root", (), (), (), T.seq(copy_in, steps), alloc_buffers=(gates,))
+    return T.PrimFunc((xw, rt, h0, c0, h, c, y), root)
+
+
+register(
+    OpDef(
+        "lstm_recurrence",
+        _recurrence_infer,
+        _recurrence_ref,
+        pattern=Pattern.OPAQUE,
+        num_args=(4, 4),
+        loop_program=_recurrence_loops,
+        doc="The time loop of one direction of a plain LSTM (sigmoid, tanh, tanh; no clip, "
+        "peepholes or sequence lengths): (xw [seq, batch, 4*hidden], the input projection "
+        "with both biases, rt [hidden, 4*hidden], the recurrent weights transposed, h0, c0 "
+        "[batch, hidden]) -> (h, c, Y): the final states and every step's hidden state.",
     )
 )

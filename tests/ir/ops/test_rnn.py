@@ -217,3 +217,56 @@ def test_float16_runs_in_float32_and_keeps_its_dtype():
     assert all(g.dtype == np.float16 for g in got)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g.astype(np.float32), w, atol=1e-3)
+
+
+# -- lstm_recurrence --------------------------------------------------------------------------
+
+
+def _recurrence_operands(seq=4, batch=2, hidden=3):
+    return [f32(seq, batch, 4 * hidden) * 2, f32(hidden, 4 * hidden), f32(batch, hidden),
+            f32(batch, hidden)]
+
+
+def test_lstm_recurrence_is_the_plain_lstm_after_its_input_projection():
+    x, w, r, b, h0, c0 = f32(5, 2, 3), f32(1, 16, 3), f32(1, 16, 4), f32(1, 32), f32(1, 2, 4), \
+        f32(1, 2, 4)
+    xw = x @ w[0].T + b[0, :16] + b[0, 16:]
+    y, y_h, y_c = ref("lstm", x, w, r, b, None, h0, c0)
+    h, c, ys = ref("lstm_recurrence", xw, r[0].T.copy(), h0[0], c0[0])
+    assert_close([ys, h, c], [y[:, 0], y_h[0], y_c[0]], rtol=1e-5, atol=1e-6)
+
+
+def test_lstm_recurrence_infers_states_and_steps_over_symbolic_dims():
+    got = infer("lstm_recurrence", t(s, n, 12), t(3, 12), t(n, 3), t(n, 3))
+    assert got == TupleType((t(n, 3), t(n, 3), t(s, n, 3)))
+
+
+@pytest.mark.parametrize("args, message", [
+    ((t(4, 2, 12), t(3, 8), t(2, 3), t(2, 3)), "rt"),
+    ((t(4, 2, 12), t(3, 12), t(5, 3), t(2, 3)), "h0"),
+    ((t(4, 12), t(3, 12), t(2, 3), t(2, 3)), "takes xw"),
+    ((t(4, 2, 12, dtype="float16"), t(3, 12, dtype="float16"), t(2, 3, dtype="float16"),
+      t(2, 3, dtype="float16")), "float32"),
+])
+def test_lstm_recurrence_rejects_bad_operands(args, message):
+    with pytest.raises(ShapeError, match=message):
+        infer("lstm_recurrence", *args)
+
+
+def test_lstm_recurrence_loop_program_computes_the_reference():
+    """The written loop program, in the reference evaluator and compiled."""
+    from tcc.emit.llvm import compile_prim_funcs
+    from tcc.ir.tir_eval import run_prim_func
+    from tcc.lower.legalize import op_prim_func
+    from tcc.rt.kernels import load_cpu_library
+
+    arrays = _recurrence_operands()
+    func = op_prim_func("lstm_recurrence", [t(4, 2, 12), t(3, 12), t(2, 3), t(2, 3)], {})
+    want = ref("lstm_recurrence", *arrays)
+    outs = [np.full(a.shape, 9.0, np.float32) for a in want]  # overwritten, every element
+    run_prim_func(func, [*arrays, *outs])
+    assert_close(outs, want, rtol=1e-5, atol=1e-6)
+    compiled = [np.full(a.shape, 9.0, np.float32) for a in want]
+    with load_cpu_library(compile_prim_funcs({"k": func}).shared_object) as lib:
+        lib.call("k", [*arrays, *compiled])
+    assert_close(compiled, want, rtol=1e-5, atol=1e-6)
