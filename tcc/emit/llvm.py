@@ -468,7 +468,7 @@ class _KernelGen(ExprEmitter):
                 b.icmp_signed("<=", self.expr_as(s.extent, "int64"), I64(1)),
             )
             threads = b.select(small, I32(1), threads)
-        with b.if_else(b.icmp_signed("<=", threads, I32(1))) as (alone, shared):
+        with b.if_else(b.icmp_signed("==", threads, I32(1))) as (alone, shared):
             with alone:  # outside a parallel region the worker's share is the whole loop
                 b.call(fn, [slot])
             with shared:

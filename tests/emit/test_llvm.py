@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -747,6 +749,48 @@ def test_a_symbolic_parallel_loop_runs_on_the_calling_thread_when_small_at_run_t
             want = a * 2
             want[:3, :2] += 1
             np.testing.assert_array_equal(b, want)
+
+
+_THREADS_PROBE = """
+import sys
+from pathlib import Path
+import numpy as np
+from tcc.rt.kernels import load_cpu_library
+
+def threads():
+    return len(list(Path("/proc/self/task").iterdir()))
+
+with load_cpu_library(Path(sys.argv[1]).read_bytes()) as lib:
+    if sys.argv[2] != "default":
+        lib.set_num_threads(int(sys.argv[2]))
+    before = threads()
+    for rows in map(int, sys.argv[3:]):
+        a = np.ones((rows, 48), np.float32)
+        lib.call("rows_then_total", [a, np.zeros_like(a)])
+    print(threads() - before)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs /proc")
+@pytest.mark.parametrize("threads, rows, team", [
+    ("default", [1000], True),  # 0: the OpenMP default, here two threads
+    ("2", [1000], True),
+    ("1", [1000], False),
+    ("2", [1, 7, 100], False),  # too little work at run time
+])
+def test_a_parallel_loop_starts_the_openmp_team_only_when_it_pays(tmp_path, threads, rows,
+                                                                   team):
+    """Counted by the threads the process has: libgomp starts its team on the first parallel
+    region with more than one thread (a fresh process each time)."""
+    import subprocess
+    import sys
+
+    so = tmp_path / "k.so"
+    so.write_bytes(compile_text(SMALL_OR_LARGE).shared_object)
+    out = subprocess.run([sys.executable, "-c", _THREADS_PROBE, str(so), threads,
+                          *map(str, rows)], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "2"})
+    assert (int(out.stdout) > 0) is team, out.stdout
 
 
 def test_nested_parallel_loops_and_integer_intrinsics():
