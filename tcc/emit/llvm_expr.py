@@ -120,7 +120,7 @@ class ExprEmitter:
     module: ir.Module
     env: dict
     fp_contract: bool = True  # the target's choice: fuse float x * y + z (one rounding)
-    mask: ir.Value | None = None  # the lanes whose loads may run (inside a lane-varying select)
+    mask: ir.Value | None = None  # the lanes that run (a lane-varying select's branch, a guard)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -427,7 +427,8 @@ class ExprEmitter:
     def load_lanes(self, ptr: ir.Value, vt: ir.VectorType, align: int) -> ir.Value:
         """A contiguous vector load from `ptr`; inside a lane-varying select only the active
         lanes read (`llvm.masked.load`, zero elsewhere), since the others may point out of
-        bounds. The vectorizer's plan lets no other kind of load run under a mask."""
+        bounds. The vectorizer's plan lets no other kind of load run under a mask but one
+        the same for every lane (`load` reads it through a safe address)."""
         if self.mask is None:
             return self.b.load(ptr, typ=vt, align=align)
         name = f"llvm.masked.load.v{vt.count}{vt.element.intrinsic_name}.p0"
@@ -437,6 +438,21 @@ class ExprEmitter:
         load = self.b.call(fn, [ptr, self.mask, ir.Constant(vt, None)], arg_attrs={0: ()})
         load.arg_attributes[0].align = align  # the alignment is the pointer's attribute
         return load
+
+    def store_lanes(self, value: ir.Value, ptr: ir.Value, align: int) -> None:
+        """A contiguous vector store to `ptr`; under a guard on the lanes only the active
+        lanes write (`llvm.masked.store`)."""
+        if self.mask is None:
+            self.b.store(value, ptr, align=align)
+            return
+        vt = value.type
+        name = f"llvm.masked.store.v{vt.count}{vt.element.intrinsic_name}.p0"
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module,
+                             ir.FunctionType(ir.VoidType(), [vt, PTR, self.mask.type]), name)
+        store = self.b.call(fn, [value, ptr, self.mask], arg_attrs={1: ()})
+        store.arg_attributes[1].align = align
 
     def _cast(self, e: E.Cast) -> ir.Value:
         return self.convert(self.expr(e.value), e.value.dtype, e.dtype)

@@ -7,9 +7,13 @@ load or store, one without the variable is the same for all lanes, anything else
 gather (lane by lane).
 
 A loop becomes vector code only when that keeps serial semantics: its body is stores,
-conditions that do not depend on the loop variable and blocks (inlined, their iteration
-variables replaced by their bindings), every store is contiguous, and a buffer the body
-stores is loaded only at the offsets it is stored to (so no lane reads what another wrote).
+conditions and blocks (inlined, their iteration variables replaced by their bindings),
+every store is contiguous, and a buffer the body stores is loaded only at the offsets it is
+stored to (so no lane reads what another wrote). A condition that depends on the loop
+variable (the guard of a split's last tile) and has no else branch runs its body under a
+lane mask: stores and contiguous loads are masked (`llvm.masked.store`/`load`), a load the
+same for every lane reads through a safe address when no lane is active, and any other
+load refuses the plan (it would be a gather touching masked-off lanes).
 A select that loads in a branch (padding) and whose condition differs between lanes runs
 both branches with their loads masked to the lanes that choose them, so every load under
 it must be contiguous: a masked vector load never touches a masked-off lane, where the
@@ -215,40 +219,44 @@ def plan_vector(loop: T.For) -> VectorPlan | None:
     stores: dict[T.Buffer, set] = {}
     loads: list[tuple[T.Buffer, E.PrimExpr]] = []
 
-    unmaskable: list[E.BufferLoad] = []  # loads a lane-varying select would have to mask
+    unmaskable: list[E.BufferLoad] = []  # loads a lane mask would have to limit
 
-    def collect_loads(e: E.PrimExpr, masked: bool = False) -> None:
+    # `masked`: under a lane-varying select's branch (only contiguous loads), or under a
+    # guard (contiguous loads, and uniform ones, which read through a safe address when no
+    # lane is active); None: every lane runs
+    def collect_loads(e: E.PrimExpr, masked: str | None = None) -> None:
         if isinstance(e, E.BufferLoad):
             flat = flat_index(e.buffer, e.indices, rename)
             loads.append((e.buffer, flat))
-            if masked and access_kind(flat, u) != "contiguous" and not e.at_fixed_element():
+            kind = access_kind(flat, u)
+            allowed = ("contiguous", "uniform") if masked == "guard" else ("contiguous",)
+            if masked and kind not in allowed and not e.at_fixed_element():
                 unmaskable.append(e)
         if isinstance(e, E.Select) and E.uses(e.cond, loop.var):
             collect_loads(e.cond, masked)
-            collect_loads(e.true_value, True)
-            collect_loads(e.false_value, True)
+            collect_loads(e.true_value, "select")
+            collect_loads(e.false_value, "select")
             return
         for c in children(e):
             collect_loads(c, masked)
 
-    def check(s: T.Stmt) -> bool:
+    def check(s: T.Stmt, masked: str | None = None) -> bool:
         if isinstance(s, T.SeqStmt):
-            return all(check(x) for x in s.stmts)
+            return all(check(x, masked) for x in s.stmts)
         if isinstance(s, T.IfThenElse):
-            collect_loads(s.cond)
-            return (
-                not E.uses(s.cond, loop.var)
-                and check(s.then_case)
-                and (s.else_case is None or check(s.else_case))
-            )
+            collect_loads(s.cond, masked)
+            if E.uses(s.cond, loop.var):  # a guard on the lanes: its body runs under a mask
+                return s.else_case is None and check(s.then_case, "guard")
+            return check(s.then_case, masked) and (
+                s.else_case is None or check(s.else_case, masked))
         if isinstance(s, T.BufferStore):
             flat = flat_index(s.buffer, s.indices, rename)
             if access_kind(flat, u) != "contiguous":
                 return False
             stores.setdefault(s.buffer, set()).add(flat)
-            collect_loads(s.value)
+            collect_loads(s.value, masked)
             for i in s.indices:
-                collect_loads(i)
+                collect_loads(i, masked)
             return True
         return False
 

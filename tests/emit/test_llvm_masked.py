@@ -172,3 +172,65 @@ def test_a_scalar_operand_under_a_lane_mask_is_loaded_for_all_lanes():
     loaded plainly and the loop runs as vector code, A masked as before."""
     body = compute_ir(parse_module(CONCAT.format(dt="float32")).prim_funcs, "scalar")
     assert MASKED_LOAD in body and VECTOR_STORE in body
+
+
+# -- guards on the lanes: the last tile of a split that does not divide -----------------------
+
+GUARDED = """
+@prim_func
+def tail(A: Buffer((n,), "float32"), S: Buffer((m,), "float32"), B: Buffer((n,), "float32"), k: int64):
+    for i in vectorized(0, 48):
+        if i < n:
+            B[i] = A[i] * 2.0 + S[k]
+
+
+@prim_func
+def tile(A: Buffer((4, n), "float32"), B: Buffer((n,), "float32")):
+    with block("root"):
+        acc = alloc_buffer((16,), "float32", scope="local")
+        for j in serial(0, (n + 15) // 16):
+            for i in vectorized(0, 16):
+                if j * 16 + i < n:
+                    acc[i] = 0.0
+            for r in serial(0, 4):
+                for i2 in vectorized(0, 16):
+                    if j * 16 + i2 < n:
+                        acc[i2] = acc[i2] + A[r, j * 16 + i2]
+            for i3 in vectorized(0, 16):
+                if j * 16 + i3 < n:
+                    B[j * 16 + i3] = acc[i3]
+"""
+
+
+@pytest.mark.parametrize("n", [0, 5, 16, 17, 48])
+def test_a_guarded_lanes_loop_runs_as_masked_vector_code(n):
+    """Only the lanes the guard lets through load and store: A and B end right before an
+    inaccessible page. `S[k]` is one address for every lane; with no lane active (n = 0,
+    and the later 16-lane steps of n = 5) it is read from a safe slot, so an index far out of
+    bounds there is harmless, as in the scalar loop that never reads it."""
+    funcs = parse_module(GUARDED).prim_funcs
+    body = compute_ir(funcs, "tail")
+    assert "llvm.masked.store." in body and MASKED_LOAD in body
+    a = before_guard_page(RNG.standard_normal(n).astype(np.float32))
+    b = before_guard_page(np.full(n, 7.0, np.float32))
+    s = RNG.standard_normal(4).astype(np.float32)
+    k = 2 if n else 1 << 40
+    with load_cpu_library(compile_prim_funcs({"tail": funcs["tail"]}).shared_object) as lib:
+        lib.call("tail", [a, s, b, k])
+    np.testing.assert_array_equal(b, a * np.float32(2) + (s[k] if n else 0))
+
+
+@pytest.mark.parametrize("n", [16, 21, 3])
+def test_a_register_tile_under_a_guard_stays_in_registers(n):
+    """A local accumulator indexed by the lanes inside its size is loaded and stored whole,
+    the lanes the guard turns off keeping what they held (a masked store would keep the tile
+    in memory: its value is not forwarded to the next load)."""
+    funcs = parse_module(GUARDED).prim_funcs
+    cm = compile_prim_funcs({"tile": funcs["tile"]})
+    body = cm.llvm_ir[cm.llvm_ir.index("@tile(") :]
+    assert "alloca" not in body[: body.index("\n}\n")]
+    a = before_guard_page(RNG.standard_normal((4, n)).astype(np.float32))
+    b = before_guard_page(np.zeros(n, np.float32))
+    with load_cpu_library(cm.shared_object) as lib:
+        lib.call("tile", [a, b])
+    np.testing.assert_allclose(b, a.sum(axis=0), rtol=1e-6)
