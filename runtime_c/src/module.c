@@ -96,6 +96,26 @@ static void untrack(tccrt_module_t *m) {
   pthread_mutex_unlock(&open_lock);
 }
 
+static void release_weights(tccrt_module_t *m) {
+  if (!m->weights) return;
+  for (size_t i = 0; i < m->pack->weight_count; i++) tccrt_value_release(m->weights[i]);
+  free(m->weights);
+}
+
+/* The pack's weights as tensors, once (see tccrt_module_t.weights). */
+static tccrt_status_t load_weights(tccrt_module_t *m) {
+  size_t n = m->pack->weight_count;
+  if (!n) return TCCRT_OK;
+  m->weights = calloc(n, sizeof *m->weights);
+  if (!m->weights) return tccrt_fail(TCCRT_OUT_OF_MEMORY, "%s: out of memory loading the pack", m->pack->path);
+  for (size_t i = 0; i < n; i++) {
+    if (!tccrt_dtype_find(m->pack->weights[i].dtype)) continue; /* load_constant reports it */
+    tccrt_status_t st = tccrt_tensor_weight(m->pack, i, &m->weights[i]);
+    if (st) return st;
+  }
+  return TCCRT_OK;
+}
+
 tccrt_status_t tccrt_module_load(tccrt_pack_t *pack, tccrt_module_t **out_module) {
   CHECK_ARG(pack && out_module, "tccrt_module_load: pack and out_module must not be NULL");
   *out_module = NULL;
@@ -111,6 +131,13 @@ tccrt_status_t tccrt_module_load(tccrt_pack_t *pack, tccrt_module_t **out_module
   atomic_init(&m->refs, 1);
   tccrt_pack_retain(pack);
   m->pack = pack;
+  if ((st = load_weights(m))) {
+    release_weights(m);
+    tccrt_kernels_unload(&m->kernels);
+    tccrt_pack_release(pack);
+    free(m);
+    return st;
+  }
   if (track(m)) threads = 1;
   if (threads && m->kernels.set_num_threads) m->kernels.set_num_threads(threads);
   *out_module = m;
@@ -123,6 +150,7 @@ void tccrt_module_retain(tccrt_module_t *module) {
 
 void tccrt_module_release(tccrt_module_t *module) {
   if (!module || atomic_fetch_sub(&module->refs, 1) != 1) return;
+  release_weights(module);
   untrack(module);
   tccrt_kernels_unload(&module->kernels);
   tccrt_pack_release(module->pack);

@@ -35,6 +35,9 @@ struct tccrt_module_t {
   tccrt_pack_t *pack;
   tccrt_kernels_t kernels;
   tccrt_profile_t profile;
+  /* Each weight of the pack as a tensor, made once at load (NULL for a dtype the runtime
+   * cannot compute with): load_constant hands out a reference instead of a new tensor. */
+  tccrt_value_t **weights;
   struct tccrt_module_t *next_open, *prev_open; /* the list of loaded modules (module.c) */
 };
 

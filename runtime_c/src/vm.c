@@ -589,6 +589,11 @@ static tccrt_status_t b_arena_view(frame_t *fr, tccrt_value_t **out) {
 }
 
 static tccrt_status_t b_load_constant(frame_t *fr, tccrt_value_t **out) {
+  tccrt_value_t **made = fr->module->weights;
+  if (made && made[instr(fr)->weight]) {
+    *out = tccrt_value_retain(made[instr(fr)->weight]);
+    return TCCRT_OK;
+  }
   return tccrt_tensor_weight(fr->module->pack, instr(fr)->weight, out);
 }
 

@@ -4,6 +4,7 @@ Runs in-process through the library (tests/runtime_c/capi.py)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import signal
@@ -146,6 +147,20 @@ def test_scan_in_reverse(crt, packs, t):
 def test_views_and_weight_outputs_are_owned_copies(crt, packs):
     outs = both(crt, packs["mlp"], [RNG.standard_normal((3, 4)).astype(np.float32)])
     assert outs[0].shape == (3, 5, 1) and outs[1].shape == (4, 5)
+
+
+def test_a_module_hands_out_its_weights_run_after_run(crt, packs):
+    """A module makes each weight's tensor once and every load_constant shares it: a weight
+    returned as an output stays the same over runs and modules, and outlives its module."""
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    first = crt.load(packs["mlp"])
+    want = first.run("main", [x])[1]
+    for _ in range(3):
+        np.testing.assert_array_equal(first.run("main", [x])[1], want)
+    second = crt.load(packs["mlp"])
+    del first
+    gc.collect()
+    np.testing.assert_array_equal(second.run("main", [x])[1], want)
 
 
 @pytest.mark.parametrize("bad", [
