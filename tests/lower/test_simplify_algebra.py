@@ -491,3 +491,70 @@ def test_cnn_with_exporter_leftovers_compiles_to_the_same_graph_and_numerics():
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
     for m in (mod, simplified):
         _check_compiled(m, model, {image.name: x})
+
+
+def test_zero_pads_before_convolutions_become_their_padding():
+    # a pad of the spatial axes by +0 folds into each convolution that reads it (asymmetric
+    # pads included); a pad by zero everywhere is its input; other pads stay
+    conv = 'strides=[1, 1], dilation=[1, 1], groups=1'
+    verify(
+        f'''
+constants = {{"zero": Tensor((), "float32"), "one": Tensor((), "float32"), "negzero": Tensor((), "float32"), "w": Tensor((4, 3, 3, 3), "float32")}}
+
+@function(inputs=["x"], outputs=["a", "b", "c", "d", "e"])
+def main(x: Tensor((n, 3, 8, 8), "float32")) -> Tuple(Tensor((n, 4, 7, 7), "float32"), Tensor((n, 4, 8, 8), "float32"), Tensor((n, 4, 8, 8), "float32"), Tensor((n, 4, 8, 8), "float32"), Tensor((n, 3, 8, 8), "float32")):
+    p: Tensor((n, 3, 9, 9), "float32") = op.pad(x, const("zero"), pads=[0, 0, 0, 0, 0, 0, 1, 1], mode="constant")
+    a: Tensor((n, 4, 7, 7), "float32") = op.conv2d(p, const("w"), {conv}, padding=[0, 0, 0, 0])
+    q: Tensor((n, 3, 10, 10), "float32") = op.pad(x, const("zero"), pads=[0, 0, 1, 1, 0, 0, 1, 1], mode="constant")
+    b: Tensor((n, 4, 8, 8), "float32") = op.conv2d(q, const("w"), {conv}, padding=[0, 0, 0, 0])
+    r: Tensor((n, 3, 10, 10), "float32") = op.pad(x, const("one"), pads=[0, 0, 1, 1, 0, 0, 1, 1], mode="constant")
+    c: Tensor((n, 4, 8, 8), "float32") = op.conv2d(r, const("w"), {conv}, padding=[0, 0, 0, 0])
+    s: Tensor((n, 3, 10, 10), "float32") = op.pad(x, const("negzero"), pads=[0, 0, 1, 1, 0, 0, 1, 1], mode="constant")
+    d: Tensor((n, 4, 8, 8), "float32") = op.conv2d(s, const("w"), {conv}, padding=[0, 0, 0, 0])
+    e: Tensor((n, 3, 8, 8), "float32") = op.pad(x, const("one"), pads=[0, 0, 0, 0, 0, 0, 0, 0], mode="constant")
+    return a, b, c, d, e
+''',
+        f'''
+constants = {{"zero": Tensor((), "float32"), "one": Tensor((), "float32"), "negzero": Tensor((), "float32"), "w": Tensor((4, 3, 3, 3), "float32")}}
+
+@function(inputs=["x"], outputs=["a", "b", "c", "d", "e"])
+def main(x: Tensor((n, 3, 8, 8), "float32")) -> Tuple(Tensor((n, 4, 7, 7), "float32"), Tensor((n, 4, 8, 8), "float32"), Tensor((n, 4, 8, 8), "float32"), Tensor((n, 4, 8, 8), "float32"), Tensor((n, 3, 8, 8), "float32")):
+    p: Tensor((n, 3, 9, 9), "float32") = op.pad(x, const("zero"), pads=[0, 0, 0, 0, 0, 0, 1, 1], mode="constant")
+    a: Tensor((n, 4, 7, 7), "float32") = op.conv2d(x, const("w"), {conv}, padding=[0, 0, 1, 1])
+    q: Tensor((n, 3, 10, 10), "float32") = op.pad(x, const("zero"), pads=[0, 0, 1, 1, 0, 0, 1, 1], mode="constant")
+    b: Tensor((n, 4, 8, 8), "float32") = op.conv2d(x, const("w"), {conv}, padding=[1, 1, 1, 1])
+    r: Tensor((n, 3, 10, 10), "float32") = op.pad(x, const("one"), pads=[0, 0, 1, 1, 0, 0, 1, 1], mode="constant")
+    c: Tensor((n, 4, 8, 8), "float32") = op.conv2d(r, const("w"), {conv}, padding=[0, 0, 0, 0])
+    s: Tensor((n, 3, 10, 10), "float32") = op.pad(x, const("negzero"), pads=[0, 0, 1, 1, 0, 0, 1, 1], mode="constant")
+    d: Tensor((n, 4, 8, 8), "float32") = op.conv2d(s, const("w"), {conv}, padding=[0, 0, 0, 0])
+    return a, b, c, d, x
+''',
+        {"zero": np.array(0, F32), "one": np.array(1, F32), "negzero": np.array(-0.0, F32),
+         "w": np.ones((4, 3, 3, 3), F32)},
+    )
+
+
+def test_a_padded_convolution_computes_what_the_pad_and_convolution_did():
+    """Compiled: as onnxruntime runs the Pad and Conv nodes, and bit for bit as tcc runs
+    them unfolded."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((6, 4, 3, 3)).astype(F32)
+    g = helper.make_graph(
+        [helper.make_node("Pad", ["x", "pads", "zero"], ["p"], mode="constant"),
+         helper.make_node("Conv", ["p", "w"], ["y"], strides=[2, 2])],
+        "pad_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 11, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"),
+         numpy_helper.from_array(np.array([0, 0, 0, 1, 0, 0, 1, 1], np.int64), "pads"),
+         numpy_helper.from_array(np.array(0, F32), "zero")],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    mod = from_onnx(model)
+    simplified = dead_code_elimination(simplify_algebra(mod))
+    assert not any(b.value.op == "pad" for b in simplified.functions["main"].bindings)
+    x = rng.standard_normal((1, 4, 11, 11)).astype(F32)
+    _check_compiled(simplified, model, {"x": x})
+    padded, folded = (tcc.api.compile_onnx(m, optimize=False)({"x": x})[0]
+                      for m in (mod, simplified))
+    np.testing.assert_array_equal(folded, padded)

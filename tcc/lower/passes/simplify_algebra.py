@@ -9,7 +9,9 @@ square, and a product vectorizes where pow is a library call), and `pow(x, 3)` b
 a reshape, squeeze or expand_dims chain, or a transpose, that gives x's own shape and
 element order back); any other reshape/squeeze/expand_dims of such a chain becomes one
 reshape of the chain's source, and a transpose of a transpose becomes one transpose with
-the composed permutation. Every rewrite keeps the binding's result type (dtype and shape,
+the composed permutation; a pad by zero everywhere is its input, and a convolution of a
+zero pad of the spatial axes reads the pad's input with the pads added to its own padding.
+Every rewrite keeps the binding's result type (dtype and shape,
 provably equal dimensions), and one forward sweep reaches the fixed point, since each rule
 only looks at values defined earlier, already simplified.
 
@@ -193,6 +195,45 @@ def _merge_transposes(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None
     return _call("transpose", inner.args, {"axes": [p1[k] for k in p2]}, out)
 
 
+def _zero_pad(value: np.ndarray | None) -> bool:
+    """A constant pad value of +0.0 (or 0): the zeros a convolution's own padding reads."""
+    return _all_equal(value, 0) and not np.any(np.signbit(np.asarray(value)))
+
+
+def _no_padding(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None:
+    x = call.args[0]
+    pads = call.attrs.get("pads")
+    if pads is None or any(not isinstance(p, int) or p != 0 for p in pads):
+        return None
+    return x if _replaces(x, out) else None
+
+
+def _explicit_padding(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None:
+    """A convolution of a zero pad of the spatial axes is the convolution of the unpadded
+    input with those pads added to its own: its window reads the same zeros (a
+    TensorFlow-style "same" padding exported as a Pad before each convolution: Hugging
+    Face's MobileNetV2 has 52, each a layout transform pair around a pad kernel in the
+    blocked layout)."""
+    pad = scope.producer(call.args[0], frozenset({"pad"}))
+    if pad is None or pad.attrs.get("mode") != "constant":
+        return None
+    value = pad.args[1] if len(pad.args) > 1 else None
+    if value is not None and not (isinstance(value, G.Constant)
+                                  and _zero_pad(scope.const_values.get(value.name))):
+        return None
+    pads = pad.attrs.get("pads")
+    ndim = len(pads or ()) // 2
+    if pads is None or any(not isinstance(p, int) or p < 0 for p in pads):
+        return None
+    begin, end = pads[:ndim], pads[ndim:]
+    if any(begin[:2]) or any(end[:2]):  # batch and channels stay as they are
+        return None
+    spatial = ndim - 2
+    own = call.attrs.get("padding") or [0] * (2 * spatial)
+    padding = [a + b for a, b in zip(own, [*begin[2:], *end[2:]])]
+    return _call(call.op, (pad.args[0], *call.args[1:]), {**call.attrs, "padding": padding}, out)
+
+
 RULES: dict[str, tuple[Rule, ...]] = {
     **{op: (_neutral_operand,) for op in NEUTRAL},
     "pow": (_neutral_operand, _square, _cube),
@@ -200,6 +241,8 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "identity": (_copy,),
     **{op: (_collapse_reshapes,) for op in RESHAPES},
     "transpose": (_identity_transpose, _merge_transposes),
+    "pad": (_no_padding,),
+    **{op: (_explicit_padding,) for op in ("conv1d", "conv2d", "conv3d")},
 }
 
 
