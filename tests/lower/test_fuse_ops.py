@@ -504,3 +504,31 @@ def test_bert_matches_onnxruntime(tmp_path):
     names = {vi.name for vi in model.graph.input}
     feeds = token_inputs(np.random.default_rng(0), 2, 16, vocab=100)
     assert_matches_onnxruntime(module, model, {k: v for k, v in feeds.items() if k in names})
+
+
+RECOMPUTED = '''
+@function(inputs=["x", "w"], outputs=["y", "z"])
+def main(x: Tensor((n, 8, 1), "float32"), w: Tensor((n, 8, 3), "float32")) -> Tuple(Tensor((n, 8, 3), "float32"), Tensor((n, 8, 3), "float32")):
+    a: Tensor((n, 8, 1), "float32") = op.abs(x)
+    b: Tensor((n, 8, 1), "float32") = op.log(a)
+    c: Tensor((n, 8, 1), "float32") = op.exp(b)
+    d: Tensor((n, 8, 1), "float32") = op.sqrt(c)
+    e: Tensor((n, 8, 1), "float32") = op.tanh(d)
+    y: Tensor((n, 8, 3), "float32") = op.add(e, w)
+    s: Tensor((n, 8, 1), "float32") = op.abs(x)
+    t: Tensor((n, 8, 1), "float32") = op.exp(s)
+    z: Tensor((n, 8, 3), "float32") = op.add(t, w)
+    return y, z
+'''
+
+
+def test_a_long_chain_is_stored_once_rather_than_recomputed_per_broadcast_element(tmp_path):
+    """Five ops feeding a consumer with three times their elements are a kernel of their
+    own; two ops are recomputed in the consumer, as before."""
+    mod = fuse_ops(parse_module(RECOMPUTED))
+    kernels = [dict(mod[b.value.func].attrs)["origins"] for b in mod["main"].bindings
+               if isinstance(b.value, G.CallTIR)]
+    assert ("a", "b", "c", "d", "e") in kernels
+    assert ("s", "t", "z") in kernels
+    assert not any("y" in k and "e" in k for k in kernels)
+    assert_kept(RECOMPUTED, [random(5, 8, 1), random(5, 8, 3)], tmp_path)

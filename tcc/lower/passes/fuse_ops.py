@@ -9,7 +9,9 @@ result only one binding uses (and the function does not return) joins that consu
 both are elementwise/broadcast/injective (a chain), when the producer's group holds a
 convolution/matmul-like or reduction "anchor" and the consumer is elementwise or broadcast
 (an epilogue, such as conv2d -> add -> relu), or when the consumer is a reduction and the
-producer elementwise/broadcast/injective (a prologue). A group has at most one anchor and
+producer elementwise/broadcast/injective (a prologue); but a producer group of more than
+MAX_RECOMPUTED_OPS ops stays apart from a consumer with more elements than its result,
+which would compute each of its elements several times. A group has at most one anchor and
 MAX_GROUP ops. Views the VM runs without copying (reshape, squeeze, expand_dims), ops
 without a loop program, opaque ops and calls with tuple operands or results are never
 grouped; singletons stay op calls for legalization. In the merged PrimFunc the
@@ -26,6 +28,7 @@ import dataclasses
 from tcc.ir import graph as G
 from tcc.ir import te
 from tcc.ir.errors import NoLoopProgram, ShapeError
+from tcc.ir.expr import prove_equal
 from tcc.ir.module import IRModule
 from tcc.ir.ops.registry import Pattern, get_op
 from tcc.ir.tir import PrimFunc
@@ -35,6 +38,10 @@ from tcc.lower.passes.plan_memory import VIEW_OPS
 
 ANCHORS = frozenset({Pattern.COMM_REDUCE, Pattern.OUT_FUSABLE})
 MAX_GROUP = 32
+# A producer group of more ops than this is computed once and stored rather than fused
+# into a consumer with more elements, which would recompute it for each (T5's relative-
+# position buckets, 17 ops with a log, fused into the per-head gather: four times over).
+MAX_RECOMPUTED_OPS = 4
 MAX_NAME_OPS = 4  # op names spelled out in a fused kernel's name
 
 
@@ -79,6 +86,21 @@ def _may_join(producer: Pattern, consumer: Pattern, pg: _Group, cg: _Group) -> b
     return producer <= Pattern.INJECTIVE and consumer <= Pattern.INJECTIVE
 
 
+def _expands(producer: G.Type, consumer: G.Type) -> bool:
+    """Whether the consumer's result provably has more elements than the producer's: once
+    each dimension of the producer (but those of size 1) is paired off with an equal one of
+    the consumer, the consumer has some left, not all of them 1."""
+    if not (isinstance(producer, G.TensorType) and isinstance(consumer, G.TensorType)):
+        return False
+    left = list(consumer.shape)
+    for d in (d for d in producer.shape if not prove_equal(d, 1)):
+        match = next((k for k, e in enumerate(left) if prove_equal(d, e)), None)
+        if match is None:
+            return False
+        del left[match]
+    return any(not prove_equal(d, 1) for d in left)
+
+
 def _groups(fn: G.Function) -> list[list[int]]:
     """The groups of two or more bindings (indices in binding order), the last of each the
     only one whose result leaves the group."""
@@ -94,6 +116,8 @@ def _groups(fn: G.Function) -> list[list[int]]:
             if p is None or kinds[p] is None or users.get(id(a)) != 1:
                 continue
             pg, cg = group_of[p], group_of[c]
+            if len(pg.members) > MAX_RECOMPUTED_OPS and _expands(a.type, b.var.type):
+                continue
             if _may_join(kinds[p], kinds[c], pg, cg):
                 cg.members += pg.members
                 cg.anchors += pg.anchors
