@@ -12,6 +12,7 @@ from tcc.ir import tir as T
 from tcc.ir.graph import TensorType
 from tcc.lower.legalize import op_prim_func
 from tcc.lower.rules import UNSCHEDULED, Machine, schedule_prim_func, stage_rules
+from tcc.lower.rules.contraction import row_tile
 from tcc.lower.schedule import Schedule, ScheduleError
 from tcc.lower.schedule.state import walk
 from tcc.rt.kernels import load_cpu_library
@@ -81,6 +82,30 @@ def test_matmul_micro_kernel_shape():
     (tile,) = _allocations(out)
     assert (tile.shape, tile.scope) == ((8, 16), "local")
     assert isinstance(tile_loop.body, T.Allocate) and tile_loop.body.buffer is tile
+
+
+@pytest.mark.parametrize("rows, columns, unrolled", [
+    (13, 16, 13),  # no divisor near 8: all 13 rows, one register each, fit the registers
+    (9, 32, 9),  # two registers a row: 18 accumulators still fit
+    (17, 16, 8),  # more than twice MAX_ROWS: 8 rows, the last tile guarded
+    (14, 16, 7),  # a divisor at least half of 8
+])
+def test_rows_without_a_good_divisor_are_one_tile_when_they_fit_the_registers(
+        rows, columns, unrolled):
+    func = op_prim_func("matmul", [TensorType((rows, 24), "float32"),
+                                   TensorType((24, columns), "float32")], {})
+    out = schedule_prim_func(func, AVX512)
+    (loop,) = [loc.stmt for loc in walk(out.body) if isinstance(loc.stmt, T.For)
+               and loc.stmt.kind is T.ForKind.UNROLLED and loc.stmt.extent.value > 1][:1]
+    assert loop.extent.value == unrolled
+    for _, want, got in run_both({"mm": func}, {"mm": out}):
+        np.testing.assert_allclose(got[-1], want[-1], rtol=1e-5, atol=1e-5)
+
+
+def test_rows_whose_accumulators_would_not_fit_are_tiled():
+    # 13 rows of three registers each: 39 accumulators; 5 rows fill half the registers
+    assert row_tile(13, 48, 16, 32) == 5
+    assert row_tile(13, 16, 16, 32) == 13
 
 
 def test_a_grouped_convs_row_tile_stays_inside_one_group():
