@@ -12,11 +12,12 @@ internal compute function built here, statement by statement:
   the tile stays in registers: a 68 x 196 x 68 matmul's guarded tiles had LLVM's
   gathers and a tile in memory, 44-62 us -> 32 us, 192 columns without guards 20 us),
   and otherwise a scalar loop marked `llvm.loop.vectorize.enable` (left to LLVM unmarked
-  when a guard tests the lane, which LLVM would refuse with a warning); `parallel` loops are outlined into a function that `GOMP_parallel` (libgomp,
-  the OpenMP runtime shipped with the C compiler) runs on every thread, each thread taking
-  one contiguous chunk; the calling thread runs it alone when one thread is asked for, or,
-  for a loop nest whose size is symbolic at compile time, when at run time the loop has
-  one iteration or the nest fewer than the rules' `MIN_PARALLEL_WORK`.
+  when a guard tests the lane, which LLVM would refuse with a warning); `parallel` loops
+  are outlined into a function that `GOMP_parallel` (libgomp, the OpenMP runtime shipped
+  with the C compiler) runs on every thread, each thread taking one contiguous chunk; the
+  calling thread runs it alone when one thread is asked for, or, for a loop nest whose size
+  is symbolic at compile time, when at run time the loop has one iteration or the nest
+  fewer than the rules' `MIN_PARALLEL_WORK`.
 * `Block`: iteration variables are bound from their bindings, `init` runs when every
   reduction variable is 0.
 * Local buffers (a block's `alloc_buffer`, an `Allocate`) of constant size up to 16 KiB
@@ -201,8 +202,7 @@ class _KernelGen(ExprEmitter):
                 # a register tile: blend instead of a masked store, which would keep it in
                 # memory (a masked store's value is not forwarded to the next load)
                 old = self.b.load(p, typ=value.type, align=_align(elem))
-                mask = self.mask
-                self.b.store(self.b.select(mask, value, old), p, align=_align(elem))
+                self.b.store(self.b.select(self.mask, value, old), p, align=_align(elem))
                 return
             self.store_lanes(value, p, _align(elem))
             return

@@ -253,7 +253,8 @@ def _sign(x):
     return _select(x > 0, one, _select(x < 0, _k(x, -1), rest))
 
 
-def _sigmoid_te(x):
+def sigmoid_te(x):
+    """The sigmoid of a te expression, as the sigmoid op computes it."""
     e = te.exp(-te.abs(x))  # as the reference: exp of a non-positive value never overflows
     one = _k(x, 1)
     return _select(x >= 0, one / (one + e), e / (one + e))
@@ -422,7 +423,7 @@ unary("atanh", np.arctanh, accepts=FLOAT, scalar=te.atanh)
 unary("tanh", np.tanh, accepts=FLOAT, scalar=te.tanh)
 
 # activations
-unary("sigmoid", _sigmoid, accepts=FLOAT, scalar=_sigmoid_te)
+unary("sigmoid", _sigmoid, accepts=FLOAT, scalar=sigmoid_te)
 unary(
     "relu",
     lambda x: np.maximum(x, np.zeros((), x.dtype)),
@@ -505,7 +506,7 @@ unary(
     lambda x, alpha: x * _sigmoid(alpha * x),
     {"alpha": 1.0},
     FLOAT,
-    scalar=lambda x, alpha: x * _sigmoid_te(_k(x, alpha) * x),
+    scalar=lambda x, alpha: x * sigmoid_te(_k(x, alpha) * x),
 )
 unary(
     "gelu",

@@ -4,8 +4,9 @@
 no clip, peepholes or sequence lengths), its input projection done: lower-recurrent gives
 it such LSTMs, and its loop program runs every step in one kernel call.
 
-Each of rnn, gru and lstm runs a whole sequence and returns the tuple of all its outputs, (Y, Y_h) for rnn and
-gru and (Y, Y_h, Y_c) for lstm; a frontend picks the ones a model uses. Operands follow
+Each of rnn, gru and lstm runs a whole sequence and returns the tuple of all its outputs,
+(Y, Y_h) for rnn and gru and (Y, Y_h, Y_c) for lstm; a frontend picks the ones a model
+uses. Operands follow
 ONNX: X is [seq, batch, input] (layout 0) or [batch, seq, input] (layout 1); W, R and B
 hold the gate weights and biases of each direction stacked along their first axis; the
 optional operands are passed as None when absent.
@@ -35,6 +36,7 @@ from tcc.ir import tir as T
 from tcc.ir.dtype import is_float, is_int
 from tcc.ir.errors import ShapeError
 from tcc.ir.graph import TensorType, TupleType
+from tcc.ir.ops.elementwise import sigmoid_te
 from tcc.ir.ops.registry import OpDef, Pattern, register, same_dtype, tensor
 
 DIRECTIONS = ("forward", "reverse", "bidirectional")
@@ -414,14 +416,6 @@ def _recurrence_ref(xw, rt, h0, c0):
     return h, c, ys
 
 
-def _sigmoid_expr(x: E.PrimExpr) -> E.PrimExpr:
-    """As the sigmoid op computes it: exp of a non-positive value never overflows."""
-    e = E.Call("exp", (E.binop("sub", E.const(0.0), E.Call("abs", (x,), x.dtype)),), x.dtype)
-    one = E.const(1.0)
-    return E.select(E.compare("ge", x, E.const(0.0)), E.binop("div", one, one + e),
-                    E.binop("div", e, one + e))
-
-
 def _loop(var: E.Var, extent, body: T.Stmt, kind=T.ForKind.SERIAL) -> T.For:
     return T.For(var, E.const(0), E.const(extent) if isinstance(extent, int) else extent,
                  kind, body)
@@ -460,9 +454,9 @@ def _recurrence_loops(arg_types, attrs) -> T.PrimFunc | None:
     def gate(n: int) -> E.PrimExpr:
         return xw[t, b, j + n * hidden] + gates[j + n * hidden]
 
-    cell = E.binop("add", E.binop("mul", _sigmoid_expr(gate(2)), c[b, j]),
-                   E.binop("mul", _sigmoid_expr(gate(0)), E.Call("tanh", (gate(3),), f32)))
-    new_h = E.binop("mul", _sigmoid_expr(gate(1)), E.Call("tanh", (c[b, j],), f32))
+    cell = E.binop("add", E.binop("mul", sigmoid_te(gate(2)), c[b, j]),
+                   E.binop("mul", sigmoid_te(gate(0)), E.Call("tanh", (gate(3),), f32)))
+    new_h = E.binop("mul", sigmoid_te(gate(1)), E.Call("tanh", (c[b, j],), f32))
     update = _loop(j, hidden, T.seq(
         T.BufferStore(c, cell, (b, j)),
         T.BufferStore(h, new_h, (b, j)),
