@@ -204,7 +204,7 @@ class _KernelGen(ExprEmitter):
                 old = self.b.load(p, typ=value.type, align=_align(elem))
                 self.b.store(self.b.select(self.mask, value, old), p, align=_align(elem))
                 return
-            self.store_lanes(value, p, _align(elem))
+            self.store_lanes(value, p, _align(elem), widen=s.buffer not in self.stack_bufs)
             return
         offset = self.expr(self._offset(s.buffer, s.indices))
         self.b.store(
@@ -230,7 +230,9 @@ class _KernelGen(ExprEmitter):
             p = b.gep(ptr, [self._lane0(flat)], source_etype=elem)
             if self.mask is not None and self._whole_lanes_inside(buffer, flat):
                 return self.mem_to_reg(b.load(p, typ=vt, align=_align(elem)), dtype)
-            return self.mem_to_reg(self.load_lanes(p, vt, _align(elem)), dtype)
+            return self.mem_to_reg(
+                self.load_lanes(p, vt, _align(elem), widen=buffer not in self.stack_bufs),
+                dtype)
         offsets = self.expr(flat)  # uniform: a scalar; gather: one offset per lane
         if kind == "uniform" and self.mask is not None:
             # under a guard (plan_vector): the scalar program reads it when a lane is active;

@@ -113,6 +113,18 @@ def const_value(dtype: str, value) -> ir.Constant:
     return ir.Constant(t, v - (1 << bits) if bits > 1 and v >> (bits - 1) else v)
 
 
+def _widened(lanes: int) -> int | None:
+    """The power of two a contiguous access of `lanes` lanes is widened to, or None."""
+    if lanes <= 2 or lanes & (lanes - 1) == 0:
+        return None
+    wide = 1 << lanes.bit_length()
+    return wide if wide <= 64 else None
+
+
+def _first_lanes(lanes: int, wide: int) -> ir.Constant:
+    return ir.Constant(ir.VectorType(I1, wide), [1] * lanes + [0] * (wide - lanes))
+
+
 class ExprEmitter:
     """Lowers PrimExprs with `self.b` (an IRBuilder); subclasses provide `env` and `load`."""
 
@@ -424,35 +436,59 @@ class ExprEmitter:
         finally:
             self.mask = outer
 
-    def load_lanes(self, ptr: ir.Value, vt: ir.VectorType, align: int) -> ir.Value:
+    def load_lanes(self, ptr: ir.Value, vt: ir.VectorType, align: int,
+                   widen: bool = False) -> ir.Value:
         """A contiguous vector load from `ptr`; inside a lane-varying select only the active
         lanes read (`llvm.masked.load`, zero elsewhere), since the others may point out of
         bounds. The vectorizer's plan lets no other kind of load run under a mask but one
-        the same for every lane (`load` reads it through a safe address)."""
+        the same for every lane (`load` reads it through a safe address). With `widen`, a
+        lane count that is no power of two loads as the next power of two with the extra
+        lanes masked off (one instruction; LLVM splits a 14-lane load into 8 + 4 + 2)."""
+        wide = _widened(vt.count) if widen and self.mask is None else None
+        if wide is not None:
+            wt = ir.VectorType(vt.element, wide)
+            loaded = self._masked_access("load", wt, ptr, align, _first_lanes(vt.count, wide))
+            return self.b.shuffle_vector(loaded, ir.Constant(wt, ir.Undefined),
+                                         ir.Constant(ir.VectorType(I32, vt.count),
+                                                     list(range(vt.count))))
         if self.mask is None:
             return self.b.load(ptr, typ=vt, align=align)
-        name = f"llvm.masked.load.v{vt.count}{vt.element.intrinsic_name}.p0"
-        fn = self.module.globals.get(name)
-        if fn is None:
-            fn = ir.Function(self.module, ir.FunctionType(vt, [PTR, self.mask.type, vt]), name)
-        load = self.b.call(fn, [ptr, self.mask, ir.Constant(vt, None)], arg_attrs={0: ()})
-        load.arg_attributes[0].align = align  # the alignment is the pointer's attribute
-        return load
+        return self._masked_access("load", vt, ptr, align, self.mask)
 
-    def store_lanes(self, value: ir.Value, ptr: ir.Value, align: int) -> None:
+    def store_lanes(self, value: ir.Value, ptr: ir.Value, align: int,
+                    widen: bool = False) -> None:
         """A contiguous vector store to `ptr`; under a guard on the lanes only the active
-        lanes write (`llvm.masked.store`)."""
+        lanes write (`llvm.masked.store`); `widen` as for `load_lanes`."""
+        vt = value.type
+        wide = _widened(vt.count) if widen and self.mask is None else None
+        if wide is not None:
+            spread = list(range(vt.count)) + [0] * (wide - vt.count)  # masked off
+            value = self.b.shuffle_vector(value, ir.Constant(vt, ir.Undefined),
+                                          ir.Constant(ir.VectorType(I32, wide), spread))
+            self._masked_access("store", value.type, ptr, align,
+                                _first_lanes(vt.count, wide), value)
+            return
         if self.mask is None:
             self.b.store(value, ptr, align=align)
             return
-        vt = value.type
-        name = f"llvm.masked.store.v{vt.count}{vt.element.intrinsic_name}.p0"
+        self._masked_access("store", vt, ptr, align, self.mask, value)
+
+    def _masked_access(self, kind: str, vt: ir.VectorType, ptr: ir.Value, align: int,
+                       mask: ir.Value, value: ir.Value | None = None) -> ir.Value:
+        """`llvm.masked.load` (zero in the lanes off) or `llvm.masked.store` of `value`."""
+        name = f"llvm.masked.{kind}.v{vt.count}{vt.element.intrinsic_name}.p0"
         fn = self.module.globals.get(name)
         if fn is None:
-            fn = ir.Function(self.module,
-                             ir.FunctionType(ir.VoidType(), [vt, PTR, self.mask.type]), name)
-        store = self.b.call(fn, [value, ptr, self.mask], arg_attrs={1: ()})
-        store.arg_attributes[1].align = align
+            fnty = (ir.FunctionType(vt, [PTR, mask.type, vt]) if kind == "load"
+                    else ir.FunctionType(ir.VoidType(), [vt, PTR, mask.type]))
+            fn = ir.Function(self.module, fnty, name)
+        if kind == "load":
+            call = self.b.call(fn, [ptr, mask, ir.Constant(vt, None)], arg_attrs={0: ()})
+            call.arg_attributes[0].align = align  # the alignment is the pointer's attribute
+        else:
+            call = self.b.call(fn, [value, ptr, mask], arg_attrs={1: ()})
+            call.arg_attributes[1].align = align
+        return call
 
     def _cast(self, e: E.Cast) -> ir.Value:
         return self.convert(self.expr(e.value), e.value.dtype, e.dtype)
