@@ -112,7 +112,8 @@ class _KernelGen(ExprEmitter):
         self._vec_var: E.Var | None = None  # the vectorized loop's own variable
         self.outlined = 0
         self.iter_exprs: dict[E.Var, E.PrimExpr] = {}  # block iteration variable -> binding
-        self.stack_bufs: set[T.Buffer] = set()  # buffers alloca'd (register tile candidates)
+        # buffers alloca'd (register tile candidates) -> their element count
+        self.stack_bufs: dict[T.Buffer, int] = {}
         self.ranges: dict[int, Interval] = {}  # serial, unrolled and lane loop variables
 
     # -- functions and frames ------------------------------------------------------------------
@@ -256,12 +257,8 @@ class _KernelGen(ExprEmitter):
         """Whether a contiguous access to a stack buffer stays inside it on every lane,
         masked-off ones included, over the ranges of the loops around it: then it needs no
         mask (the lanes a guard turns off read or keep what is there)."""
-        if buf not in self.stack_bufs:
-            return False
-        size = 1
-        for d in buf.shape:
-            size *= d.value if isinstance(d, E.IntImm) else d
-        if not isinstance(size, int):
+        size = self.stack_bufs.get(buf)
+        if size is None:
             return False
         span = bounds(flat, self.ranges)
         lo, hi = (None, None) if span is None else (const_value(span[0]), const_value(span[1]))
@@ -314,7 +311,7 @@ class _KernelGen(ExprEmitter):
         nbytes = _size_bytes(elem)
         if isinstance(count, E.IntImm) and count.value * nbytes <= STACK_LIMIT_BYTES:
             self.bufs[buf] = self.alloca(ir.ArrayType(elem, max(count.value, 1)))
-            self.stack_bufs.add(buf)
+            self.stack_bufs[buf] = count.value
             return False
         size = self.b.mul(self.expr_as(count, "int64"), I64(nbytes))
         size = self.b.select(self.b.icmp_signed("<", size, I64(1)), I64(1), size)

@@ -150,8 +150,10 @@ def test_views_and_weight_outputs_are_owned_copies(crt, packs):
 
 
 def test_a_module_hands_out_its_weights_run_after_run(crt, packs):
-    """A module makes each weight's tensor once and every load_constant shares it: a weight
-    returned as an output stays the same over runs and modules, and outlives its module."""
+    """A module makes each weight's tensor once and every load_constant shares it; sharing
+    must not change what a run gives: a weight returned as an output stays the same over
+    runs and modules, and outlives its module (a reference dropped too often would show
+    here, as freed memory)."""
     x = RNG.standard_normal((3, 4)).astype(np.float32)
     first = crt.load(packs["mlp"])
     want = first.run("main", [x])[1]

@@ -222,9 +222,9 @@ def _explicit_padding(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None
                                   and _zero_pad(scope.const_values.get(value.name))):
         return None
     pads = pad.attrs.get("pads")
-    ndim = len(pads or ()) // 2
     if pads is None or any(not isinstance(p, int) or p < 0 for p in pads):
         return None
+    ndim = len(pads) // 2
     begin, end = pads[:ndim], pads[ndim:]
     if any(begin[:2]) or any(end[:2]):  # batch and channels stay as they are
         return None

@@ -87,10 +87,16 @@ def _with_cache(
     return replace(func, parent, grown)
 
 
-def _cache_buffer(scope: Scope, func: T.PrimFunc, buf: T.Buffer, storage_scope: str):
+def fresh_buffer_name(scope: Scope, func: T.PrimFunc, base: str) -> str:
+    """`base`, made unique among the function's parameters, the scope's blocks and the
+    buffers they allocate."""
     taken = scope.names() | {b.name for b in func.buffers}
     taken |= {b.name for m in [scope.parent, *scope.members] for b in m.stmt.alloc_buffers}
-    name = unique_name(f"{buf.name}_{storage_scope}", taken)
+    return unique_name(base, taken)
+
+
+def _cache_buffer(scope: Scope, func: T.PrimFunc, buf: T.Buffer, storage_scope: str):
+    name = fresh_buffer_name(scope, func, f"{buf.name}_{storage_scope}")
     return T.Buffer(name, buf.shape, buf.dtype, storage_scope)
 
 

@@ -31,7 +31,7 @@ from tcc.ir.dtype import is_int
 from tcc.ir.printer import format_expr
 from tcc.lower.schedule import regions as R
 from tcc.lower.schedule.blocks import error, merged, require_scope, single_store
-from tcc.lower.schedule.cache import top_level
+from tcc.lower.schedule.cache import fresh_buffer_name, top_level
 from tcc.lower.schedule.reduction import feeding_kinds
 from tcc.lower.schedule.regions import iter_loads, point_region
 from tcc.lower.schedule.rewrite import substitute_expr, substitute_stmt
@@ -155,11 +155,9 @@ def rfactor(func: T.PrimFunc, block_loc: Located, loop_loc: Located) -> tuple[T.
                 "partial results are combined",
             )
 
-    taken = scope.names() | {b.name for b in func.buffers}
-    taken |= {b.name for m in [scope.parent, *scope.members] for b in m.stmt.alloc_buffers}
     lanes = R.const_value(loop.extent)
-    partial = T.Buffer(unique_name(f"{buf.name}_rf", taken), (*buf.shape, lanes), buf.dtype,
-                       buf.scope)
+    partial = T.Buffer(fresh_buffer_name(scope, func, f"{buf.name}_rf"), (*buf.shape, lanes),
+                       buf.dtype, buf.scope)
     rf_name = unique_name(f"{block.name}_rf", scope.names())
 
     # the partial block: B's spatial variables, one for `loop`, and one reduction variable
