@@ -8,13 +8,17 @@
 * search: for tasks of different kinds (one kernel each), the cost-model-guided
   evolutionary search and random search, each with its own fresh database, at equal
   trials; the best speedup over the default after each trial, as text (and a PNG when matplotlib is
-  installed), and trials per second.
+  installed), and trials per second. Then the two bests are compared twice, each time
+  alternating: their kernels in one measurement worker, and their packs (with the untuned
+  pack) run by the C runtime.
 * kernels: one-node models (fp32 matmul 1024^3, a MobileNet-style depthwise 3x3, a 1x1
   convolution, a strided conv1d, a layer norm); each is tuned, then its default pack, its
   tuned pack (C runtime: tccrt's own --bench timing, so no Python in the timed loop; needs
   `make runtime`) and onnxruntime run on the same inputs and threads; the matmul is also
   timed against numpy/OpenBLAS.
-* models: each model is tuned (`tcc tune` with --trials/--budget), then the untuned pack,
+* models: each model (by default real exports of six families from the corpus that
+  tools/export_corpus.py writes, and ShuffleNet from the onnx package; symbolic sizes at
+  batch 1, sequence 128) is tuned (`tcc tune` with --trials/--budget), then the untuned pack,
   the tuned pack (C runtime) and onnxruntime are timed in one run; outputs are checked
   against onnxruntime first (rtol 1e-3, atol 1e-4), so a fast wrong answer never counts.
 
@@ -46,9 +50,11 @@ def _args(argv):
     p.add_argument("--budget", default=None, help="models: per-model tuning budget (20m)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--runs", type=int, default=50)
-    p.add_argument("--tasks", default="matmul,conv1x1,depthwise,layer_norm")
+    p.add_argument("--tasks", default="matmul1024,conv3x3,attention_bmm,depthwise",
+                   help=f"search: some of {','.join(SEARCH_TASKS)}")
     p.add_argument("--kernels", default=",".join(KERNELS))
-    p.add_argument("--models", default="resnet50,shufflenet,bert,gpt2")
+    p.add_argument("--models", default="resnet_legacy,mobilenet_v2_legacy,shufflenet,"
+                   "bert_legacy,gpt2_legacy,vit_dynamo")
     p.add_argument("--png", default=None, help="search: write the curves here")
     p.add_argument("--keep", default=None, help="a folder for the databases (else temporary)")
     return p.parse_args(argv)
@@ -105,6 +111,10 @@ KERNELS = {
     "layer_norm": lambda: layer_norm_model(512, 768),
 }
 SEARCH_TASKS = {"matmul": lambda: one_node("MatMul", [256, 512], [512, 512]),
+                "matmul1024": KERNELS["matmul"],
+                "conv3x3": lambda: one_node("Conv", [1, 64, 56, 56], [64, 64, 3, 3],
+                                            pads=[1, 1, 1, 1]),
+                "attention_bmm": lambda: one_node("MatMul", [12, 128, 64], [12, 64, 128]),
                 **{k: v for k, v in KERNELS.items() if k != "matmul"}}
 
 
@@ -167,6 +177,32 @@ def remeasure(tuners: dict, target, rounds: int = 5) -> dict:
     return {name: default_total / total for name, total in totals.items()}
 
 
+def packs_line(task, model, target, finalists: dict, args, rounds: int = 7) -> str:
+    """The untuned pack and each search's tuned pack, run by tccrt on the same input in
+    `rounds` alternating rounds: the speedup a user of each tuned pack gets. The worker's
+    figures above time the kernel alone; the pack adds the runtime's copies and calls."""
+    import numpy as np
+
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    feeds = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+    runners = {"untuned": pack_runner(model, target, None, args.threads)}
+    for name, tuner in finalists.items():
+        runners[name] = pack_runner(model, target, tuner.db.path, args.threads)
+    want = runners["untuned"](feeds)[0]
+    for name, runner in runners.items():
+        if not np.allclose(runner(feeds)[0], want, rtol=1e-3, atol=1e-4):
+            return f"{task:12s} the {name} pack is WRONG"
+    runs = runs_per_round(runners["untuned"], feeds, args, rounds)
+    t = alternating({name: (lambda r=runner: r.bench(feeds, runs)[0])
+                     for name, runner in runners.items()}, rounds)
+    med = {name: v[0] for name, v in t.items()}
+    parts = [f"{name} {_spread(v)} ms" for name, v in t.items()]
+    return (f"{task:12s} packs (tccrt, {rounds} alternating rounds): " + ", ".join(parts)
+            + f"; speedup random {med['untuned'] / med['random']:.2f}x, evolutionary "
+            f"{med['untuned'] / med['evolutionary']:.2f}x (evolutionary / random "
+            f"{med['random'] / med['evolutionary']:.2f})")
+
+
 def search_mode(args, target, work: Path) -> None:
     trials = args.trials or 500
     curves = {}
@@ -196,6 +232,7 @@ def search_mode(args, target, work: Path) -> None:
               f"random {again['random']:.2f}x, evolutionary {again['evolutionary']:.2f}x "
               f"(evolutionary / random {again['evolutionary'] / again['random']:.2f})",
               flush=True)
+        print(packs_line(task, SEARCH_TASKS[task](), target, finalists, args), flush=True)
     marks = [m for m in (10, 25, 50, 100, 200, 300, 400, 500, 1000, 2000) if m <= trials]
     print("\nspeedup over the default schedule after N trials")
     print(f"{'task':12s} {'search':13s} " + " ".join(f"{m:>7d}" for m in marks))
@@ -256,6 +293,25 @@ def _spread(median_lo_hi) -> str:
 ROUND_MS, MAX_RUNS = 300.0, 5000
 
 
+def runs_per_round(runner, feeds, args, rounds: int) -> int:
+    """Runs a round: --runs over the rounds, and enough that a round lasts ROUND_MS. tccrt
+    starts a fresh process per round, and the median of a few runs after its one warm-up
+    run is still cold (a 0.075 ms layer norm measured 0.5 ms at 6 runs a round)."""
+    per_run = runner.bench(feeds, 20)[0]
+    return min(MAX_RUNS, max(1, args.runs // rounds, math.ceil(ROUND_MS / max(per_run, 1e-3))))
+
+
+def alternating(contenders: dict, rounds: int) -> dict:
+    """Each contender (a function giving one round's median ms) run once a round, in turn:
+    on a shared machine the speed drifts over minutes, and alternating gives every contender
+    the same drift. (median of the round medians, min, max) for each."""
+    medians = {k: [] for k in contenders}
+    for _ in range(rounds):
+        for k, fn in contenders.items():
+            medians[k].append(fn())
+    return {k: (statistics.median(v), min(v), max(v)) for k, v in medians.items()}
+
+
 def time_model(name, model, target, db, feeds, args, sess, numpy_fn=None, rounds=5) -> str:
     """The untuned pack, the tuned pack and onnxruntime (and numpy) timed in `rounds`
     alternating rounds of --runs / rounds runs each (more where a round would last under
@@ -272,21 +328,13 @@ def time_model(name, model, target, db, feeds, args, sess, numpy_fn=None, rounds
         got = runner(feeds)[0]
         if not np.allclose(got, want, rtol=1e-3, atol=1e-4):
             return f"{name}: {label} pack WRONG (max abs err {np.abs(got - want).max():.3g})"
-    # every round lasts at least ROUND_MS: tccrt starts a fresh process per round, and
-    # the median of a few runs after its one warm-up run is still cold (a 0.075 ms layer
-    # norm measured 0.5 ms at 6 runs a round)
-    per_run = untuned.bench(feeds, 20)[0]
-    runs = min(MAX_RUNS, max(1, args.runs // rounds, math.ceil(ROUND_MS / max(per_run, 1e-3))))
+    runs = runs_per_round(untuned, feeds, args, rounds)
     contenders = {"untuned": lambda: untuned.bench(feeds, runs)[0],
                   "tuned": lambda: tuned.bench(feeds, runs)[0],
                   "ort": lambda: statistics.median(timed(lambda: sess.run(None, feeds), runs))}
     if numpy_fn is not None:
         contenders["numpy"] = lambda: statistics.median(timed(numpy_fn, runs))
-    medians = {k: [] for k in contenders}
-    for _ in range(rounds):
-        for k, fn in contenders.items():
-            medians[k].append(fn())
-    t = {k: (statistics.median(v), min(v), max(v)) for k, v in medians.items()}
+    t = alternating(contenders, rounds)
     line = (f"{name:12s} untuned {_spread(t['untuned'])}  tuned {_spread(t['tuned'])}  "
             f"ort {_spread(t['ort'])}  tuned/untuned {t['tuned'][0] / t['untuned'][0]:5.2f}  "
             f"tuned/ort {t['tuned'][0] / t['ort'][0]:5.2f}")
@@ -330,27 +378,34 @@ def kernels_mode(args, target, work: Path) -> None:
 
 
 def models_mode(args, target, work: Path) -> None:
-    import numpy as np
-    from models import feeds_for, models
+    from models import CORPUS_SIZES, models
 
     from tcc.cli.tune_cmd import parse_budget
 
     wanted = args.models.split(",")
     trials = args.trials or 2000
     budget = parse_budget(args.budget) if args.budget else None
-    for name, model, dims in models():
+    found = set()
+    for name, model, feeds_of in models(corpus=True):
         if name not in wanted:
             continue
+        found.add(name)
         db = work / f"model-{name}.db"
-        named = {k: [v] for k, v in dims.items()}
+        symbolic = {d.dim_param for vi in model.graph.input
+                    for d in vi.type.tensor_type.shape.dim if d.dim_param}
+        named = {k: [v] for k, v in CORPUS_SIZES.items() if k in symbolic}
         _, progress, seconds = tune(model, target, db, trials, budget=budget, named=named)
         print(f"{name}: {progress.trials} trials in {seconds:.0f} s "
               f"({progress.trials / max(seconds, 1e-9):.2f}/s); kernel time of one run: "
               f"default {progress.estimate(best=False) * 1e6:.1f} us, "
               f"tuned {progress.estimate() * 1e6:.1f} us", flush=True)
-        feeds = feeds_for(model, dims, np.random.default_rng(0))
+        feeds = feeds_of(model, __import__("numpy").random.default_rng(0))
         print(time_model(name, model, target, db, feeds, args,
                          ort_session(model, args.threads)), flush=True)
+    for name in wanted:
+        if name not in found:
+            print(f"{name}: no such model (light models, builders, and the corpus that "
+                  "tools/export_corpus.py writes)")
 
 
 def main(argv=None) -> int:

@@ -38,7 +38,8 @@ which it cannot inside a parallel loop's outlined function (it reads the buffer 
 from a struct): 2x slower on two threads than on one.
 
 Decisions (`decide`): V, U, blocks of tiles along each (run one after the other inside
-the tile loop, sharing loads in cache), the order of the two tile loops, unrolling of the
+the tile loop, sharing loads in cache), the order of the two tile loops, which tile loop of
+another axis (if any) runs innermost among the tile loops, unrolling of the
 innermost reduction loop, whether to accumulate in a local tile, whether the tile loop
 runs on threads, and (with the column tile loop outside) whether the load reused across
 rows is first copied into a contiguous panel per thread (`pack`): a matmul whose right
@@ -56,6 +57,7 @@ from tcc.lower.rules.analysis import (
     Axis,
     Stage,
     canonical_stage,
+    constant,
     divisor_at_most,
     guarded_load_along,
     stride,
@@ -233,6 +235,8 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
     outer = []
     for a in stage.spatial:
         outer += [tiles[0]] if a is u else [tiles[1]] if a is v else [a.loop]
+    axes = _swapped(stage, u, v) if swap else list(stage.spatial)  # the axis each steps
+    outer, axes = _innermost_tile_loop(sch, block, outer, axes, u, v)
     inner = [lp for lp in ([vm, um] if swap else [um, vm]) if lp is not None]
     reduce = [a.loop for a in stage.reduce]
     k = stage.reduce[-1]
@@ -252,7 +256,7 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
         packed = _packed_load(stage, u, v, cols) if swap else None
         if packed is not None and decide_flag(sch, f"{block}.pack", False):
             # the tile loops the panel depends on outside, the others in each of its copies
-            used = [lp for lp, a in zip(outer, _swapped(stage, u, v)) if _uses(packed, a)]
+            used = [lp for lp, a in zip(outer, axes) if _uses(packed, a)]
             rest = [lp for lp in outer if lp not in used]
             sch.reorder(*used, *rest)
             tile, nests = local_tile(sch, func, block, used, rest + inner, reduce[0])
@@ -276,6 +280,24 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
                                             f"{block}.threads"):
         sch.parallel(tile)
     return sch
+
+
+def _innermost_tile_loop(sch: Schedule, block: str, outer: list[LoopRV], axes: list[Axis],
+                         u: Axis, v: Axis) -> tuple[list[LoopRV], list[Axis]]:
+    """The tile loops (and the axis each steps), with the decided loop of another axis than
+    `u` and `v` moved innermost (-1, untuned: none; the order of u's and v's own tile
+    loops is `columns_outside`). Which tiles follow each other decides what stays in cache
+    from one to the next: a convolution's weights of one output-channel block, or (with
+    the channel-block loop innermost) its input rows across the blocks."""
+    steps = [constant(sch.get(lp).extent) != 1 for lp in outer]  # more than one tile
+    # a loop with no stepping loop after it is innermost already
+    others = [i for i, a in enumerate(axes)
+              if a is not u and a is not v and steps[i] and any(steps[i + 1:])]
+    moved = decide(sch, f"{block}.innermost_tile_loop", [-1, *others], -1)
+    if moved < 0:
+        return outer, axes
+    order = [i for i in range(len(outer)) if i != moved] + [moved]
+    return [outer[i] for i in order], [axes[i] for i in order]
 
 
 def _swapped(stage: Stage, u: Axis, v: Axis) -> list[Axis]:

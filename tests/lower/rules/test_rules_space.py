@@ -99,3 +99,27 @@ def test_a_packed_panel_keeps_results_bit_identical(all_kernels):
                                             run_both(packed, packed)):
         for w, g in zip(want, got):
             np.testing.assert_array_equal(g, w, err_msg=name)
+
+
+def test_any_tile_loop_moved_innermost_keeps_results_bit_identical(all_kernels):
+    """Which tile loop runs innermost (`innermost_tile_loop`) decides only the order the
+    tiles are visited in; each tile sums in the same order, so every choice computes the
+    default's bits."""
+    moved, defaults = {}, {}
+    for name, func in all_kernels.items():
+        sample = next((i for label, i in _samples(schedule_kernel(func, AVX512)).items()
+                       if label.endswith(".innermost_tile_loop")), None)
+        if sample is None:
+            continue
+        label = dict(sample.attrs)["label"]
+        defaults[name] = schedule_prim_func(func, AVX512)
+        for n, choice in enumerate(dict(sample.attrs)["candidates"][1:]):
+            sch = schedule_kernel(func, AVX512, Decisions({label: choice}))
+            moved[f"{name}__{n}"] = finish_schedule(sch.func)
+            assert not structural_equal(moved[f"{name}__{n}"], defaults[name])
+    assert "batch_matmul_matmul_kernel" in defaults
+    assert any("conv2d_nchwc" in name for name in defaults)
+    plain = {key: defaults[key.rsplit("__", 1)[0]] for key in moved}
+    for key, want, got in run_both(plain, moved):
+        for w, g in zip(want, got):
+            np.testing.assert_array_equal(g, w, err_msg=key)
