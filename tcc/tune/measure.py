@@ -248,20 +248,27 @@ def _mismatch(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> str:
     return ""
 
 
-def _build_one(func: T.PrimFunc, target) -> tuple[str, object]:
+def kernel_of(candidate) -> T.PrimFunc:
+    """The kernel to build: a PrimFunc, or a search candidate's `func` (its schedule
+    finished on first use, so a builder process finishes the candidates it builds instead
+    of the tuner doing it for all of them, one after the other)."""
+    return candidate if isinstance(candidate, T.PrimFunc) else candidate.func
+
+
+def _build_one(candidate, target) -> tuple[str, object]:
     """("ok", shared object) or ("error", reason)."""
     try:
-        return "ok", build(func, target)
+        return "ok", build(kernel_of(candidate), target)
     except Exception as e:  # a candidate that does not build is a failed measurement
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         return "error", reason
 
 
-def build_all(funcs: Sequence[T.PrimFunc], target, jobs: int = 1) -> list[tuple[str, object]]:
-    """("ok", shared object) or ("error", reason) for each function, built by `jobs` forked
-    processes (`forked_map`: they inherit the functions, so nothing is pickled on the way
-    in)."""
-    return forked_map(functools.partial(_build_one, target=target), list(funcs), jobs)
+def build_all(candidates: Sequence, target, jobs: int = 1) -> list[tuple[str, object]]:
+    """("ok", shared object) or ("error", reason) for each candidate (`kernel_of`), built by
+    `jobs` forked processes (`forked_map`: they inherit the candidates, so nothing is
+    pickled on the way in)."""
+    return forked_map(functools.partial(_build_one, target=target), list(candidates), jobs)
 
 
 class KernelBench:
@@ -300,10 +307,11 @@ class KernelBench:
                 return Measurement(status="failed", error=f"wrong result: {problem}"), None
         return Measurement(tuple(seconds), baseline=tuple(baseline)), outputs
 
-    def measure_each(self, candidates: Sequence[T.PrimFunc],
+    def measure_each(self, candidates: Sequence,
                      repeats: int | None = None) -> Iterator[Measurement]:
-        """Each candidate's measurement, paired with the default's, in order, as soon as it
-        is taken (all are built first, in the pool)."""
+        """Each candidate's measurement (a PrimFunc or a search candidate, `kernel_of`),
+        paired with the default's, in order, as soon as it is taken (all are built first,
+        in the pool)."""
         for status, built in build_all(candidates, self.target, self.jobs):
             if status != "ok":
                 yield Measurement(status="failed", error=f"build: {built}")

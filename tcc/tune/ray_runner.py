@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 
 from tcc.errors import TccError
 from tcc.ir import tir as T
-from tcc.tune.measure import KernelBench, Measurement, Worker
+from tcc.tune.measure import KernelBench, Measurement, Worker, kernel_of
 
 START_SECONDS = 120.0  # an actor's build, plus the candidate's timeout, before giving up
 
@@ -185,10 +185,11 @@ class RayBench:
     def default_latency(self) -> float:
         return self.default.latency
 
-    def measure_each(self, candidates: Sequence[T.PrimFunc],
+    def measure_each(self, candidates: Sequence,
                      repeats: int | None = None) -> Iterator[Measurement]:
+        funcs = [kernel_of(c) for c in candidates]  # actors get finished kernels
         for status, result in self.runner.run_each(self.key, self.default_func, self.shapes,
-                                                   list(candidates), repeats):
+                                                   funcs, repeats):
             if status == "ok":
                 yield result
             else:

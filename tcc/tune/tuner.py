@@ -204,9 +204,8 @@ class Tuner:
         if not candidates:
             state.exhausted = True
             return
-        funcs = [c.func for c in candidates]
         leader = None  # the round's best candidate, with its ratio
-        for c, m in zip(candidates, bench.measure_each(funcs)):
+        for c, m in zip(candidates, bench.measure_each(candidates)):
             self._record(state, c.trace, m)
             ratio = m.ratio
             state.space.measured[point_key(c.point)] = ratio
