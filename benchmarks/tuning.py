@@ -378,6 +378,7 @@ def kernels_mode(args, target, work: Path) -> None:
 
 
 def models_mode(args, target, work: Path) -> None:
+    import numpy as np
     from models import CORPUS_SIZES, models
 
     from tcc.cli.tune_cmd import parse_budget
@@ -399,7 +400,7 @@ def models_mode(args, target, work: Path) -> None:
               f"({progress.trials / max(seconds, 1e-9):.2f}/s); kernel time of one run: "
               f"default {progress.estimate(best=False) * 1e6:.1f} us, "
               f"tuned {progress.estimate() * 1e6:.1f} us", flush=True)
-        feeds = feeds_of(model, __import__("numpy").random.default_rng(0))
+        feeds = feeds_of(model, np.random.default_rng(0))
         print(time_model(name, model, target, db, feeds, args,
                          ort_session(model, args.threads)), flush=True)
     for name in wanted:
