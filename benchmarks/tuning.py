@@ -10,7 +10,8 @@
   trials; the best speedup over the default after each trial, as text (and a PNG when matplotlib is
   installed), and trials per second. Then the two bests are compared twice, each time
   alternating: their kernels in one measurement worker, and their packs (with the untuned
-  pack) run by the C runtime.
+  pack) run by the C runtime. With --seeds N, each task is searched N times by each search
+  (seeds 0..N-1), and the packs' verdicts are counted.
 * kernels: one-node models (fp32 matmul 1024^3, a MobileNet-style depthwise 3x3, a 1x1
   convolution, a strided conv1d, a layer norm); each is tuned, then its default pack, its
   tuned pack (C runtime: tccrt's own --bench timing, so no Python in the timed loop; needs
@@ -55,6 +56,8 @@ def _args(argv):
     p.add_argument("--kernels", default=",".join(KERNELS))
     p.add_argument("--models", default="resnet_legacy,mobilenet_v2_legacy,shufflenet,"
                    "bert_legacy,gpt2_legacy,vit_dynamo")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="search: run both searches with each of this many seeds")
     p.add_argument("--png", default=None, help="search: write the curves here")
     p.add_argument("--keep", default=None, help="a folder for the databases (else temporary)")
     return p.parse_args(argv)
@@ -127,14 +130,14 @@ def lowered(model, target):
 
 
 def tune(model, target, db_path: Path, trials: int, search="evolutionary", budget=None,
-         on_trial=lambda p: None, named=None):
+         on_trial=lambda p: None, named=None, seed: int = 0):
     from tcc.tune.database import Database
     from tcc.tune.shapes import kernel_shapes
     from tcc.tune.tuner import Tuner
 
     mod = lowered(model, target)
     sizes, _ = kernel_shapes(mod, target, named or {})
-    tuner = Tuner(mod, target, Database(db_path), sizes, search=search)
+    tuner = Tuner(mod, target, Database(db_path), sizes, search=search, seed=seed)
     deadline = None if budget is None else time.monotonic() + budget
     start = time.monotonic()
     progress = tuner.run(trials, deadline, on_trial)
@@ -191,16 +194,17 @@ def packs_line(task, model, target, finalists: dict, args, rounds: int = 7) -> s
     want = runners["untuned"](feeds)[0]
     for name, runner in runners.items():
         if not np.allclose(runner(feeds)[0], want, rtol=1e-3, atol=1e-4):
-            return f"{task:12s} the {name} pack is WRONG"
+            return f"{task:12s} the {name} pack is WRONG", None
     runs = runs_per_round(runners["untuned"], feeds, args, rounds)
     t = alternating({name: (lambda r=runner: r.bench(feeds, runs)[0])
                      for name, runner in runners.items()}, rounds)
     med = {name: v[0] for name, v in t.items()}
     parts = [f"{name} {_spread(v)} ms" for name, v in t.items()]
+    ratio = med["random"] / med["evolutionary"]
     return (f"{task:12s} packs (tccrt, {rounds} alternating rounds): " + ", ".join(parts)
             + f"; speedup random {med['untuned'] / med['random']:.2f}x, evolutionary "
             f"{med['untuned'] / med['evolutionary']:.2f}x (evolutionary / random "
-            f"{med['random'] / med['evolutionary']:.2f})")
+            f"{ratio:.2f})"), ratio
 
 
 def search_mode(args, target, work: Path) -> None:
@@ -208,31 +212,43 @@ def search_mode(args, target, work: Path) -> None:
     curves = {}
     print(f"{'task':12s} {'search':13s} {'trials':>6s} {'trials/s':>8s} {'default us':>10s} "
           f"{'best us':>9s} {'speedup':>8s}  (speedup over the default schedule, as confirmed)")
+    wins = {}  # task -> [evolutionary / random of the packs, per seed]
     for task in args.tasks.split(","):
-        finalists = {}
-        for search in ("random", "evolutionary"):
-            curve = []
+        for seed in range(args.seeds):
+            label = task if args.seeds == 1 else f"{task}#{seed}"
+            finalists = {}
+            for search in ("random", "evolutionary"):
+                curve = []
 
-            def on_trial(p, curve=curve):
-                if all(s.default_seconds for s in p.states):
-                    curve.append((p.trials, p.estimate(best=False) / p.estimate()))
+                def on_trial(p, curve=curve):
+                    if all(s.default_seconds for s in p.states):
+                        curve.append((p.trials, p.estimate(best=False) / p.estimate()))
 
-            db = work / f"search-{task}-{search}.db"
-            db.unlink(missing_ok=True)
-            tuner, progress, seconds = tune(SEARCH_TASKS[task](), target, db, trials, search,
-                                            on_trial=on_trial)
-            curves[(task, search)] = curve
-            finalists[search] = tuner
-            default = progress.estimate(best=False)
-            best = progress.estimate()
-            print(f"{task:12s} {search:13s} {progress.trials:6d} {progress.trials / seconds:8.2f} "
-                  f"{default * 1e6:10.1f} {best * 1e6:9.1f} {default / best:7.2f}x", flush=True)
-        again = remeasure(finalists, target)
-        print(f"{task:12s} the two bests measured again, alternately, in one worker: speedup "
-              f"random {again['random']:.2f}x, evolutionary {again['evolutionary']:.2f}x "
-              f"(evolutionary / random {again['evolutionary'] / again['random']:.2f})",
-              flush=True)
-        print(packs_line(task, SEARCH_TASKS[task](), target, finalists, args), flush=True)
+                db = work / f"search-{task}-{search}-{seed}.db"
+                db.unlink(missing_ok=True)
+                tuner, progress, seconds = tune(SEARCH_TASKS[task](), target, db, trials,
+                                                search, on_trial=on_trial, seed=seed)
+                curves[(label, search)] = curve
+                finalists[search] = tuner
+                default = progress.estimate(best=False)
+                best = progress.estimate()
+                print(f"{label:12s} {search:13s} {progress.trials:6d} "
+                      f"{progress.trials / seconds:8.2f} {default * 1e6:10.1f} "
+                      f"{best * 1e6:9.1f} {default / best:7.2f}x", flush=True)
+            again = remeasure(finalists, target)
+            print(f"{label:12s} the two bests measured again, alternately, in one worker: "
+                  f"speedup random {again['random']:.2f}x, evolutionary "
+                  f"{again['evolutionary']:.2f}x (evolutionary / random "
+                  f"{again['evolutionary'] / again['random']:.2f})", flush=True)
+            line, ratio = packs_line(label, SEARCH_TASKS[task](), target, finalists, args)
+            print(line, flush=True)
+            wins.setdefault(task, []).append(ratio)
+    if args.seeds > 1:
+        print("\nevolutionary / random, tuned packs, per seed (above 1: evolutionary faster)")
+        for task, ratios in wins.items():
+            shown = " ".join("wrong" if r is None else f"{r:.2f}" for r in ratios)
+            won = sum(1 for r in ratios if r is not None and r > 1)
+            print(f"{task:12s} {shown}   evolutionary faster in {won} of {len(ratios)}")
     marks = [m for m in (10, 25, 50, 100, 200, 300, 400, 500, 1000, 2000) if m <= trials]
     print("\nspeedup over the default schedule after N trials")
     print(f"{'task':12s} {'search':13s} " + " ".join(f"{m:>7d}" for m in marks))
@@ -251,7 +267,7 @@ def search_mode(args, target, work: Path) -> None:
         except ImportError:
             print("(no matplotlib: no PNG)")
             return
-        tasks = args.tasks.split(",")
+        tasks = list(dict.fromkeys(label for label, _ in curves))
         fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.2))
         for ax, task in zip(axes if len(tasks) > 1 else [axes], tasks):
             for search in ("random", "evolutionary"):

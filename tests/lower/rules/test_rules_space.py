@@ -34,7 +34,7 @@ def test_every_rule_decides_through_labelled_samples(all_kernels):
         labels |= {label.rsplit(".", 1)[1] for label in _samples(schedule_kernel(func, AVX512))}
     # the choices of the contraction, row, elementwise and reduction rules and of the driver
     assert {"columns", "rows", "local", "threads", "lanes", "row_group", "rule",
-            "whole"} <= labels
+            "whole", "innermost_tile_loop"} <= labels
 
 
 def test_the_untuned_schedule_is_the_point_of_defaults(all_kernels):
