@@ -115,6 +115,10 @@ class _KernelGen(ExprEmitter):
         # buffers alloca'd (register tile candidates) -> their element count
         self.stack_bufs: dict[T.Buffer, int] = {}
         self.ranges: dict[int, Interval] = {}  # serial, unrolled and lane loop variables
+        self.reuse = {}
+        # keyed by id, the object kept beside it (an id is unique only while it lives)
+        self._plans: dict[int, tuple] = {}  # vectorized loop -> (loop, plan, lane variable)
+        self._offsets: dict[tuple, tuple] = {}  # see _lane_offset
 
     # -- functions and frames ------------------------------------------------------------------
 
@@ -196,7 +200,7 @@ class _KernelGen(ExprEmitter):
         elem = mem_type(dtype)
         if self.vec is not None:  # the plan made every store contiguous
             lanes = self.env[self.vec[0]].type.count
-            flat = flat_index(s.buffer, s.indices, self._rename())
+            flat = self._lane_offset(s.buffer, s.indices)[0]
             p = self.b.gep(ptr, [self._lane0(flat)], source_etype=elem)
             value = self.reg_to_mem(self.splat(value, lanes), dtype)
             if self.mask is not None and self._whole_lanes_inside(s.buffer, flat):
@@ -224,8 +228,7 @@ class _KernelGen(ExprEmitter):
                 b.load(b.gep(ptr, [offset], source_etype=elem), typ=elem, align=_align(elem)), dtype
             )
         u = self.vec[0]
-        flat = flat_index(buffer, indices, self._rename())
-        kind = access_kind(flat, u)
+        flat, kind = self._lane_offset(buffer, indices)
         if kind == "contiguous":
             vt = ir.VectorType(elem, self.env[u].type.count)
             p = b.gep(ptr, [self._lane0(flat)], source_etype=elem)
@@ -282,8 +285,17 @@ class _KernelGen(ExprEmitter):
             indices = [E.substitute(i, self.iter_exprs) for i in indices]
         return flat_index(buf, indices)
 
-    def _rename(self) -> dict:
-        return {self._vec_var: self.vec[0]}
+    def _lane_offset(self, buf: T.Buffer, indices) -> tuple[E.PrimExpr, str]:
+        """The flat offset of `buf[indices]` in a vector loop's body, over its int64 lane
+        variable, and its `access_kind`. Unrolled copies of the body lower the same access
+        again and again; it is worked out once."""
+        u = self.vec[0]
+        key = (id(buf), id(indices), id(u))
+        hit = self._offsets.get(key)
+        if hit is None or hit[0] is not buf or hit[1] is not indices or hit[2] is not u:
+            flat = flat_index(buf, indices, {self._vec_var: u})
+            hit = self._offsets[key] = (buf, indices, u, flat, access_kind(flat, u))
+        return hit[3], hit[4]
 
     def _lane0(self, flat: E.PrimExpr) -> ir.Value:
         """The offset of lane 0 of a contiguous access."""
@@ -408,9 +420,11 @@ class _KernelGen(ExprEmitter):
         if kind is T.ForKind.PARALLEL:
             return self._parallel(s)
         if kind is T.ForKind.VECTORIZED:
-            plan = plan_vector(s)
-            if plan is not None:
-                return self._vector(s, plan)
+            hit = self._plans.get(id(s))
+            if hit is None or hit[0] is not s:  # the same loop again in an unrolled copy
+                hit = self._plans[id(s)] = (s, plan_vector(s), E.Var(s.var.name, "int64"))
+            if hit[1] is not None:
+                return self._vector(s, hit[1], hit[2])
         dt = s.var.dtype
         outer = self.env.get(s.var)  # a variable object may be reused by a nested scope
         outer_range = self.ranges.get(id(s.var))
@@ -422,7 +436,7 @@ class _KernelGen(ExprEmitter):
         ):
             start = self.expr_as(s.min, dt)
             for k in range(s.extent.value):
-                self.env[s.var] = self.b.add(start, ir.Constant(start.type, k)) if k else start
+                self.env[s.var] = self.int_op("add", start, ir.Constant(start.type, k), dt)
                 self.stmt(s.body)
             self._unbind(s.var, outer, outer_range)
             return
@@ -431,7 +445,7 @@ class _KernelGen(ExprEmitter):
             T.ForKind.UNROLLED: ("llvm.loop.unroll.enable",),
         }.get(kind, ())
         start = self.expr_as(s.min, dt)
-        stop = self.b.add(start, self.expr_as(s.extent, dt))
+        stop = self.int_op("add", start, self.expr_as(s.extent, dt), dt)
 
         def body(i):
             self.env[s.var] = i
@@ -450,17 +464,20 @@ class _KernelGen(ExprEmitter):
         else:
             self.ranges[id(var)] = outer_range
 
-    def _vector(self, s: T.For, plan) -> None:
-        """Run the plan's body once per step of `lanes` iterations, all lanes at once."""
+    def _vector(self, s: T.For, plan, u: E.Var) -> None:
+        """Run the plan's body once per step of `lanes` iterations, all lanes at once, with
+        `u` as the loop's int64 lane variable."""
         lanes = plan.lanes
-        u = E.Var(s.var.name, "int64")
         self.ranges[id(u)] = (s.min, E.simplify(s.min + s.extent - 1))
         start = self.expr_as(s.min, "int64")
         iota = ir.Constant(ir.VectorType(I64, lanes), list(range(lanes)))
 
         def step(k: ir.Value) -> None:
-            base = self.b.add(start, self.b.mul(k, I64(lanes)))
-            self.env[u] = self.b.add(self.splat(base, lanes), iota)
+            base = self.int_op("add", start, self.int_op("mul", k, I64(lanes), "int64"), "int64")
+            if isinstance(base, ir.Constant) and isinstance(base.constant, int):
+                self.env[u] = ir.Constant(iota.type, [base.constant + i for i in range(lanes)])
+            else:
+                self.env[u] = self.b.add(self.splat(base, lanes), iota)
             self.env[s.var] = self.convert(self.env[u], "int64", s.var.dtype)
             self.vec, self._vec_var = (u, base), s.var
             self.stmt(plan.body)

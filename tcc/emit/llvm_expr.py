@@ -113,6 +113,52 @@ def const_value(dtype: str, value) -> ir.Constant:
     return ir.Constant(t, v - (1 << bits) if bits > 1 and v >> (bits - 1) else v)
 
 
+class _Spelled(ir.Constant):
+    """A constant with the spelling given (llvmlite spells a vector constant lane by lane:
+    a model's IR held thousands of 32-lane `undef` vectors and all-zero masks)."""
+
+    def __init__(self, t: ir.Type, text: str, lanes=None):
+        self.type, self.constant, self._text = t, lanes, text  # lanes: for llvmlite's checks
+
+    def _get_reference(self) -> str:
+        return self._text
+
+
+def poison(t: ir.Type) -> ir.Constant:
+    """A value of type `t` whose bits do not matter (what a splat inserts into)."""
+    return _Spelled(t, "poison")
+
+
+def zeros(t: ir.VectorType) -> ir.Constant:
+    """The all-zero vector (a splat's shuffle mask)."""
+    return _Spelled(t, "zeroinitializer", [ir.Constant(t.element, 0)] * t.count)
+
+
+def _scalar_int(v: ir.Value) -> int | None:
+    if isinstance(v, ir.Constant) and isinstance(v.type, ir.IntType) and isinstance(v.constant, int):
+        return v.constant
+    return None
+
+
+def _fold_int(op: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value | None:
+    """`a op b` without an instruction where it is known now: both scalar constants (add,
+    sub, mul, wrapped as the hardware wraps), or adding 0, multiplying by 1 or 0. Unrolled
+    copies bind their loop variable to a constant, so most of their index arithmetic
+    folds here."""
+    x, y = _scalar_int(a), _scalar_int(b)
+    if x is not None and y is not None and op in ("add", "sub", "mul"):
+        return const_value(dtype, x + y if op == "add" else x - y if op == "sub" else x * y)
+    if op == "add" and (x == 0 or y == 0):
+        return b if x == 0 else a
+    if op == "sub" and y == 0:
+        return a
+    if op == "mul" and (x == 1 or y == 1):
+        return b if x == 1 else a
+    if op == "mul" and (x == 0 or y == 0):
+        return const_value(dtype, 0)
+    return None
+
+
 def _widened(lanes: int) -> int | None:
     """The power of two a contiguous access of `lanes` lanes is widened to, or None."""
     if lanes <= 2 or lanes & (lanes - 1) == 0:
@@ -133,6 +179,12 @@ class ExprEmitter:
     env: dict
     fp_contract: bool = True  # the target's choice: fuse float x * y + z (one rounding)
     mask: ir.Value | None = None  # the lanes that run (a lane-varying select's branch, a guard)
+    # Integer index arithmetic emitted before, by expression: (basic block, value, the
+    # values its variables had). An unrolled body computes the same indices in every copy;
+    # emitted once, the IR LLVM parses and optimizes is several times smaller. A value is
+    # reused only in the block that computed it (so it dominates the use) and while its
+    # variables keep their values. None: nothing is reused.
+    reuse: dict | None = None
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -142,10 +194,8 @@ class ExprEmitter:
         vt = ir.VectorType(v.type, lanes)
         if isinstance(v, ir.Constant):
             return ir.Constant(vt, [v] * lanes)
-        one = self.b.insert_element(ir.Constant(vt, ir.Undefined), v, I32(0))
-        return self.b.shuffle_vector(
-            one, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
-        )
+        one = self.b.insert_element(poison(vt), v, I32(0))
+        return self.b.shuffle_vector(one, poison(vt), zeros(ir.VectorType(I32, lanes)))
 
     def unify(self, *vals: ir.Value) -> list[ir.Value]:
         """Broadcast scalars to the lane count of the vectors among `vals`."""
@@ -167,7 +217,7 @@ class ExprEmitter:
         for i in range(lanes):
             r = fn(*(self.b.extract_element(v, I32(i)) for v in vals))
             if out is None:
-                out = ir.Constant(ir.VectorType(r.type, lanes), ir.Undefined)
+                out = poison(ir.VectorType(r.type, lanes))
             out = self.b.insert_element(out, r, I32(i))
         return out
 
@@ -260,7 +310,19 @@ class ExprEmitter:
         handler = _HANDLERS.get(type(e))
         if handler is None:
             raise CodegenError(f"the LLVM backend cannot lower expression {e} ({type(e).__name__})")
-        return handler(self, e)
+        if self.reuse is None or type(e) not in _REUSABLE:
+            return handler(self, e)
+        free = _index_vars(e)
+        if free is None:
+            return handler(self, e)
+        block, env = self.b.block, self.env
+        hit = self.reuse.get(e)
+        if hit is not None and hit[0] is block and all(env.get(v) is x for v, x in hit[2]):
+            return hit[1]
+        value = handler(self, e)
+        if self.b.block is block:
+            self.reuse[e] = (block, value, tuple((v, env.get(v)) for v in free))
+        return value
 
     def _var(self, e: E.Var) -> ir.Value:
         v = self.env.get(e)
@@ -322,14 +384,18 @@ class ExprEmitter:
             return bld.fsub(a, bld.fmul(q, b))
         raise CodegenError(f"unknown binary operator {op!r}")
 
+    def int_op(self, op: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
+        """Integer `a op b` for op add, sub or mul: folded when `_fold_int` can, else one
+        instruction (wrapping)."""
+        folded = _fold_int(op, a, b, dtype)
+        if folded is not None:
+            return folded
+        return {"add": self.b.add, "sub": self.b.sub, "mul": self.b.mul}[op](a, b)
+
     def _int_bin(self, op: str, a, b, dtype: str, b_expr: E.PrimExpr) -> ir.Value:
         bld, signed = self.b, _signed(dtype)
-        if op == "add":
-            return bld.add(a, b)
-        if op == "sub":
-            return bld.sub(a, b)
-        if op == "mul":
-            return bld.mul(a, b)
+        if op in ("add", "sub", "mul"):
+            return self.int_op(op, a, b, dtype)
         if op in ("min", "max"):
             cmp = bld.icmp_signed if signed else bld.icmp_unsigned
             return bld.select(cmp("<" if op == "min" else ">", a, b), a, b)
@@ -448,7 +514,7 @@ class ExprEmitter:
         if wide is not None:
             wt = ir.VectorType(vt.element, wide)
             loaded = self._masked_access("load", wt, ptr, align, _first_lanes(vt.count, wide))
-            return self.b.shuffle_vector(loaded, ir.Constant(wt, ir.Undefined),
+            return self.b.shuffle_vector(loaded, poison(wt),
                                          ir.Constant(ir.VectorType(I32, vt.count),
                                                      list(range(vt.count))))
         if self.mask is None:
@@ -463,7 +529,7 @@ class ExprEmitter:
         wide = _widened(vt.count) if widen and self.mask is None else None
         if wide is not None:
             spread = list(range(vt.count)) + [0] * (wide - vt.count)  # masked off
-            value = self.b.shuffle_vector(value, ir.Constant(vt, ir.Undefined),
+            value = self.b.shuffle_vector(value, poison(vt),
                                           ir.Constant(ir.VectorType(I32, wide), spread))
             self._masked_access("store", value.type, ptr, align,
                                 _first_lanes(vt.count, wide), value)
@@ -569,6 +635,33 @@ class ExprEmitter:
 
     def load(self, buffer, indices) -> ir.Value:  # provided by the statement emitter
         raise NotImplementedError
+
+
+_REUSABLE = frozenset({E.BinOp, E.Cmp, E.Logic, E.Not, E.Select, E.Cast})
+_INDEX_VARS: dict = {}  # expression -> its variables, or None when it is not index arithmetic
+
+
+def _index_vars(e: E.PrimExpr) -> tuple | None:
+    """The variables of `e` when it is integer or boolean arithmetic on variables and
+    constants (no loads, calls or floats: a value that depends only on its variables), else
+    None."""
+    if isinstance(e, E.Var):
+        return (e,)
+    if isinstance(e, E.IntImm):
+        return ()
+    try:
+        return _INDEX_VARS[e]
+    except KeyError:
+        pass
+    found: tuple | None = None
+    if type(e) in _REUSABLE and not is_float(e.dtype):
+        parts = [_index_vars(c) for c in children(e)]
+        if all(p is not None for p in parts):
+            found = tuple(dict.fromkeys(v for p in parts for v in p))
+    if len(_INDEX_VARS) > 100_000:
+        _INDEX_VARS.clear()
+    _INDEX_VARS[e] = found
+    return found
 
 
 _HANDLERS = {

@@ -356,6 +356,37 @@ def unrolled_long(A: Buffer((40,), "int64")):
         assert a[0] == a[1] == 0
 
 
+def test_unrolled_copies_emit_shared_index_arithmetic_once():
+    # each of the 8 copies indexes A by t // 6 (the same value in every copy) and i (a
+    # constant in each copy): the division is emitted once and the copies' offsets fold
+    src = """
+@prim_func
+def tiled(A: Buffer((n, 8), "float32"), B: Buffer((n, 8), "float32")):
+    for t in serial(0, n * 6):
+        for i in unrolled(0, 8):
+            for j in vectorized(0, 8):
+                with block("B"):
+                    vi = axis.spatial(n, t // 6)
+                    vj = axis.spatial(8, j)
+                    B[vi, vj] = B[vi, vj] + A[vi, vj] * cast("float32", i)
+"""
+    text = unoptimized_ir(src)
+    body = text[text.index('@"tiled.compute"') :]
+    body = body[: body.index("\n}\n")]
+    assert body.count("sdiv") == 1
+    assert "add i64 0," not in body and "mul i64 0," not in body
+    assert "undef" not in body and "insertelement <8 x float> poison" in body
+    n = 5
+    a, b = rand(n, 8), rand(n, 8)
+    want = b.copy()
+    for t in range(n * 6):
+        for i in range(8):
+            want[t // 6] += a[t // 6] * np.float32(i)
+    with load(src) as lib:
+        lib.call("tiled", [a, b])
+    np.testing.assert_allclose(b, want, rtol=1e-5)
+
+
 def test_local_buffers_on_stack_and_heap():
     src = """
 @prim_func
