@@ -283,6 +283,7 @@ def fresh_var(hint: str = "d") -> Var:
 # integer simplification: polynomial normal form over atoms (variables and opaque terms)
 
 _Poly = dict  # monomial (tuple of atoms, sorted) -> int coefficient
+_POLY_OPS = frozenset({"add", "sub", "mul", "floordiv", "floormod", "min", "max"})
 
 
 def _atom_key(atom: PrimExpr) -> str:
@@ -442,15 +443,27 @@ def _from_poly(p: _Poly, dtype: str) -> PrimExpr:
     return e
 
 
+_SIMPLIFIED: dict = {}  # expression -> its canonical form (a pure function of the expression)
+_SIMPLIFIED_MAX = 50_000
+
+
 def simplify(e: PrimExpr) -> PrimExpr:
     """Canonical form of an integer expression (non-integer expressions are returned as is)."""
-    if not isinstance(e, PrimExpr) or not _is_index(e):
+    if not isinstance(e, BinOp) or e.op not in _POLY_OPS or not _is_index(e):
         return e
-    if isinstance(e, (Var, IntImm)):
-        return e
-    if isinstance(e, BinOp) and e.op in ("add", "sub", "mul", "floordiv", "floormod", "min", "max"):
+    # the schedule's checks and codegen simplify the same indices over and over (every
+    # candidate of a tune, every unrolled copy); the normal form costs far more than a lookup
+    try:
+        return _SIMPLIFIED[e]
+    except KeyError:
+        pass
+    except TypeError:  # a term that cannot be hashed
         return _from_poly(_to_poly(e), e.dtype)
-    return e
+    out = _from_poly(_to_poly(e), e.dtype)
+    if len(_SIMPLIFIED) >= _SIMPLIFIED_MAX:
+        _SIMPLIFIED.clear()
+    _SIMPLIFIED[e] = out
+    return out
 
 
 def prove_equal(a: Dim, b: Dim) -> bool:
