@@ -49,6 +49,7 @@ from tcc.emit.llvm_expr import (
     I32,
     I64,
     PTR,
+    DominatorBuilder,
     ExprEmitter,
     lanes_of,
     mem_type,
@@ -145,7 +146,7 @@ class _KernelGen(ExprEmitter):
         entry, start = fn.append_basic_block("entry"), fn.append_basic_block("start")
         allocas = ir.IRBuilder(entry)
         allocas.position_before(allocas.branch(start))
-        self.b = ir.IRBuilder(start)
+        self.b = DominatorBuilder(start)
         return _Frame(fn, allocas, fail)
 
     def alloca(self, t: ir.Type) -> ir.Value:

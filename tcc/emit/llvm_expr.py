@@ -113,6 +113,76 @@ def const_value(dtype: str, value) -> ir.Constant:
     return ir.Constant(t, v - (1 << bits) if bits > 1 and v >> (bits - 1) else v)
 
 
+class DominatorBuilder(ir.IRBuilder):
+    """An IRBuilder that knows which blocks dominate the one it is in, from the branches it
+    emits. tcc emits structured code: when the builder first moves to a block, every
+    branch into it is emitted but a loop's back edge, which does not change what dominates
+    it; so the block's immediate dominator is then the nearest common dominator of the
+    blocks that branch to it. A block no branch of this builder reaches (the function's
+    first) is a root."""
+
+    def __init__(self, block: ir.Block):
+        self._preds: dict = {}  # block -> blocks that branch to it
+        self._idom: dict = {block: None}
+        self._depth: dict = {block: 0}
+        super().__init__(block)
+
+    def branch(self, target):
+        self._preds.setdefault(target, []).append(self.block)
+        return super().branch(target)
+
+    def cbranch(self, cond, truebr, falsebr):
+        for target in (truebr, falsebr):
+            self._preds.setdefault(target, []).append(self.block)
+        return super().cbranch(cond, truebr, falsebr)
+
+    def _enter(self, block: ir.Block) -> None:
+        if block in self._depth:
+            return
+        idom = None
+        for p in self._preds.get(block, ()):
+            if p not in self._depth:  # never positioned at: cannot reach here
+                continue
+            idom = p if idom is None else self._common(idom, p)
+        self._idom[block] = idom
+        self._depth[block] = 0 if idom is None else self._depth[idom] + 1
+
+    def _common(self, a: ir.Block, b: ir.Block) -> ir.Block | None:
+        depth, idom = self._depth, self._idom
+        while a is not b and a is not None and b is not None:
+            if depth[a] >= depth[b]:
+                a = idom[a]
+            else:
+                b = idom[b]
+        return a if a is b else None
+
+    def position_at_end(self, block):
+        self._enter(block)
+        super().position_at_end(block)
+
+    def position_at_start(self, block):
+        self._enter(block)
+        super().position_at_start(block)
+
+    def position_before(self, instr):
+        self._enter(instr.parent)
+        super().position_before(instr)
+
+    def position_after(self, instr):
+        self._enter(instr.parent)
+        super().position_after(instr)
+
+    def dominates(self, block: ir.Block) -> bool:
+        """Whether `block` dominates the builder's block (so its values may be used here)."""
+        depth = self._depth.get(block)
+        if depth is None:
+            return False
+        here = self.block
+        while here is not None and self._depth[here] > depth:
+            here = self._idom[here]
+        return here is block
+
+
 class _Spelled(ir.Constant):
     """A constant with the spelling given (llvmlite spells a vector constant lane by lane:
     a model's IR held thousands of 32-lane `undef` vectors and all-zero masks)."""
@@ -182,7 +252,7 @@ class ExprEmitter:
     # Integer index arithmetic emitted before, by expression: (basic block, value, the
     # values its variables had). An unrolled body computes the same indices in every copy;
     # emitted once, the IR LLVM parses and optimizes is several times smaller. A value is
-    # reused only in the block that computed it (so it dominates the use) and while its
+    # reused where its block dominates the builder's (`DominatorBuilder`) and while its
     # variables keep their values. None: nothing is reused.
     reuse: dict | None = None
 
@@ -317,7 +387,8 @@ class ExprEmitter:
             return handler(self, e)
         block, env = self.b.block, self.env
         hit = self.reuse.get(e)
-        if hit is not None and hit[0] is block and all(env.get(v) is x for v, x in hit[2]):
+        if (hit is not None and all(env.get(v) is x for v, x in hit[2])
+                and self.b.dominates(hit[0])):
             return hit[1]
         value = handler(self, e)
         if self.b.block is block:

@@ -387,6 +387,36 @@ def tiled(A: Buffer((n, 8), "float32"), B: Buffer((n, 8), "float32")):
     np.testing.assert_allclose(b, want, rtol=1e-5)
 
 
+def test_index_arithmetic_is_reused_only_where_its_block_dominates():
+    # the guard's block and the blocks after it reuse t // 3, which the loop body computes
+    # before them; what a then-branch computes (i * 5 + t // 3, under the guard only) must be
+    # emitted again after the branch joins (else LLVM's verifier rejects the module)
+    src = """
+@prim_func
+def guarded(A: Buffer((40,), "int64"), B: Buffer((40,), "int64")):
+    for t in serial(0, 12):
+        for i in unrolled(0, 4):
+            if t // 3 + i < 5:
+                B[i * 5 + t // 3] = A[i * 5 + t // 3] + int64(1)
+            B[i * 5 + t // 3 + 20] = int64(7)
+"""
+    text = unoptimized_ir(src)
+    body = text[text.index('@"guarded.compute"') :]
+    body = body[: body.index("\n}\n")]
+    assert body.count("sdiv") == 1
+    a = np.arange(40, dtype=np.int64)
+    b = np.zeros(40, np.int64)
+    want = b.copy()
+    for t in range(12):
+        for i in range(4):
+            if t // 3 + i < 5:
+                want[i * 5 + t // 3] = a[i * 5 + t // 3] + 1
+            want[i * 5 + t // 3 + 20] = 7
+    with load(src) as lib:
+        lib.call("guarded", [a, b])
+    np.testing.assert_array_equal(b, want)
+
+
 def test_local_buffers_on_stack_and_heap():
     src = """
 @prim_func
