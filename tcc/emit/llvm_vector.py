@@ -33,7 +33,6 @@ from tcc.ir import tir as T
 from tcc.ir.dtype import is_float
 from tcc.lower.schedule.state import walk
 
-_POLY_OPS = ("add", "sub", "mul", "floordiv", "floormod", "min", "max")
 MAX_LANES = 64
 
 
@@ -49,7 +48,7 @@ def rewrite(e: E.PrimExpr, f, _simplify: bool = True) -> E.PrimExpr:
     if isinstance(e, (E.IntImm, E.FloatImm)):
         return e
     if isinstance(e, E.BinOp):
-        poly = e.op in _POLY_OPS
+        poly = e.op in E.POLY_OPS
         out = E.BinOp(e.op, rewrite(e.a, f, not poly), rewrite(e.b, f, not poly), e.dtype)
         return E.simplify(out) if poly and _simplify else out
     if isinstance(e, (E.Cmp, E.Logic)):
@@ -87,7 +86,7 @@ def _as_int64(e: E.PrimExpr | int, rename: dict) -> E.PrimExpr:
         return v if v.dtype == "int64" else E.Cast(v, "int64")
     if isinstance(e, E.IntImm) and e.dtype != "bool":
         return E.IntImm(e.value, "int64")
-    if isinstance(e, E.BinOp) and e.op in _POLY_OPS and _is_int(e.dtype):
+    if isinstance(e, E.BinOp) and e.op in E.POLY_OPS and _is_int(e.dtype):
         return E.BinOp(e.op, _as_int64(e.a, rename), _as_int64(e.b, rename), "int64")
     if isinstance(e, E.Cast) and _is_int(e.dtype) and _is_int(e.value.dtype):
         return _as_int64(e.value, rename)  # index arithmetic does not overflow

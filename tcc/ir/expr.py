@@ -283,7 +283,7 @@ def fresh_var(hint: str = "d") -> Var:
 # integer simplification: polynomial normal form over atoms (variables and opaque terms)
 
 _Poly = dict  # monomial (tuple of atoms, sorted) -> int coefficient
-_POLY_OPS = frozenset({"add", "sub", "mul", "floordiv", "floormod", "min", "max"})
+POLY_OPS = frozenset({"add", "sub", "mul", "floordiv", "floormod", "min", "max"})  # what the normal form covers
 
 
 def _atom_key(atom: PrimExpr) -> str:
@@ -449,7 +449,7 @@ _SIMPLIFIED_MAX = 50_000
 
 def simplify(e: PrimExpr) -> PrimExpr:
     """Canonical form of an integer expression (non-integer expressions are returned as is)."""
-    if not isinstance(e, BinOp) or e.op not in _POLY_OPS or not _is_index(e):
+    if not isinstance(e, BinOp) or e.op not in POLY_OPS or not _is_index(e):
         return e
     # the schedule's checks and codegen simplify the same indices over and over (every
     # candidate of a tune, every unrolled copy); the normal form costs far more than a lookup
