@@ -380,7 +380,7 @@ class ExprEmitter:
         handler = _HANDLERS.get(type(e))
         if handler is None:
             raise CodegenError(f"the LLVM backend cannot lower expression {e} ({type(e).__name__})")
-        if self.reuse is None or type(e) not in _REUSABLE:
+        if self.reuse is None or type(e) not in _REUSABLE or is_float(e.dtype):
             return handler(self, e)
         free = _index_vars(e)
         if free is None:
@@ -461,7 +461,7 @@ class ExprEmitter:
         folded = _fold_int(op, a, b, dtype)
         if folded is not None:
             return folded
-        return {"add": self.b.add, "sub": self.b.sub, "mul": self.b.mul}[op](a, b)
+        return getattr(self.b, op)(a, b)  # IRBuilder.add, .sub, .mul
 
     def _int_bin(self, op: str, a, b, dtype: str, b_expr: E.PrimExpr) -> ir.Value:
         bld, signed = self.b, _signed(dtype)
@@ -720,12 +720,14 @@ def _index_vars(e: E.PrimExpr) -> tuple | None:
         return (e,)
     if isinstance(e, E.IntImm):
         return ()
+    if is_float(e.dtype):  # before hashing: a float tree can be deep
+        return None
     try:
         return _INDEX_VARS[e]
     except KeyError:
         pass
     found: tuple | None = None
-    if type(e) in _REUSABLE and not is_float(e.dtype):
+    if type(e) in _REUSABLE:
         parts = [_index_vars(c) for c in children(e)]
         if all(p is not None for p in parts):
             found = tuple(dict.fromkeys(v for p in parts for v in p))

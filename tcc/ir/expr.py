@@ -454,15 +454,14 @@ def simplify(e: PrimExpr) -> PrimExpr:
     # the schedule's checks and codegen simplify the same indices over and over (every
     # candidate of a tune, every unrolled copy); the normal form costs far more than a lookup
     try:
-        return _SIMPLIFIED[e]
-    except KeyError:
-        pass
-    except TypeError:  # a term that cannot be hashed
+        out = _SIMPLIFIED.get(e)
+    except TypeError:  # a term that cannot be hashed: nothing to remember it by
         return _from_poly(_to_poly(e), e.dtype)
-    out = _from_poly(_to_poly(e), e.dtype)
-    if len(_SIMPLIFIED) >= _SIMPLIFIED_MAX:
-        _SIMPLIFIED.clear()
-    _SIMPLIFIED[e] = out
+    if out is None:
+        out = _from_poly(_to_poly(e), e.dtype)
+        if len(_SIMPLIFIED) >= _SIMPLIFIED_MAX:
+            _SIMPLIFIED.clear()
+        _SIMPLIFIED[e] = out
     return out
 
 
