@@ -2,16 +2,18 @@
 LLVM's optimization level costs in compile time and gives in latency.
 
     .venv/bin/python benchmarks/compile_time.py [--models resnet50,densenet121]
-                                                [--opt-levels 3] [--runs 20] [--threads 2]
+                                                [--variants O3] [--runs 20] [--threads 2]
 
-For each model and each level of `--opt-levels` (tcc.emit.llvm.OPT_LEVEL; tcc compiles at 3),
-the model is compiled twice into a fresh cache folder: cold (every kernel scheduled and
-compiled, by as many processes as this process has cores) and warm (every kernel from the
-cache); the two packs must be byte-identical. The stage times are those `tcc compile -v`
-prints; `wall` is the in-process total (the CLI adds Python's start and imports, about
-0.7 s). With more than one level, each level's pack runs in the C runtime, interleaved
-run by run with the others on the same inputs, and its median latency is given as a ratio
-to the first level's, with the spread (min-max) of the per-run ratios.
+A variant names LLVM's settings: `O<level>` (tcc.emit.llvm.OPT_LEVEL; tcc compiles at O3),
+with `-no-unroll` for LLVM's loop unroller off (tcc.emit.llvm.LLVM_UNROLL). For each model
+and each variant of `--variants`, the model is compiled twice into a fresh cache folder:
+cold (every kernel scheduled and compiled, by as many processes as this process has cores)
+and warm (every kernel from the cache); the two packs must be byte-identical. The stage
+times are those `tcc compile -v` prints; `wall` is the in-process total (the CLI adds
+Python's start and imports, about 0.7 s). With more than one variant, each variant's pack
+runs in the C runtime, interleaved run by run with the others on the same inputs, and its
+median latency is given as a ratio to the first variant's, with the spread (min-max) of the
+per-run ratios.
 """
 
 from __future__ import annotations
@@ -34,12 +36,20 @@ from benchmarks.tuning import cpu_name  # noqa: E402
 STAGES = ("import", "optimize", "legalize", "vm", "kernels", "pack")
 
 
-def compile_once(model, cache_dir: Path, opt_level: int):
+def parse_variant(text: str) -> tuple[int, bool]:
+    """`O3` -> (3, True); `O2-no-unroll` -> (2, False)."""
+    level, _, rest = text.partition("-")
+    if len(level) != 2 or level[0] != "O" or level[1] not in "0123" or rest not in ("", "no-unroll"):
+        raise ValueError(f"bad variant {text!r}: write O0..O3, optionally with -no-unroll")
+    return int(level[1]), rest != "no-unroll"
+
+
+def compile_once(model, cache_dir: Path, variant: str):
     from tcc.api import StageTimes, compile_to_bytes
     from tcc.emit import llvm
 
     os.environ["TCC_CACHE_DIR"] = str(cache_dir)
-    llvm.OPT_LEVEL = opt_level
+    llvm.OPT_LEVEL, llvm.LLVM_UNROLL = parse_variant(variant)
     times = StageTimes()
     t0 = time.perf_counter()
     data = compile_to_bytes(model, times=times)
@@ -49,64 +59,71 @@ def compile_once(model, cache_dir: Path, opt_level: int):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="resnet50,squeezenet,densenet121,bert,gpt2")
-    p.add_argument("--opt-levels", default="3", help="comma-separated LLVM levels, first is the base")
+    p.add_argument("--variants", default="O3",
+                   help="comma-separated LLVM settings (O3, O2-no-unroll, ...), first is the base")
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
-    levels = [int(x) for x in args.opt_levels.split(",")]
+    variants = [v for v in args.variants.split(",") if v]
+    for v in variants:
+        try:
+            parse_variant(v)
+        except ValueError as e:
+            p.error(str(e))
     wanted = [m for m in args.models.split(",") if m]
     known = {name for name, *_ in models()}
     unknown = [m for m in wanted if m not in known]
     if unknown:
         p.error(f"unknown model(s) {', '.join(unknown)}; known: bert, gpt2, {', '.join(LIGHT)}")
-    rt = c_runtime() if len(levels) > 1 else None
+    rt = c_runtime() if len(variants) > 1 else None
     print(f"cores: {len(os.sched_getaffinity(0))}, CPU: {cpu_name()}")
-    print(f"{'model':12s} {'O':>2s} {'':5s} " + " ".join(f"{s:>8s}" for s in STAGES)
+    width = max(len(v) for v in variants)
+    print(f"{'model':12s} {'':{width}s} {'':5s} " + " ".join(f"{s:>8s}" for s in STAGES)
           + f" {'wall s':>7s} {'cached':>7s}")
     for name, model, make_feeds in models():
         if name not in wanted:
             continue
         packs = {}
-        for level in levels:
+        for variant in variants:
             with tempfile.TemporaryDirectory() as cache:
-                cold, cold_s, cold_t = compile_once(model, Path(cache), level)
-                warm, warm_s, warm_t = compile_once(model, Path(cache), level)
+                cold, cold_s, cold_t = compile_once(model, Path(cache), variant)
+                warm, warm_s, warm_t = compile_once(model, Path(cache), variant)
             if cold != warm:
-                print(f"{name:12s} O{level}: the warm pack differs from the cold one")
+                print(f"{name:12s} {variant}: the warm pack differs from the cold one")
                 return 1
             for label, s, t in (("cold", cold_s, cold_t), ("warm", warm_s, warm_t)):
                 stages = " ".join(f"{t.seconds.get(st, 0.0):8.2f}" for st in STAGES)
-                print(f"{name:12s} {level:2d} {label:5s} {stages} {s:7.2f} "
+                print(f"{name:12s} {variant:{width}s} {label:5s} {stages} {s:7.2f} "
                       f"{t.kernels_cached:3d}/{t.kernels_cached + t.kernels_compiled:<3d}", flush=True)
-            packs[level] = cold
+            packs[variant] = cold
         if rt is not None:
-            _race(rt, name, model, make_feeds, packs, levels, args)
+            _race(rt, name, model, make_feeds, packs, variants, args)
     return 0
 
 
-def _race(rt, name, model, make_feeds, packs, levels, args) -> None:
+def _race(rt, name, model, make_feeds, packs, variants, args) -> None:
     feeds = make_feeds(model, np.random.default_rng(0))
     arrays = [feeds[vi.name] for vi in model.graph.input if vi.name in feeds]
     modules = {}
     with tempfile.TemporaryDirectory() as d:
-        for level, data in packs.items():
-            path = Path(d) / f"O{level}.tvmpack"
+        for variant, data in packs.items():
+            path = Path(d) / f"{variant}.tvmpack"
             path.write_bytes(data)
-            modules[level] = rt.load(path)
-            modules[level].set_num_threads(args.threads)
-    outs = {level: m.run("main", arrays)[0] for level, m in modules.items()}  # and warm up
-    times = {level: [] for level in levels}
+            modules[variant] = rt.load(path)
+            modules[variant].set_num_threads(args.threads)
+    outs = {variant: m.run("main", arrays)[0] for variant, m in modules.items()}  # and warm up
+    times = {variant: [] for variant in variants}
     for _ in range(args.runs):
-        for level in levels:
+        for variant in variants:
             t0 = time.perf_counter()
-            modules[level].run("main", arrays)
-            times[level].append(time.perf_counter() - t0)
-    base = levels[0]
-    for level in levels:
-        ratios = [a / b for a, b in zip(times[level], times[base])]
-        same = np.allclose(outs[level], outs[base], rtol=1e-4, atol=1e-5)
-        print(f"{name:12s} O{level}: {statistics.median(times[level]) * 1e3:8.2f} ms, "
-              f"x{statistics.median(ratios):.3f} of O{base} ({min(ratios):.2f}-{max(ratios):.2f})"
+            modules[variant].run("main", arrays)
+            times[variant].append(time.perf_counter() - t0)
+    base = variants[0]
+    for variant in variants:
+        ratios = [a / b for a, b in zip(times[variant], times[base])]
+        same = np.allclose(outs[variant], outs[base], rtol=1e-4, atol=1e-5)
+        print(f"{name:12s} {variant}: {statistics.median(times[variant]) * 1e3:8.2f} ms, "
+              f"x{statistics.median(ratios):.3f} of {base} ({min(ratios):.2f}-{max(ratios):.2f})"
               f"{'' if same else ', OUTPUTS DIFFER'}", flush=True)
 
 

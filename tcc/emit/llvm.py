@@ -76,8 +76,10 @@ __all__ = ["CodegenError", "CpuModule", "ObjectFile", "compile_object", "compile
 STACK_LIMIT_BYTES = 16 * 1024  # larger local buffers go to the heap, away from thread stacks
 UNROLL_COPY_LIMIT = 16  # unrolled loops up to this many iterations are copied out
 # LLVM's optimization and code generation level: O2 compiled ResNet-50 16% faster but ran
-# BERT 8% slower (docs/compile.md §6; benchmarks/compile_time.py --opt-levels 3,2)
+# BERT 8% slower (docs/compile.md §6; benchmarks/compile_time.py --variants O3,O2)
 OPT_LEVEL = 3
+# whether LLVM's loop unroller runs: tcc unrolls the loops its schedule marks itself
+LLVM_UNROLL = True
 _C_MATH_NAMES = frozenset(n for base in (*_LIBM, *(v.split(".")[1] for v in _LLVM_MATH.values()))
                           for n in (base, base + "f"))  # fmt: skip
 
@@ -679,7 +681,8 @@ def compile_object(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llvm
         for name in SHARED_STATE:
             parsed.get_global_variable(name).visibility = "hidden"
     pto = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
-    pto.loop_vectorization = pto.loop_unrolling = True
+    pto.loop_vectorization = True
+    pto.loop_unrolling = LLVM_UNROLL
     # tcc vectorizes explicitly (`vectorized` loops); the SLP vectorizer would pack the
     # scalar chains of unrolled rows into gathers instead: a 512 x 256 layer norm with its
     # rows' sums interleaved ran 85 us with it, 47 without; ResNet-50 and matmul unchanged
