@@ -5,7 +5,8 @@ Applies to a canonical stage without reduction variables. The innermost loop run
 lanes (stores along it are contiguous whenever it indexes the output's last dimension, which
 te programs always do; loads may gather, as in a transpose) unless a padding select along
 it would keep the backend from doing so, and the loops outside it are fused into one
-parallel loop when the stage is large enough to share. Over symbolic extents the last of
+parallel loop when the stage is large enough to share; when they give the cores nothing to
+share (a single row), the lanes loop is cut into a part per core instead. Over symbolic extents the last of
 those loops (a row, in vector steps) stays serial inside the threads' loop when the others
 give every core work: the fused loop's variable is taken apart into the stage's indices by
 divisions by the extents, which for symbolic extents are real divisions, once a row rather
@@ -28,6 +29,7 @@ from tcc.lower.rules.machine import (
     decide_flag,
     enough_to_share,
     parallelize,
+    pieces_for_threads,
     vector_split,
 )
 from tcc.lower.schedule import Schedule
@@ -50,7 +52,8 @@ class ElementwiseRule:
         outer = [a.loop for a in axes]
         if not guarded_load_along(stage, inner.var):
             rest, lanes = vector_split(sch, inner.loop, inner.extent, machine.lanes(stage.dtype),
-                                       f"{block}.lanes")
+                                       f"{block}.lanes",
+                                       pieces_for_threads(sch, outer[:-1], stage.work(), machine))
             if lanes is not None:
                 outer = outer[:-1] + ([rest] if rest is not None else [])
                 sch.vectorize(lanes)

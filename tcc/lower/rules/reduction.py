@@ -12,14 +12,22 @@ additions would change rounding. A reduction whose result does not depend on the
 max, a row max) has its innermost reduction loop, when every load is contiguous along it,
 split into vector lanes that each keep a partial result (`rfactor`), combined afterwards
 (DynamicQuantizeLinear's range over 128 x 256 values: 155 -> 14 us). The spatial loops
-outside are fused into one parallel loop. Decisions (`decide`): the lanes loop's width
+outside are fused into one parallel loop; when they give the cores nothing to share (a
+matrix-vector product's one row), the lanes loop is cut into a part per core instead
+(`vector_split`), each output element still summing its products in order. Decisions (`decide`): the lanes loop's width
 (for partial results too) and whether the outer loops run on threads.
 """
 
 from __future__ import annotations
 
 from tcc.lower.rules.analysis import Stage, canonical_stage, guarded_load_along, stride
-from tcc.lower.rules.machine import Machine, decide, parallelize, vector_split
+from tcc.lower.rules.machine import (
+    Machine,
+    decide,
+    parallelize,
+    pieces_for_threads,
+    vector_split,
+)
 from tcc.lower.schedule import Schedule
 from tcc.lower.schedule.rfactor import exact_combiner
 
@@ -87,8 +95,10 @@ class ReductionRule:
         outer = [a.loop for a in stage.spatial]
         axis = vector_axis(stage)
         if axis is not None:
+            others = [lp for lp in outer if lp != axis.loop]
             rest, lanes = vector_split(sch, axis.loop, axis.extent, machine.lanes(stage.dtype),
-                                       f"{block}.lanes")
+                                       f"{block}.lanes",
+                                       pieces_for_threads(sch, others, stage.work(), machine))
             if lanes is not None:
                 outer.remove(axis.loop)
                 outer += [rest] if rest is not None else []

@@ -363,3 +363,22 @@ def test_a_float_sum_keeps_its_order():
                         {"axes": [1], "keepdims": False})
     scheduled = schedule_prim_func(func, AVX512)
     assert not any(b.name.endswith("_rf") for b in _blocks(scheduled))
+
+
+@pytest.mark.parametrize("columns", [4096, 1000])
+def test_a_matrix_vector_product_shares_its_columns_among_the_cores(columns):
+    """One row times a 512 x N matrix: nothing outside the output's columns to share, so
+    the columns are cut into one part per core (the last guarded where 1000 does not
+    split into whole registers), each summing its products in order: bit for bit the
+    plain kernel's result."""
+    func = op_prim_func("matmul", [TensorType((1, 512), "float32"),
+                                   TensorType((512, columns), "float32")], {})
+    scheduled = schedule_prim_func(func, AVX512)
+    parallel = [loc.stmt for loc in walk(scheduled.body)
+                if isinstance(loc.stmt, T.For) and loc.stmt.kind is T.ForKind.PARALLEL]
+    assert [lp.extent.value for lp in parallel] == [2]
+    lanes = {loc.stmt.extent.value for loc in walk(scheduled.body)
+             if isinstance(loc.stmt, T.For) and loc.stmt.kind is T.ForKind.VECTORIZED}
+    assert lanes == {columns // 2 if columns == 4096 else 512}
+    ((_, want, got),) = run_both({"mv": func}, {"mv": scheduled})
+    assert got[-1].tobytes() == want[-1].tobytes()
