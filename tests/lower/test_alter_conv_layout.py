@@ -8,6 +8,7 @@ import pytest
 
 from tcc.emit.target import Target
 from tcc.frontend.onnx import from_onnx
+from tcc.ir import graph as G
 from tcc.ir.interp import run
 from tcc.ir.parser import parse_module
 from tcc.ir.printer import print_module
@@ -226,11 +227,35 @@ def main(x: Tensor((1, 8, 4, 4), "float32")) -> Tensor((1, 12, 4, 4), "float32")
     )
 
 
+def test_grouped_conv_takes_blocks_of_its_groups_channels():
+    # 2 groups of 4 input and 8 output channels: input blocks of 4, output blocks of 8
+    verify(
+        f'''
+constants = {{"w": Tensor((16, 4, 3, 3), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 8, 4, 4), "float32")) -> Tensor((1, 16, 4, 4), "float32"):
+    y: Tensor((1, 16, 4, 4), "float32") = op.conv2d(x, const("w"), {CONV}, groups=2)
+    return y
+''',
+        f'''
+constants = {{"w_OIHW4i8o": Tensor((2, 1, 3, 3, 4, 8), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 8, 4, 4), "float32")) -> Tensor((1, 16, 4, 4), "float32"):
+    x_NCHW4c: Tensor((1, 2, 4, 4, 4), "float32") = op.layout_transform(x, src="NCHW", dst="NCHW4c")
+    y_c: Tensor((1, 2, 4, 4, 8), "float32") = op.conv2d_nchwc(x_NCHW4c, const("w_OIHW4i8o"), {CONV}, groups=2)
+    y: Tensor((1, 16, 4, 4), "float32") = op.layout_transform(y_c, src="NCHW8c", dst="NCHW")
+    return y
+''',
+    )
+
+
 @pytest.mark.parametrize(
     "weight, groups, why",
     [
         ((10, 8, 3, 3), 1, "output channels that neither a vector nor half of one divides"),
-        ((8, 4, 3, 3), 2, "a grouped conv that is not depthwise"),
+        ((12, 3, 3, 3), 2, "a grouped conv whose groups' output channels no block divides"),
     ],
 )
 def test_convs_that_stay_nchw(weight, groups, why):
@@ -288,11 +313,12 @@ def test_without_a_target_the_module_is_unchanged():
 
 
 # (blocked convs, convs left NCHW, layout transforms) with blocks of 8: the CNNs without
-# channel shuffles transform only at their entry and exit; shufflenet's grouped convs and
-# shuffles (reshape/transpose) keep most of it NCHW.
+# channel shuffles transform only at their entry and exit; in shufflenet the grouped convs
+# with 34 output channels a group (no block of 4 or more divides them) stay NCHW, and the
+# shuffles (reshape/transpose) convert back and forth.
 @pytest.mark.parametrize(
     "name, counts",
-    [("resnet50", (53, 0, 2)), ("squeezenet", (26, 0, 2)), ("shufflenet", (17, 32, 35))],
+    [("resnet50", (53, 0, 2)), ("squeezenet", (26, 0, 2)), ("shufflenet", (41, 8, 67))],
 )
 def test_compiled_model_matches_onnxruntime(name, counts):
     model = builders.light_model(name)
@@ -329,3 +355,30 @@ def test_models_without_convs_are_left_alone(builder):
     of shape) must not trip the rewrites that look at a first operand."""
     mod = from_onnx(builder())
     assert structural_equal(alter_conv_layout(mod, AVX2), mod)
+
+
+@pytest.mark.parametrize("group_out, block", [(32, 16), (24, 8), (68, 4), (34, None)])
+def test_grouped_conv_blocks_go_down_to_a_quarter_vector(group_out, block):
+    """With 16 lanes, a grouped conv's output block is the largest of 16, 8 and 4 dividing a
+    group's output channels (ShuffleNet's 68); none of them dividing keeps it NCHW. Its
+    input block divides a group's 8 input channels."""
+    target = Target("x86_64-unknown-linux-gnu", "generic", "+avx,+avx2,+avx512f")
+    o = 4 * group_out
+    mod = with_values(parse_module(f'''
+constants = {{"w": Tensor(({o}, 8, 1, 1), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 32, 5, 5), "float32")) -> Tensor((1, {o}, 5, 5), "float32"):
+    y: Tensor((1, {o}, 5, 5), "float32") = op.conv2d(x, const("w"), strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1], groups=4)
+    return y
+'''))
+    got = alter_conv_layout(mod, target)
+    convs = [b for b in got["main"].bindings if b.value.op == "conv2d_nchwc"]
+    if block is None:
+        assert structural_equal(got, mod)
+        return
+    (conv,) = convs
+    assert conv.var.type.shape[-1] == block
+    assert G.type_of(conv.value.args[0]).shape[-1] == 8
+    feeds = random_inputs(mod["main"])
+    np.testing.assert_allclose(run(got, feeds)[0], run(mod, feeds)[0], rtol=1e-5, atol=1e-5)

@@ -11,12 +11,15 @@ elementwise chains). `conv2d_nchwc` is conv2d on NCHW{ci}c data and OIHW{ci}i{co
 returning NCHW{co}c: the weights' innermost axis is the output-channel block, so one output
 row of `co` lanes is a vector multiply-add of a broadcast input value and a contiguous weight
 vector (TVM's conv2d_NCHWc on x86). It covers groups 1 (input block `ci`, any divisor of the
-input channels) and depthwise (groups equal to the channel count, weights OIHW1i{co}o, input
-and output blocked alike); other grouped convolutions stay conv2d.
+input channels), depthwise (groups equal to the channel count, weights OIHW1i{co}o, input
+and output blocked alike), and other groups G whose input channels `ci` and output channels
+`co` divide (weights O(I/G)HW{ci}i{co}o: output chunk `oc` reads the input chunks of its
+group, `oc // (O / co / G) * (I / G / ci)` onwards, AlexNet's grouped convs).
 
 Loop program of `conv2d_nchwc` (axis order for schedule rules): one reduction stage
 `conv2d_nchwc` over spatial axes (n, oc_chunk, oh, ow, oc_block) then reduction axes
-(ic_chunk, kh, kw, ic_block) for groups 1, or (kh, kw) for depthwise; the innermost spatial
+(ic_chunk, kh, kw, ic_block) for groups 1 and grouped (ic_chunk counting within the group),
+or (kh, kw) for depthwise; the innermost spatial
 axis `oc_block` has unit stride in the output and in the weights, so a rule vectorizes it
 after moving the reductions outside a tile of `ow`. Padded taps read under `if_then_else`. A
 bias is added in a second stage `conv2d_nchwc_bias` of the same shape.
@@ -212,19 +215,29 @@ _CONV = "conv2d_nchwc"
 
 
 def _conv_kind(x: TensorType, w: TensorType, groups: int) -> str:
-    """"dense" (groups 1) or "depthwise"; a ShapeError for operands that fit neither."""
+    """"dense" (groups 1), "depthwise" (groups = channels, one input channel a group) or
+    "grouped"; a ShapeError for operands that fit none."""
     check_rank(_CONV, x, 5)
     check_rank(_CONV, w, 6, "weight")
+    channels = x.shape[1] * x.shape[4]
     if groups == 1:
         pairs = [(x.shape[1], w.shape[1], "input channel chunks"),
                  (x.shape[4], w.shape[4], "input channel blocks")]
         kind = "dense"
-    else:
-        channels = x.shape[1] * x.shape[4]
-        if not isinstance(channels, int) or groups != channels:
+    elif groups != channels or (w.shape[1], w.shape[4]) != (1, 1):
+        if not isinstance(channels, int) or groups < 1 or channels % groups:
             raise ShapeError(
-                f"op {_CONV}: groups must be 1 or the channel count ({channels}), got {groups}"
+                f"op {_CONV}: groups must divide the channel count ({channels}), got {groups}"
             )
+        if not isinstance(w.shape[0], int) or w.shape[0] % groups:
+            raise ShapeError(
+                f"op {_CONV}: each of the {groups} groups must hold whole output channel "
+                f"blocks, got {w.shape[0]} blocks of {w.shape[5]}"
+            )
+        pairs = [(x.shape[1], groups * w.shape[1], "input channel chunks of all groups"),
+                 (x.shape[4], w.shape[4], "input channel blocks")]
+        kind = "grouped"
+    else:
         pairs = [(w.shape[1], 1, "depthwise weight input chunks"),
                  (w.shape[4], 1, "depthwise weight input block"),
                  (x.shape[1], w.shape[0], "depthwise channel chunks"),
@@ -274,16 +287,19 @@ def _conv_compute(x, w, b=None, *, strides, padding, dilation, groups):
     strides, padding, dilation = spatial_params(attrs, 2)
     acc = accumulate_dtype(dt)
     kh, kw = te.reduce_axis(w.shape[2], "kh"), te.reduce_axis(w.shape[3], "kw")
-    if kind == "dense":
+    if kind == "depthwise":
+        ic, icb, axes = None, None, [kh, kw]
+    else:
         ic, icb = te.reduce_axis(w.shape[1], "ic"), te.reduce_axis(w.shape[4], "icb")
         axes = [ic, kh, kw, icb]
-    else:
-        ic, icb, axes = None, None, [kh, kw]
 
     def body(n, oc, oh, ow, ocb):
         at, cond = window_taps(x.shape[2:4], (oh, ow), (kh, kw), strides, padding, dilation)
         if kind == "dense":
             v, wv = x[n, ic, at[0], at[1], icb], w[oc, ic, kh, kw, icb, ocb]
+        elif kind == "grouped":  # the input chunks of oc's group (w.shape[0] // groups a group)
+            chunk = oc // (w.shape[0] // groups) * w.shape[1] + ic
+            v, wv = x[n, chunk, at[0], at[1], icb], w[oc, ic, kh, kw, icb, ocb]
         else:
             v, wv = x[n, oc, at[0], at[1], ocb], w[oc, 0, kh, kw, 0, ocb]
         v = te.cast(v, acc)
@@ -314,6 +330,7 @@ register(
         (2, 3),
         compute=_conv_compute,
         doc="conv2d on NCHW{ci}c data, OIHW{ci}i{co}o weights and an optional (O / co, co) "
-        "bias, giving NCHW{co}c; groups 1 or depthwise (weights OIHW1i{co}o, ci == co).",
+        "bias, giving NCHW{co}c; groups 1, depthwise (weights OIHW1i{co}o, ci == co), or "
+        "groups whose input and output channels the blocks divide (weights O(I/G)HW{ci}i{co}o).",
     )
 )

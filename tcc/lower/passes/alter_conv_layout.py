@@ -1,17 +1,20 @@
 """alter-conv-layout: run float32 2-D convolutions in the blocked NCHW{b}c layout (CPU).
 
 May change: a `conv2d` with a float32 input of static channel counts and a constant weight
-(and a constant bias, if any) that is dense (groups 1) or depthwise (groups = input channels
-= output channels) becomes layout_transform(x, NCHW -> NCHW{bi}c), `conv2d_nchwc` with the
-weight packed at compile time into OIHW{bi}i{b}o (depthwise OIHW1i{b}o) and the bias into
-(O / b, b), and a layout_transform back to NCHW. The block b is the target's float32 vector
-width (16 lanes with AVX-512, 8 with AVX2, 4 otherwise) when it divides the output
-channels, else half of it (at least 4: ShuffleNet's first conv, 3 -> 24 channels, ran
-3.1 ms in NCHW on one thread and 0.14 ms on two as NCHW8c); otherwise the conv stays NCHW
+(and a constant bias, if any) that is dense (groups 1), depthwise (groups = input channels
+= output channels) or grouped becomes layout_transform(x, NCHW -> NCHW{bi}c), `conv2d_nchwc`
+with the weight packed at compile time into OIHW{bi}i{b}o (depthwise OIHW1i{b}o) and the
+bias into (O / b, b), and a layout_transform back to NCHW. The block b is the target's
+float32 vector width (16 lanes with AVX-512, 8 with AVX2, 4 otherwise) when it divides the
+output channels (a group's, when grouped), else half of it (at least 4: ShuffleNet's first
+conv, 3 -> 24 channels, ran 3.1 ms in NCHW on one thread and 0.14 ms on two as NCHW8c),
+and for a grouped conv else a quarter of it (at least 4); otherwise the conv stays NCHW
 (zero padding the channels would cost memory and a crop in every consumer). The input
-block bi is the vector width when it divides the input channels, else the largest divisor
-of them below it, so a first conv on 3 colour channels still converts (NCHW3c).
-Grouped convs that are not depthwise stay conv2d.
+block bi is the vector width when it divides the input channels (a group's), else the
+largest divisor of them below it, so a first conv on 3 colour channels still converts
+(NCHW3c). On 2 cores of an Intel Xeon: AlexNet's grouped 5 x 5 conv (2 groups, 96 -> 256
+channels at 27 x 27) ran 14.5 ms in NCHW, 2.8 ms as NCHW16c; ShuffleNet, whose grouped
+1 x 1 convs have 68 or 136 output channels a group (blocks of 4 and 8), 11.7 -> 6.9 ms.
 
 Then the layout is carried through what is layout-agnostic instead of converted back: an
 elementwise/broadcast op (UNARY_MATH, ACTIVATIONS, ARITHMETIC, clip) whose full-shape tensor
@@ -156,11 +159,14 @@ def _block_of(layout: str) -> int | None:
 # convolution
 
 
-def _out_block(cout: int, block: int) -> int | None:
-    """The output channel block: a vector's lanes, else half of them (at least 4)."""
-    for b in (block, block // 2):
-        if b >= 4 and cout % b == 0:
+def _out_block(cout: int, block: int, narrowest: int = 2) -> int | None:
+    """The output channel block: a vector's lanes, else half of them, ... down to
+    1/`narrowest` of them, at least 4."""
+    b = block
+    while b >= max(4, block // narrowest):
+        if cout % b == 0:
             return b
+        b //= 2
     return None
 
 
@@ -177,7 +183,12 @@ def _conv_blocks(call: G.Call, block: int) -> tuple[int, int, bool] | None:
         return (block if cin % block == 0 else _largest_divisor(cin, block)), out, False
     if groups == cin == cout and w.shape[1] == 1:
         return out, out, True
-    return None
+    # other groups: the blocks must divide each group's channels, input and output
+    out = _out_block(cout // groups, block, 4) if cout % groups == 0 else None
+    if out is None or cin % groups:
+        return None
+    group_in = cin // groups
+    return (block if group_in % block == 0 else _largest_divisor(group_in, block)), out, False
 
 
 def _conv(fn: _Function, var: G.Var, call: G.Call) -> bool:

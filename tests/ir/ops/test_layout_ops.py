@@ -107,7 +107,9 @@ def test_conv_infer_dense_depthwise_and_symbolic_batch():
     [
         ((1, 2, 4, 4, 8), (4, 3, 3, 3, 8, 8), None, 1, "input channel chunks must match"),
         ((1, 2, 4, 4, 8), (4, 2, 3, 3, 4, 8), None, 1, "input channel blocks must match"),
-        ((1, 2, 4, 4, 8), (4, 1, 3, 3, 8, 8), None, 2, "groups must be 1 or the channel count"),
+        ((1, 2, 4, 4, 8), (4, 1, 3, 3, 8, 8), None, 3, "groups must divide the channel count"),
+        ((1, 2, 4, 4, 8), (3, 1, 3, 3, 8, 8), None, 2, "whole output channel blocks"),
+        ((1, 2, 4, 4, 8), (4, 2, 3, 3, 8, 8), None, 2, "input channel chunks of all groups"),
         ((1, 2, 4, 4, 8), (2, 1, 3, 3, 1, 4), None, 16, "depthwise channel blocks must match"),
         ((1, 2, 4, 4, 8), (4, 2, 3, 3, 8, 8), (32,), 1, "bias must be"),
     ],
@@ -158,6 +160,29 @@ def test_depthwise_conv_is_conv2d_on_the_unpacked_operands():
         rtol=1e-5, atol=1e-5,
     )
     assert_compute_matches_ref("conv2d_nchwc", xc, wc, rtol=1e-5, atol=1e-5, **attrs)
+
+
+@pytest.mark.parametrize(
+    "cin, cout, groups, ci, co, attrs",
+    [
+        (32, 64, 2, 8, 16, CONV),
+        (16, 32, 4, 4, 8, {"strides": [2, 1], "padding": [2, 1, 0, 2], "dilation": [1, 2]}),
+    ],
+)
+def test_grouped_conv_is_conv2d_on_the_unpacked_operands(cin, cout, groups, ci, co, attrs):
+    """Each output chunk reads only its own group's input chunks."""
+    x, w, b = rand(1, cin, 7, 6), rand(cout, cin // groups, 3, 3), rand(cout)
+    xc, wc, bc = pack_conv(x, w, b, ci, co)
+    assert infer("conv2d_nchwc", f32(*xc.shape), f32(*wc.shape), f32(*bc.shape), **attrs,
+                 groups=groups).shape[1:] == (cout // co, *ref("conv2d", x, w, b, **attrs,
+                                                             groups=groups).shape[2:], co)
+    got = run_op("conv2d_nchwc", xc, wc, bc, **attrs, groups=groups)
+    np.testing.assert_allclose(
+        ref("layout_transform", got, src=f"NCHW{co}c", dst="NCHW"),
+        ref("conv2d", x, w, b, **attrs, groups=groups), rtol=1e-5, atol=1e-4,
+    )
+    assert_compute_matches_ref("conv2d_nchwc", xc, wc, bc, rtol=1e-5, atol=1e-4, **attrs,
+                               groups=groups)
 
 
 def test_conv_loop_program_for_a_symbolic_batch():

@@ -56,6 +56,10 @@ CASES = {
     # the input channel is `o // 8 * 4 + rc`: reused across a row tile inside one group
     "conv_grouped": (_model("Conv", CONV_X, [1, 16, 13, 13], {"w": [16, 4, 3, 3]}, group=2),
                      "contraction"),
+    # groups of 16 input and 32 output channels: blocked (NCHWc) through the pipeline
+    "conv_grouped_wide": (_model("Conv", {"x": [1, 32, 14, 14]}, [1, 64, 14, 14],
+                                 {"w": [64, 16, 3, 3]}, pads=[1, 1, 1, 1], group=2),
+                          "contraction"),
     "softmax": (_model("Softmax", {"x": [6, 50]}, [6, 50], axis=-1), "rows"),
     "layer_norm": (_model("LayerNormalization", {"x": [5, 7, 48]}, [5, 7, 48],
                           {"g": [48], "b": [48]}, axis=-1), "rows"),
@@ -74,7 +78,7 @@ CASES = {
                         "reduction"),
 }
 # Convolutions through the optimize pipeline for this CPU: blocked NCHWc kernels.
-BLOCKED = ("conv_pad", "conv_stride2", "conv_depthwise")
+BLOCKED = ("conv_pad", "conv_stride2", "conv_depthwise", "conv_grouped_wide")
 
 
 def kernels(name: str, blocked: bool = False) -> dict[str, T.PrimFunc]:
