@@ -268,7 +268,7 @@ def search_mode(args, target, work: Path) -> None:
             print("(no matplotlib: no PNG)")
             return
         tasks = list(dict.fromkeys(label for label, _ in curves))
-        fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.2))
+        fig, axes = plt.subplots(1, len(tasks), figsize=(max(6, 4 * len(tasks)), 3.4))
         for ax, task in zip(axes if len(tasks) > 1 else [axes], tasks):
             for search in ("random", "evolutionary"):
                 curve = curves[(task, search)]
@@ -282,7 +282,8 @@ def search_mode(args, target, work: Path) -> None:
             ax.set_xlabel("trials")
             ax.set_ylabel("speedup over default")
             ax.legend()
-        fig.suptitle(f"tcc tune: best speedup vs trials ({cpu_name()}, {args.threads} threads)")
+        fig.suptitle(f"tcc tune: best speedup vs trials ({cpu_name()}, {args.threads} threads)",
+                     fontsize=9)
         fig.tight_layout()
         fig.savefig(args.png, dpi=100)
         print(f"wrote {args.png}")
