@@ -532,3 +532,30 @@ def test_a_long_chain_is_stored_once_rather_than_recomputed_per_broadcast_elemen
     assert ("s", "t", "z") in kernels
     assert not any("y" in k and "e" in k for k in kernels)
     assert_kept(RECOMPUTED, [random(5, 8, 1), random(5, 8, 3)], tmp_path)
+
+
+SHUFFLE = '''
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor(({n}, 2, 3, 3, 4), "float32")) -> Tensor(({n}, 2, 3, 3, 4), "float32"):
+    a: Tensor(({n}, 8, 3, 3), "float32") = op.layout_transform(x, src="NCHW4c", dst="NCHW")
+    b: Tensor(({n}, 2, 4, 3, 3), "float32") = op.reshape(a, shape=[{n}, 2, 4, 3, 3])
+    c: Tensor(({n}, 4, 2, 3, 3), "float32") = op.transpose(b, axes=[0, 2, 1, 3, 4])
+    d: Tensor(({n}, 8, 3, 3), "float32") = op.reshape(c, shape=[{n}, 8, 3, 3])
+    y: Tensor(({n}, 2, 3, 3, 4), "float32") = op.layout_transform(d, src="NCHW", dst="NCHW4c")
+    return y
+'''
+
+
+def test_a_channel_shuffle_between_layout_transforms_is_one_kernel(tmp_path):
+    """Views of static shapes join the data movement around them: one pass over memory."""
+    text = SHUFFLE.format(n=1)
+    (binding,) = fuse_ops(parse_module(text))["main"].bindings
+    assert isinstance(binding.value, G.CallTIR) and binding.var.name == "y"
+    assert_kept(text, [random(1, 2, 3, 3, 4)], tmp_path)
+
+
+def test_views_of_symbolic_shapes_stay_views():
+    """Over a symbolic batch a fused view's indices would take real divisions."""
+    mod = fuse_ops(parse_module(SHUFFLE.format(n="n")))
+    ops = [b.value.op for b in mod["main"].bindings if isinstance(b.value, G.Call)]
+    assert ops.count("reshape") == 2

@@ -12,9 +12,13 @@ convolution/matmul-like or reduction "anchor" and the consumer is elementwise or
 producer elementwise/broadcast/injective (a prologue); but a producer group of more than
 MAX_RECOMPUTED_OPS ops stays apart from a consumer with more elements than its result,
 which would compute each of its elements several times. A group has at most one anchor and
-MAX_GROUP ops. Views the VM runs without copying (reshape, squeeze, expand_dims), ops
-without a loop program, opaque ops and calls with tuple operands or results are never
-grouped; singletons stay op calls for legalization. In the merged PrimFunc the
+MAX_GROUP ops. Views the VM runs without copying (reshape, squeeze, expand_dims) of static
+shapes join groups of injective ops that move data (transposes, layout transforms), so a
+chain of them through views is one kernel (ShuffleNet's channel shuffle, layout transforms
+around reshape -> transpose -> reshape: three kernels, one pass over memory each, became
+one); a view next to elementwise code, and a group of views alone, stay views. Ops without a loop
+program, opaque ops and calls with tuple operands or results are never grouped; singletons
+stay op calls for legalization. In the merged PrimFunc the
 non-reduction intermediate stages are inlined, and reductions keep their own stage.
 Structurally equal PrimFuncs are shared, and each records in its "origins" attribute the
 bindings merged into it (so profiles name the model's nodes). Preserves every function's
@@ -48,7 +52,11 @@ MAX_NAME_OPS = 4  # op names spelled out in a fused kernel's name
 def _kind(b: G.Binding) -> Pattern | None:
     """The pattern kind of a binding that may join a group; None for one that may not."""
     v = b.value
-    if not isinstance(v, G.Call) or v.op in VIEW_OPS or not isinstance(b.var.type, G.TensorType):
+    if not isinstance(v, G.Call) or not isinstance(b.var.type, G.TensorType):
+        return None
+    if v.op in VIEW_OPS and not (b.var.type.is_static and G.type_of(v.args[0]).is_static):
+        # over symbolic sizes a fused view's indices take real divisions: BERT's attention
+        # reshapes fused into their transposes ran 1.8x slower than the views
         return None
     op = get_op(v.op)
     if op.compute is None or op.pattern > Pattern.OUT_FUSABLE:
@@ -56,6 +64,17 @@ def _kind(b: G.Binding) -> Pattern | None:
     if any(a is not None and not isinstance(G.type_of(a), G.TensorType) for a in v.args):
         return None
     return op.pattern
+
+
+def _view_beside_computation(p: G.Binding, pk: Pattern, c: G.Binding, ck: Pattern) -> bool:
+    """Whether a view would join an op that computes rather than moves data: views join
+    only transposes, layout transforms and other views, so elementwise code keeps its
+    contiguous indices."""
+    if p.value.op in VIEW_OPS:
+        return ck != Pattern.INJECTIVE
+    if c.value.op in VIEW_OPS:
+        return pk != Pattern.INJECTIVE
+    return False
 
 
 def _users(fn: G.Function) -> dict[int, int]:
@@ -115,6 +134,8 @@ def _groups(fn: G.Function) -> list[list[int]]:
             p = index.get(id(a))
             if p is None or kinds[p] is None or users.get(id(a)) != 1:
                 continue
+            if _view_beside_computation(fn.bindings[p], kinds[p], fn.bindings[c], kinds[c]):
+                continue
             pg, cg = group_of[p], group_of[c]
             if len(pg.members) > MAX_RECOMPUTED_OPS and _expands(a.type, b.var.type):
                 continue
@@ -124,7 +145,9 @@ def _groups(fn: G.Function) -> list[list[int]]:
                 for i in pg.members:
                     group_of[i] = cg
     unique = {id(g): g for g in group_of}.values()
-    return [sorted(g.members) for g in unique if len(g.members) > 1]
+    # a group of views alone stays views: as a kernel it would copy what the VM does not
+    return [sorted(g.members) for g in unique if len(g.members) > 1
+            and any(fn.bindings[i].value.op not in VIEW_OPS for i in g.members)]
 
 
 def _operand_key(a: G.Expr):
