@@ -19,9 +19,9 @@ group, `oc // (O / co / G) * (I / G / ci)` onwards, AlexNet's grouped convs).
 Loop program of `conv2d_nchwc` (axis order for schedule rules): one reduction stage
 `conv2d_nchwc` over spatial axes (n, oc_chunk, oh, ow, oc_block) then reduction axes
 (ic_chunk, kh, kw, ic_block) for groups 1 and grouped (ic_chunk counting within the group),
-or (kh, kw) for depthwise; the innermost spatial
-axis `oc_block` has unit stride in the output and in the weights, so a rule vectorizes it
-after moving the reductions outside a tile of `ow`. Padded taps read under `if_then_else`. A
+or (kh, kw) for depthwise; the innermost spatial axis `oc_block` has unit stride in the
+output and in the weights, so a rule vectorizes it after moving the reductions outside a
+tile of `ow`. Padded taps read under `if_then_else`. A
 bias is added in a second stage `conv2d_nchwc_bias` of the same shape.
 """
 

@@ -16,10 +16,10 @@ MAX_GROUP ops. Views the VM runs without copying (reshape, squeeze, expand_dims)
 shapes join groups of injective ops that move data (transposes, layout transforms), so a
 chain of them through views is one kernel (ShuffleNet's channel shuffle, layout transforms
 around reshape -> transpose -> reshape: three kernels, one pass over memory each, became
-one); a view next to elementwise code, and a group of views alone, stay views. Ops without a loop
-program, opaque ops and calls with tuple operands or results are never grouped; singletons
-stay op calls for legalization. In the merged PrimFunc the
-non-reduction intermediate stages are inlined, and reductions keep their own stage.
+one); a view next to elementwise code, and a group of views alone, stay views. Ops without
+a loop program, opaque ops and calls with tuple operands or results are never grouped;
+singletons stay op calls for legalization. In the merged PrimFunc the non-reduction
+intermediate stages are inlined, and reductions keep their own stage.
 Structurally equal PrimFuncs are shared, and each records in its "origins" attribute the
 bindings merged into it (so profiles name the model's nodes). Preserves every function's
 parameters, returned values and numerics; the input module is not changed.

@@ -6,11 +6,11 @@ lanes (stores along it are contiguous whenever it indexes the output's last dime
 te programs always do; loads may gather, as in a transpose) unless a padding select along
 it would keep the backend from doing so, and the loops outside it are fused into one
 parallel loop when the stage is large enough to share; when they give the cores nothing to
-share (a single row), the lanes loop is cut into a part per core instead. Over symbolic extents the last of
-those loops (a row, in vector steps) stays serial inside the threads' loop when the others
-give every core work: the fused loop's variable is taken apart into the stage's indices by
-divisions by the extents, which for symbolic extents are real divisions, once a row rather
-than once a vector step (a 4 x 800 x 800 attention mask select of a wav2vec2 export: 0.83
+share (a single row), the lanes loop is cut into a part per core instead. Over symbolic
+extents the last of those loops (a row, in vector steps) stays serial inside the threads'
+loop when the others give every core work: the fused loop's variable is taken apart into
+the stage's indices by divisions by the extents, which for symbolic extents are real
+divisions, once a row rather than once a vector step (a 4 x 800 x 800 attention mask select of a wav2vec2 export: 0.83
 ms with them at every vector step, 0.52 ms once a row, 2 threads). Decisions (`decide`):
 the lanes loop's width, whether the outer loops run on threads, whether a row stays inside
 them (`row_inside_threads`, symbolic stages only), and, for a transpose whose load gathers

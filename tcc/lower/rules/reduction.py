@@ -14,8 +14,9 @@ split into vector lanes that each keep a partial result (`rfactor`), combined af
 (DynamicQuantizeLinear's range over 128 x 256 values: 155 -> 14 us). The spatial loops
 outside are fused into one parallel loop; when they give the cores nothing to share (a
 matrix-vector product's one row), the lanes loop is cut into a part per core instead
-(`vector_split`), each output element still summing its products in order. Decisions (`decide`): the lanes loop's width
-(for partial results too) and whether the outer loops run on threads.
+(`vector_split`), each output element still summing its products in order. Decisions
+(`decide`): the lanes loop's width (for partial results too) and whether the outer loops
+run on threads.
 """
 
 from __future__ import annotations
