@@ -118,6 +118,9 @@ SEARCH_TASKS = {"matmul": lambda: one_node("MatMul", [256, 512], [512, 512]),
                 "conv3x3": lambda: one_node("Conv", [1, 64, 56, 56], [64, 64, 3, 3],
                                             pads=[1, 1, 1, 1]),
                 "attention_bmm": lambda: one_node("MatMul", [12, 128, 64], [12, 64, 128]),
+                # AlexNet's second conv: 2 groups of 48 -> 128 channels, 5 x 5, in NCHW16c
+                "conv_grouped": lambda: one_node("Conv", [1, 96, 27, 27], [256, 48, 5, 5],
+                                                 group=2, pads=[2, 2, 2, 2]),
                 **{k: v for k, v in KERNELS.items() if k != "matmul"}}
 
 
