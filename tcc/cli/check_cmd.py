@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.table import Table
 
 from tcc.api import WORKAROUND, calls_without_loop_program
-from tcc.frontend.onnx import find_unsupported, from_onnx, load_model
 from tcc.ir.errors import TccError
 from tcc.ir.summary import signature, type_text
 
@@ -28,6 +27,8 @@ def command(model: Path, as_json: bool, for_compile: bool):
     Exits 1 when any op is unsupported or the import fails (with --compile: or an op has
     no loop program), 0 otherwise.
     """
+    from tcc.frontend.onnx import find_unsupported, from_onnx, load_model  # onnx: 1 s to import
+
     proto = load_model(model)
     unsupported = [
         {"op_type": op, "domain": domain, "opset": opset, "nodes": names}

@@ -8,7 +8,6 @@ import click
 from rich.console import Console
 
 from tcc import __version__
-from tcc.frontend.onnx import from_onnx
 from tcc.ir.irfile import save_module
 from tcc.ir.summary import module_summary
 
@@ -21,6 +20,8 @@ from tcc.ir.summary import module_summary
 )
 def command(model: Path, output: Path | None):
     """Import an ONNX model into tcc's IR and save it as a .tcir file."""
+    from tcc.frontend.onnx import from_onnx  # onnx takes a second to import: only when used
+
     output = output or model.with_suffix(".tcir")
     mod = from_onnx(model)
     save_module(output, mod, producer=f"tcc {__version__}")

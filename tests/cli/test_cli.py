@@ -226,3 +226,13 @@ def test_check_says_why_an_op_has_no_loop_program(tmp_path):
     calls = json.loads(invoke("check", tmp_path / "r.onnx", "--json").output)["no_loop_program_calls"]
     assert [(c["node"], c["op"]) for c in calls] == [("y", "resize")]
     assert "antialias with a scale known only at run time" in calls[0]["reason"]
+
+
+def test_help_does_not_import_onnx():
+    """onnx (with the ml_dtypes it loads) takes about a second to import: `tcc --help`, like
+    `tcc run PACK` and `tcc db`, reads no model and does not pay for it."""
+    code = ("import sys; from tcc.cli.main import main; main(['--help']); "
+            "print('onnx imported' if 'onnx' in sys.modules else 'onnx not imported')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "Commands:" in out.stdout
+    assert out.stdout.strip().endswith("onnx not imported")
