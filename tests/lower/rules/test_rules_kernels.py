@@ -87,7 +87,8 @@ def test_matmul_micro_kernel_shape():
 @pytest.mark.parametrize("rows, columns, unrolled", [
     (13, 16, 13),  # no divisor near 8: all 13 rows, one register each, fit the registers
     (9, 32, 9),  # two registers a row: 18 accumulators still fit
-    (17, 16, 8),  # more than twice MAX_ROWS: 8 rows, the last tile guarded
+    (17, 16, 9),  # more than twice MAX_ROWS: two even tiles, 9 + a guarded 8
+    (27, 16, 14),  # 14 + a guarded 13 rather than 8 + 8 + 8 + 3
     (14, 16, 7),  # a divisor at least half of 8
 ])
 def test_rows_without_a_good_divisor_are_one_tile_when_they_fit_the_registers(
@@ -103,8 +104,9 @@ def test_rows_without_a_good_divisor_are_one_tile_when_they_fit_the_registers(
 
 
 def test_rows_whose_accumulators_would_not_fit_are_tiled():
-    # 13 rows of three registers each: 39 accumulators; 5 rows fill half the registers
-    assert row_tile(13, 48, 16, 32) == 5
+    # 13 rows of three registers each: 39 accumulators; at most 10 rows (30 accumulators)
+    # fit beside the loads, so two even tiles of 7 and 6
+    assert row_tile(13, 48, 16, 32) == 7
     assert row_tile(13, 16, 16, 32) == 13
 
 
