@@ -10,7 +10,7 @@ and each variant of `--variants`, the model is compiled twice into a fresh cache
 cold (every kernel scheduled and compiled, by as many processes as this process has cores)
 and warm (every kernel from the cache); the two packs must be byte-identical. The stage
 times are those `tcc compile -v` prints; `wall` is the in-process total (the CLI adds
-Python's start and imports, about 0.7 s). With more than one variant, each variant's pack
+Python's start and imports, 0.7-1.4 s: docs/compile.md §6). With more than one variant, each variant's pack
 runs in the C runtime, interleaved run by run with the others on the same inputs, and its
 median latency is given as a ratio to the first variant's, with the spread (min-max) of the
 per-run ratios.

@@ -176,19 +176,16 @@ def _conv_blocks(call: G.Call, block: int) -> tuple[int, int, bool] | None:
     cin, cout, groups = x.shape[1], w.shape[0], call.attrs["groups"]
     if not (isinstance(cin, int) and isinstance(cout, int)):
         return None
-    out = _out_block(cout, block)
+    if groups > 1 and groups == cin == cout and w.shape[1] == 1:
+        out = _out_block(cout, block)
+        return None if out is None else (out, out, True)
+    # dense or grouped: the blocks divide each group's channels, input and output
+    if cin % groups or cout % groups:
+        return None
+    out = _out_block(cout // groups, block, 2 if groups == 1 else 4)
     if out is None:
         return None
-    if groups == 1:
-        return (block if cin % block == 0 else _largest_divisor(cin, block)), out, False
-    if groups == cin == cout and w.shape[1] == 1:
-        return out, out, True
-    # other groups: the blocks must divide each group's channels, input and output
-    out = _out_block(cout // groups, block, 4) if cout % groups == 0 else None
-    if out is None or cin % groups:
-        return None
-    group_in = cin // groups
-    return (block if group_in % block == 0 else _largest_divisor(group_in, block)), out, False
+    return _largest_divisor(cin // groups, block), out, False
 
 
 def _conv(fn: _Function, var: G.Var, call: G.Call) -> bool:

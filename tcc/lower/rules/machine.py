@@ -126,17 +126,23 @@ def _worth_threads(work: int | None) -> bool:
     return work is None or work >= MIN_PARALLEL_WORK
 
 
-def enough_to_share(sch: Schedule, loops: list[LoopRV], machine: Machine) -> bool:
-    """Whether `loops` (symbolic extents count as many) give every core several iterations:
-    then a loop inside them may stay serial. Over symbolic extents it pays to: the fused
-    loop's variable is taken apart into indices by real divisions, once per iteration."""
+def _iterations(sch: Schedule, loops: list[LoopRV]) -> int | None:
+    """How many iterations `loops` make together; None when an extent is symbolic."""
     shared = 1
     for loop in loops:
         extent = sch.get(loop).extent
         if not isinstance(extent, E.IntImm):
-            return True
+            return None
         shared *= extent.value
-    return shared >= 4 * machine.cores
+    return shared
+
+
+def enough_to_share(sch: Schedule, loops: list[LoopRV], machine: Machine) -> bool:
+    """Whether `loops` (symbolic extents count as many) give every core several iterations:
+    then a loop inside them may stay serial. Over symbolic extents it pays to: the fused
+    loop's variable is taken apart into indices by real divisions, once per iteration."""
+    shared = _iterations(sch, loops)
+    return shared is None or shared >= 4 * machine.cores
 
 
 def pieces_for_threads(sch: Schedule, loops: list[LoopRV], work: int | None,
@@ -146,13 +152,8 @@ def pieces_for_threads(sch: Schedule, loops: list[LoopRV], work: int | None,
     cores and the stage has the work to pay for threads, else 1."""
     if machine.cores < 2 or not _worth_threads(work):
         return 1
-    shared = 1
-    for loop in loops:
-        extent = sch.get(loop).extent
-        if not isinstance(extent, E.IntImm):
-            return 1
-        shared *= extent.value
-    return machine.cores if shared < machine.cores else 1
+    shared = _iterations(sch, loops)
+    return machine.cores if shared is not None and shared < machine.cores else 1
 
 
 def threads_decided(sch: Schedule, loop: LoopRV, work: int | None, machine: Machine,

@@ -170,17 +170,20 @@ def test_depthwise_conv_is_conv2d_on_the_unpacked_operands():
     ],
 )
 def test_grouped_conv_is_conv2d_on_the_unpacked_operands(cin, cout, groups, ci, co, attrs):
-    """Each output chunk reads only its own group's input chunks."""
+    """Each output chunk reads only its own group's input chunks: the result is each
+    group's dense conv2d of its own channels, side by side."""
     x, w, b = rand(1, cin, 7, 6), rand(cout, cin // groups, 3, 3), rand(cout)
     xc, wc, bc = pack_conv(x, w, b, ci, co)
+    gi, go = cin // groups, cout // groups
+    want = np.concatenate([
+        ref("conv2d", x[:, g * gi:(g + 1) * gi], w[g * go:(g + 1) * go], b[g * go:(g + 1) * go],
+            **attrs, groups=1)
+        for g in range(groups)], axis=1)
     assert infer("conv2d_nchwc", f32(*xc.shape), f32(*wc.shape), f32(*bc.shape), **attrs,
-                 groups=groups).shape[1:] == (cout // co, *ref("conv2d", x, w, b, **attrs,
-                                                             groups=groups).shape[2:], co)
+                 groups=groups).shape[1:] == (cout // co, *want.shape[2:], co)
     got = run_op("conv2d_nchwc", xc, wc, bc, **attrs, groups=groups)
-    np.testing.assert_allclose(
-        ref("layout_transform", got, src=f"NCHW{co}c", dst="NCHW"),
-        ref("conv2d", x, w, b, **attrs, groups=groups), rtol=1e-5, atol=1e-4,
-    )
+    np.testing.assert_allclose(ref("layout_transform", got, src=f"NCHW{co}c", dst="NCHW"), want,
+                               rtol=1e-5, atol=1e-4)
     assert_compute_matches_ref("conv2d_nchwc", xc, wc, bc, rtol=1e-5, atol=1e-4, **attrs,
                                groups=groups)
 
