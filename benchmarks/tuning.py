@@ -5,13 +5,16 @@
     .venv/bin/python benchmarks/tuning.py models  [--trials 2000] [--budget 20m]
                                                   [--models resnet50,shufflenet,...]
 
-* search: for tasks of different kinds (one kernel each), the cost-model-guided
-  evolutionary search and random search, each with its own fresh database, at equal
-  trials; the best speedup over the default after each trial, as text (and a PNG when matplotlib is
-  installed), and trials per second. Then the two bests are compared twice, each time
-  alternating: their kernels in one measurement worker, and their packs (with the untuned
-  pack) run by the C runtime. With --seeds N, each task is searched N times by each search
-  (seeds 0..N-1), and the packs' verdicts are counted.
+* search: for tasks of different kinds, the cost-model-guided evolutionary search and
+  random search, each with its own fresh database, at equal trials; the best speedup over
+  the default after each trial, as text (and a PNG when matplotlib is installed), and
+  trials per second. Then the two bests are compared twice, each time alternating: their
+  kernels in one measurement worker, and their packs (with the untuned pack) run by the C
+  runtime. A task is one kernel (a one-node model), or with `model:NAME` a whole model (a
+  light model, a builder or a corpus export, at batch 1 and sequence 128) whose kernels
+  share the trials, judged by the estimate of one run and by the packs. With --seeds N,
+  each task is searched N times by each search (seeds 0..N-1), and the packs' verdicts are
+  counted.
 * kernels: one-node models (fp32 matmul 1024^3, a MobileNet-style depthwise 3x3, a 1x1
   convolution, a strided conv1d, a layer norm); each is tuned, then its default pack, its
   tuned pack (C runtime: tccrt's own --bench timing, so no Python in the timed loop; needs
@@ -52,7 +55,8 @@ def _args(argv):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--tasks", default="matmul1024,conv3x3,attention_bmm,depthwise",
-                   help=f"search: some of {','.join(SEARCH_TASKS)}")
+                   help=f"search: some of {','.join(SEARCH_TASKS)}, or model:NAME for a "
+                   "whole model of benchmarks/models.py (model:resnet_legacy)")
     p.add_argument("--kernels", default=",".join(KERNELS))
     p.add_argument("--models", default="resnet_legacy,mobilenet_v2_legacy,shufflenet,"
                    "bert_legacy,gpt2_legacy,vit_dynamo")
@@ -124,6 +128,29 @@ SEARCH_TASKS = {"matmul": lambda: one_node("MatMul", [256, 512], [512, 512]),
                 **{k: v for k, v in KERNELS.items() if k != "matmul"}}
 
 
+def search_task(name: str):
+    """(model, sizes to tune at, feeds(rng)) of a search task: a one-node model of
+    SEARCH_TASKS, or with `model:NAME` a whole model of benchmarks/models.py, whose kernels
+    share the trials (the task scheduler decides which kernel gets each round)."""
+    import numpy as np
+
+    if not name.startswith("model:"):
+        model = SEARCH_TASKS[name]()
+        shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+        return model, {}, lambda rng: {"x": rng.standard_normal(shape).astype(np.float32)}
+    from models import CORPUS_SIZES, models
+
+    wanted = name.removeprefix("model:")
+    for found, model, feeds_of in models(corpus=True):
+        if found == wanted:
+            symbolic = {d.dim_param for vi in model.graph.input
+                        for d in vi.type.tensor_type.shape.dim if d.dim_param}
+            named = {k: [v] for k, v in CORPUS_SIZES.items() if k in symbolic}
+            return model, named, lambda rng, m=model, f=feeds_of: f(m, rng)
+    raise SystemExit(f"--tasks: no model {wanted!r} (light models, builders, and the corpus "
+                     "that tools/export_corpus.py writes)")
+
+
 def lowered(model, target):
     from tcc.api import lower
     from tcc.frontend.onnx import from_onnx
@@ -183,14 +210,12 @@ def remeasure(tuners: dict, target, rounds: int = 5) -> dict:
     return {name: default_total / total for name, total in totals.items()}
 
 
-def packs_line(task, model, target, finalists: dict, args, rounds: int = 7) -> str:
+def packs_line(task, model, feeds, target, finalists: dict, args, rounds: int = 7) -> str:
     """The untuned pack and each search's tuned pack, run by tccrt on the same input in
     `rounds` alternating rounds: the speedup a user of each tuned pack gets. The worker's
     figures above time the kernel alone; the pack adds the runtime's copies and calls."""
     import numpy as np
 
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    feeds = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
     runners = {"untuned": pack_runner(model, target, None, args.threads)}
     for name, tuner in finalists.items():
         runners[name] = pack_runner(model, target, tuner.db.path, args.threads)
@@ -211,6 +236,8 @@ def packs_line(task, model, target, finalists: dict, args, rounds: int = 7) -> s
 
 
 def search_mode(args, target, work: Path) -> None:
+    import numpy as np
+
     trials = args.trials or 500
     curves = {}
     print(f"{'task':12s} {'search':13s} {'trials':>6s} {'trials/s':>8s} {'default us':>10s} "
@@ -219,6 +246,7 @@ def search_mode(args, target, work: Path) -> None:
     for task in args.tasks.split(","):
         for seed in range(args.seeds):
             label = task if args.seeds == 1 else f"{task}#{seed}"
+            model, named, feeds_of = search_task(task)
             finalists = {}
             for search in ("random", "evolutionary"):
                 curve = []
@@ -227,10 +255,10 @@ def search_mode(args, target, work: Path) -> None:
                     if all(s.default_seconds for s in p.states):
                         curve.append((p.trials, p.estimate(best=False) / p.estimate()))
 
-                db = work / f"search-{task}-{search}-{seed}.db"
+                db = work / f"search-{task.replace(':', '-')}-{search}-{seed}.db"
                 db.unlink(missing_ok=True)
-                tuner, progress, seconds = tune(SEARCH_TASKS[task](), target, db, trials,
-                                                search, on_trial=on_trial, seed=seed)
+                tuner, progress, seconds = tune(model, target, db, trials, search,
+                                                on_trial=on_trial, named=named, seed=seed)
                 curves[(label, search)] = curve
                 finalists[search] = tuner
                 default = progress.estimate(best=False)
@@ -243,7 +271,8 @@ def search_mode(args, target, work: Path) -> None:
                   f"speedup random {again['random']:.2f}x, evolutionary "
                   f"{again['evolutionary']:.2f}x (evolutionary / random "
                   f"{again['evolutionary'] / again['random']:.2f})", flush=True)
-            line, ratio = packs_line(label, SEARCH_TASKS[task](), target, finalists, args)
+            feeds = feeds_of(np.random.default_rng(1))
+            line, ratio = packs_line(label, model, feeds, target, finalists, args)
             print(line, flush=True)
             wins.setdefault(task, []).append(ratio)
     if args.seeds > 1:
