@@ -264,7 +264,8 @@ static tccrt_status_t eval_shape(const frame_t *fr, const tccrt_const_t *prog, t
 /* -- arena planning ----------------------------------------------------------------- */
 
 /* tcc/rt/arena.py's plan_arena, step for step, so both runtimes place every tensor at the
- * same offset: tensors by size, largest first (ties: earlier start, then lower index), each
+ * same offset: tensors by size, largest first (ties: longer lifetime, earlier start, then lower
+ * index), each
  * at the lowest aligned offset clear of every placed tensor whose lifetime overlaps its own. */
 
 typedef struct plan_item_t {
@@ -275,6 +276,7 @@ typedef struct plan_item_t {
 static int by_size(const void *a, const void *b) {
   const plan_item_t *x = a, *y = b;
   if (x->span != y->span) return x->span > y->span ? -1 : 1;
+  if (x->end - x->start != y->end - y->start) return x->end - x->start > y->end - y->start ? -1 : 1;
   if (x->start != y->start) return x->start < y->start ? -1 : 1;
   return (x->index > y->index) - (x->index < y->index);
 }

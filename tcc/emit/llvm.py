@@ -5,7 +5,8 @@ docs/compile.md §3 (the entry and its checks live in `llvm_abi`), whose work is
 internal compute function built here, statement by statement:
 
 * `For`: serial loops as plain LLVM loops; `unrolled` loops with a small constant extent
-  are copied out, longer ones carry `llvm.loop.unroll.enable`; `vectorized` loops become
+  are copied out (a select whose condition the copy's loop values decide emits only the
+  branch it takes), longer ones carry `llvm.loop.unroll.enable`; `vectorized` loops become
   LLVM vector operations when `llvm_vector.plan_vector` finds that keeps their meaning
   (under a guard on the lanes, the last tile of a split, with masked stores and loads; a
   stack tile's accesses that stay inside it on every lane are whole, blended on store, so
@@ -51,6 +52,7 @@ from tcc.emit.llvm_expr import (
     PTR,
     DominatorBuilder,
     ExprEmitter,
+    index_vars,
     lanes_of,
     mem_type,
     reg_type,
@@ -115,6 +117,8 @@ class _KernelGen(ExprEmitter):
         self._vec_var: E.Var | None = None  # the vectorized loop's own variable
         self.outlined = 0
         self.iter_exprs: dict[E.Var, E.PrimExpr] = {}  # block iteration variable -> binding
+        self.unrolled: dict[E.Var, E.IntImm] = {}  # loop variable of an unrolled copy -> value
+        self._decided: dict[tuple, bool | None] = {}  # see decided
         # buffers alloca'd (register tile candidates) -> their element count
         self.stack_bufs: dict[T.Buffer, int] = {}
         self.ranges: dict[int, Interval] = {}  # serial, unrolled and lane loop variables
@@ -343,6 +347,26 @@ class _KernelGen(ExprEmitter):
             self.b.call(self.rt.free, [self.bufs[buf]])
         del self.bufs[buf]
 
+    def decided(self, cond: E.PrimExpr) -> bool | None:
+        """A condition the unrolled copies being emitted fix: a select on a position within
+        a tile (the Winograd transforms') emits only the branch it takes."""
+        if not self.unrolled:
+            return None
+        mapping = {}
+        for v in index_vars(cond) or ():
+            if v in self.unrolled:
+                mapping[v] = self.unrolled[v]
+            elif v in self.iter_exprs and any(u in self.unrolled
+                                              for u in index_vars(self.iter_exprs[v]) or ()):
+                mapping[v] = E.substitute(self.iter_exprs[v], self.unrolled)
+        if not mapping:
+            return None
+        key = (cond, tuple(mapping.items()))
+        if key not in self._decided:  # the same selects come back in every term of a sum
+            c = E.substitute(cond, mapping)
+            self._decided[key] = bool(c.value) if isinstance(c, E.IntImm) else None
+        return self._decided[key]
+
     def _block(self, s: T.Block) -> None:
         outer = [self.env.get(iv.var) for iv in s.iter_vars]
         outer_exprs = [self.iter_exprs.get(iv.var) for iv in s.iter_vars]
@@ -438,9 +462,15 @@ class _KernelGen(ExprEmitter):
             and s.extent.value <= UNROLL_COPY_LIMIT
         ):
             start = self.expr_as(s.min, dt)
+            outer_value = self.unrolled.pop(s.var, None)
             for k in range(s.extent.value):
                 self.env[s.var] = self.int_op("add", start, ir.Constant(start.type, k), dt)
+                if isinstance(s.min, E.IntImm):
+                    self.unrolled[s.var] = E.IntImm(s.min.value + k, dt)
                 self.stmt(s.body)
+            self.unrolled.pop(s.var, None)
+            if outer_value is not None:
+                self.unrolled[s.var] = outer_value
             self._unbind(s.var, outer, outer_range)
             return
         hints = {

@@ -382,7 +382,7 @@ class ExprEmitter:
             raise CodegenError(f"the LLVM backend cannot lower expression {e} ({type(e).__name__})")
         if self.reuse is None or type(e) not in _REUSABLE or is_float(e.dtype):
             return handler(self, e)
-        free = _index_vars(e)
+        free = index_vars(e)
         if free is None:
             return handler(self, e)
         block, env = self.b.block, self.env
@@ -522,7 +522,14 @@ class ExprEmitter:
     def _not(self, e: E.Not) -> ir.Value:
         return self.b.not_(self.expr_as(e.a, "bool"))
 
+    def decided(self, cond: E.PrimExpr) -> bool | None:
+        """The condition's value when known at compile time (see the kernel emitter)."""
+        return None
+
     def _select(self, e: E.Select) -> ir.Value:
+        known = self.decided(e.cond)
+        if known is not None:
+            return self.expr_as(e.true_value if known else e.false_value, e.dtype)
         c = self.expr_as(e.cond, "bool")
         if has_load(e.true_value) or has_load(e.false_value):
             return self._masked_select(c, e) if lanes_of(c) else self._guarded_select(c, e)
@@ -712,7 +719,7 @@ _REUSABLE = frozenset({E.BinOp, E.Cmp, E.Logic, E.Not, E.Select, E.Cast})
 _INDEX_VARS: dict = {}  # expression -> its variables, or None when it is not index arithmetic
 
 
-def _index_vars(e: E.PrimExpr) -> tuple | None:
+def index_vars(e: E.PrimExpr) -> tuple | None:
     """The variables of `e` when it is integer or boolean arithmetic on variables and
     constants (no loads, calls or floats: a value that depends only on its variables), else
     None."""
@@ -728,7 +735,7 @@ def _index_vars(e: E.PrimExpr) -> tuple | None:
         pass
     found: tuple | None = None
     if type(e) in _REUSABLE:
-        parts = [_index_vars(c) for c in children(e)]
+        parts = [index_vars(c) for c in children(e)]
         if all(p is not None for p in parts):
             found = tuple(dict.fromkeys(v for p in parts for v in p))
     if len(_INDEX_VARS) > 100_000:

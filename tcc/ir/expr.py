@@ -246,6 +246,16 @@ def select(cond, t, f) -> PrimExpr:
     return Select(cond, t, f, t.dtype)
 
 
+def logic(op: str, a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    """`a and b` / `a or b`; an operand known when built decides it or drops out."""
+    for known, other in ((a, b), (b, a)):
+        if isinstance(known, IntImm):
+            if bool(known.value) == (op == "or"):
+                return IntImm(int(op == "or"), "bool")
+            return other
+    return Logic(op, a, b)
+
+
 def compare(op: str, a, b) -> PrimExpr:
     """`a op b` for op in CMP_OPS; two integer immediates fold to a bool immediate."""
     a = const(a, b.dtype if isinstance(b, PrimExpr) else None)
@@ -509,7 +519,7 @@ def substitute(e, mapping: dict) -> object:
     if isinstance(e, Cmp):
         return compare(e.op, substitute(e.a, mapping), substitute(e.b, mapping))
     if isinstance(e, Logic):
-        return Logic(e.op, const(substitute(e.a, mapping)), const(substitute(e.b, mapping)))
+        return logic(e.op, const(substitute(e.a, mapping)), const(substitute(e.b, mapping)))
     if isinstance(e, Not):
         return Not(const(substitute(e.a, mapping)))
     if isinstance(e, Select):

@@ -1,6 +1,6 @@
 """alter-conv-layout: golden before/after modules (AVX2 target: blocks of 8 float32 lanes),
 each also run on the reference interpreter before and after (float32 summation order
-differs: rtol 1e-5, atol 1e-5), the block chosen from the target, and three CNNs compiled
+differs: rtol 1e-5, atol 1e-5; Winograd's transforms: rtol 1e-3, atol 1e-3), the block chosen from the target, and three CNNs compiled
 with the pass against onnxruntime."""
 
 import numpy as np
@@ -10,6 +10,7 @@ from tcc.emit.target import Target
 from tcc.frontend.onnx import from_onnx
 from tcc.ir import graph as G
 from tcc.ir.interp import run
+from tcc.ir.ops.winograd import G as WINOGRAD_G
 from tcc.ir.parser import parse_module
 from tcc.ir.printer import print_module
 from tcc.ir.structural import structural_equal
@@ -25,7 +26,7 @@ AVX2 = Target("x86_64-unknown-linux-gnu", "haswell", "+avx,+avx2")
 CONV = "strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1]"
 
 
-def verify(before: str, expected: str, target=AVX2):
+def verify(before: str, expected: str, target=AVX2, rtol=1e-5, atol=1e-5):
     mod = with_values(parse_module(before))
     text = print_module(mod)
     values = {k: v.copy() for k, v in mod.const_values.items()}
@@ -37,7 +38,7 @@ def verify(before: str, expected: str, target=AVX2):
     assert got.const_values.keys() == got.const_types.keys()
     feeds = random_inputs(mod["main"])
     for want, have in zip(run(mod, feeds), run(got, feeds)):
-        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(have, want, rtol=rtol, atol=atol)
     return mod, got
 
 
@@ -76,6 +77,40 @@ def main(x: Tensor((1, 8, 5, 5), "float32")) -> Tensor((1, 16, 5, 5), "float32")
     w, packed = mod.const_values["w"], got.const_values["w_OIHW8i8o"]
     assert packed[1, 0, 2, 1, 5, 3] == w[8 + 3, 5, 2, 1]
     np.testing.assert_array_equal(got.const_values["b_8o"].reshape(-1), mod.const_values["b"])
+
+
+def test_a_3x3_conv_with_enough_tiles_and_channels_runs_as_winograd():
+    """32 channels at 28 x 28: 7 x 7 tiles of 4 x 4 outputs, each tile's 6 x 6 input
+    transformed, one batched product over the 36 tile positions with the weights transformed
+    at compile time (6, 6, I, O), and the output transform adding the bias."""
+    mod, got = verify(
+        f'''
+constants = {{"w": Tensor((32, 32, 3, 3), "float32"), "b": Tensor((32,), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 32, 28, 28), "float32")) -> Tensor((1, 32, 28, 28), "float32"):
+    y: Tensor((1, 32, 28, 28), "float32") = op.conv2d(x, const("w"), const("b"), {CONV}, groups=1)
+    return y
+''',
+        '''
+constants = {"w_winograd": Tensor((6, 6, 32, 32), "float32"), "b_8o": Tensor((4, 8), "float32")}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 32, 28, 28), "float32")) -> Tensor((1, 32, 28, 28), "float32"):
+    x_NCHW8c: Tensor((1, 4, 28, 28, 8), "float32") = op.layout_transform(x, src="NCHW", dst="NCHW8c")
+    y_wino_in: Tensor((6, 6, 1, 7, 7, 4, 8), "float32") = op.winograd_input_nchwc(x_NCHW8c, padding=[1, 1, 1, 1])
+    y_wino_v: Tensor((6, 6, 49, 32), "float32") = op.reshape(y_wino_in, shape=[6, 6, -1, 32])
+    y_wino_m: Tensor((6, 6, 49, 32), "float32") = op.matmul(y_wino_v, const("w_winograd"))
+    y_wino_mt: Tensor((6, 6, 1, 7, 7, 4, 8), "float32") = op.reshape(y_wino_m, shape=[6, 6, 1, 7, 7, 4, 8])
+    y_c: Tensor((1, 4, 28, 28, 8), "float32") = op.winograd_output_nchwc(y_wino_mt, const("b_8o"), height=28, width=28)
+    y: Tensor((1, 32, 28, 28), "float32") = op.layout_transform(y_c, src="NCHW8c", dst="NCHW")
+    return y
+''',
+        rtol=1e-3, atol=1e-3,  # outputs up to about 20: Winograd's bound, 1e-4 of the largest
+    )
+    g = np.array(WINOGRAD_G, dtype=np.float64)  # U[a, b, i, o] = (G w[o, i] G^T)[a, b]
+    w, u = mod.const_values["w"].astype(np.float64), got.const_values["w_winograd"]
+    np.testing.assert_allclose(u[:, :, 5, 7], g @ w[7, 5] @ g.T, rtol=1e-6, atol=1e-6)
 
 
 def test_conv_relu_conv_stays_blocked():
@@ -312,18 +347,23 @@ def test_without_a_target_the_module_is_unchanged():
 # whole models, compiled for this machine, against onnxruntime
 
 
-# (blocked convs, convs left NCHW, layout transforms) with blocks of 8: the CNNs without
-# channel shuffles transform only at their entry and exit; in shufflenet the grouped convs
-# with 34 output channels a group (no block of 4 or more divides them) stay NCHW, and the
-# shuffles (reshape/transpose) convert back and forth.
+# (blocked convs, Winograd convs, convs left NCHW, layout transforms) with blocks of 8: the
+# CNNs without channel shuffles transform only at their entry and exit; the 3 x 3 stride-1
+# convs with 32 channels or more and at least 32 tiles of 4 x 4 run as Winograd (ResNet-50:
+# the three at 56 x 56 and the three stride-1 ones at 28 x 28, not those at 14 x 14 or 7 x 7;
+# SqueezeNet: fire4 and fire5, 32 channels in at 27 x 27, not the 16 channels of fire2 and
+# fire3 or the 13 x 13 of fire6 to fire9); in shufflenet the grouped convs with 34 output channels a group (no block of 4
+# or more divides them) stay NCHW, and the shuffles (reshape/transpose) convert back and forth.
 @pytest.mark.parametrize(
     "name, counts",
-    [("resnet50", (53, 0, 2)), ("squeezenet", (26, 0, 2)), ("shufflenet", (41, 8, 67))],
+    [("resnet50", (47, 6, 0, 2)), ("squeezenet", (24, 2, 0, 2)),
+     ("shufflenet", (41, 0, 8, 67))],
 )
 def test_compiled_model_matches_onnxruntime(name, counts):
     model = builders.light_model(name)
     ops = call_ops(run_pipeline(from_onnx(model), disable=["fuse-ops"], target=AVX2))
-    assert (ops.count("conv2d_nchwc"), ops.count("conv2d"), ops.count("layout_transform")) == counts
+    assert (ops.count("conv2d_nchwc"), ops.count("winograd_output_nchwc"), ops.count("conv2d"),
+            ops.count("layout_transform")) == counts
     (image,) = model.graph.input
     shape = [d.dim_value for d in image.type.tensor_type.shape.dim]
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
@@ -331,6 +371,31 @@ def test_compiled_model_matches_onnxruntime(name, counts):
     (got,) = compiled_fn(model)(x)
     scale = float(np.abs(want).max())
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * scale)
+
+
+def test_winograd_over_a_symbolic_batch_matches_onnxruntime():
+    """The tiles of every image of the batch go through one batched product: one pack run at
+    batch 1 and 3 against onnxruntime (rtol 1e-3 of the largest output)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((48, 32, 3, 3)) / 17).astype(np.float32)
+    b = rng.standard_normal(48).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 0, 1, 2]),
+         helper.make_node("Relu", ["c"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32, 30, 29])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert "winograd_output_nchwc" in call_ops(run_pipeline(from_onnx(model), target=AVX2,
+                                                            disable=["fuse-ops"]))
+    fn = compiled_fn(model)
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, 32, 30, 29)).astype(np.float32)
+        (want,) = onnxruntime_outputs(model, {"x": x})
+        (got,) = fn(x)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-3 * float(np.abs(want).max()))
 
 
 @pytest.mark.parametrize("target, blocked", [(None, False), ("llvm", True)])

@@ -42,24 +42,36 @@ def test_largest_first_fills_the_gaps_a_large_tensor_leaves():
     assert plan.size == 5 * KB == lower_bound(sizes, lifetimes)
 
 
-def test_sizes_are_rounded_up_to_the_alignment_and_ties_go_by_start_then_index():
+def test_sizes_are_rounded_up_to_the_alignment_and_ties_go_by_lifetime_start_then_index():
     plan = plan_arena([1, 65, 0, 64], [(0, 9), (0, 9), (0, 9), (0, 9)])
-    # spans 64, 128, 0, 64: the 128 first, then the 64s by index, the empty one anywhere
+    # spans 64, 128, 0, 64: the 128 first, then the 64s (equal lifetimes) by index, the
+    # empty one anywhere
     assert plan.offsets == (128, 0, 0, 192) and plan.size == 256
     assert padded(1) == ARENA_ALIGN and padded(0) == 0
     assert plan_arena([], []) == ArenaPlan((), 0)
 
 
-def test_the_greedy_order_can_miss_the_bound():
-    """Largest first is a heuristic: c (3 KB) takes offset 0 and a, b the bytes from 0 up; d,
-    live with b and with c, lands above both, where b at 0 and a above it would have left
-    room for d at 3 KB. The arena takes more than the most bytes ever live (4 KB), still
-    less than no sharing."""
+def test_equal_sizes_go_longest_lived_first():
+    """a and b (2 KB) tie on size; b, live longer, goes first at offset 0 and a above it, which
+    leaves room for d at 3 KB beside c (3 KB at 0): the arena is the most bytes ever live.
+    By start time a would take offset 0, b the bytes above it, and d would land above both."""
     sizes = [2 * KB, 2 * KB, 3 * KB, KB]
     lifetimes = [(0, 1), (1, 3), (4, 4), (3, 5)]
     plan = plan_arena(sizes, lifetimes)
-    assert plan == ArenaPlan((0, 2 * KB, 0, 4 * KB), 5 * KB)
+    assert plan == ArenaPlan((2 * KB, 0, 0, 3 * KB), 4 * KB)
     assert lower_bound(sizes, lifetimes) == 4 * KB
+
+
+def test_the_greedy_order_can_miss_the_bound():
+    """Largest first is a heuristic: a and b (3 KB) both take offset 0, apart in time; d,
+    live with a, goes above it at 3 KB; c, live with b and with d, goes above d at 5 KB.
+    With d at 0, a above it at 2 KB and c at 4 KB the arena would be the most bytes ever
+    live (5 KB); greedy takes more, still less than no sharing."""
+    sizes = [3 * KB, 3 * KB, KB, 2 * KB]
+    lifetimes = [(5, 5), (2, 3), (2, 4), (4, 5)]
+    plan = plan_arena(sizes, lifetimes)
+    assert plan == ArenaPlan((0, 0, 5 * KB, 3 * KB), 6 * KB)
+    assert lower_bound(sizes, lifetimes) == 5 * KB
 
 
 def test_memory_report():

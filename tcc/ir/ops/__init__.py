@@ -24,6 +24,7 @@ from tcc.ir.ops import (  # noqa: F401
     slicing,
     softmax,
     transform,
+    winograd,
 )
 from tcc.ir.ops.registry import OPS, REQUIRED, OpDef, Pattern, get_op, register
 

@@ -127,6 +127,26 @@ def guarded_load_along(stage: Stage, var: E.Var) -> bool:
     return False
 
 
+def chosen_by_position(stage: Stage, most: int) -> dict[E.Var, int]:
+    """Spatial variables whose position selects compare with constants, each with its period:
+    `v == k` for a variable of constant extent at most `most` (the period is the extent), or
+    `v % m == k` with m at most `most`. Unrolled over one period, every such select is
+    decided at compile time (the Winograd transforms pick their coefficients by tile
+    position)."""
+    extents = {a.var: a.extent for a in stage.spatial}
+    found: dict[E.Var, int] = {}
+    for x in subexprs(stage.store.value):
+        if not (isinstance(x, E.Cmp) and x.op == "eq" and isinstance(x.b, E.IntImm)):
+            continue
+        a = x.a
+        if isinstance(a, E.Var) and extents.get(a) is not None and extents[a] <= most:
+            found[a] = extents[a]
+        elif (isinstance(a, E.BinOp) and a.op == "floormod" and isinstance(a.a, E.Var)
+              and a.a in extents and constant(a.b) is not None and constant(a.b) <= most):
+            found[a.a] = constant(a.b)
+    return found
+
+
 def _flat(buffer: T.Buffer, indices) -> E.PrimExpr:
     flat: E.PrimExpr = E.const(0)
     for index, dim in zip(indices, buffer.shape):

@@ -17,13 +17,25 @@ them (`row_inside_threads`, symbolic stages only), and, for a transpose whose lo
 along the lanes, whether the axis that load is contiguous along moves next to the lanes
 (`transpose_order`: for NCHWc -> NCHW the 16 channels of a block then reuse the gathered
 cache lines from L1, where the default order comes back to them from L2 after a whole
-plane).
+plane), and whether loops whose position selects test (`unroll_positions`: the Winograd
+transforms pick their coefficients by position in the tile) run unrolled next to the
+lanes, where every select is decided at compile time: a 64-channel 56 x 56 input transform
+ran 1.42 ms with the selects at run time, 0.07-0.09 ms unrolled (2 threads, Intel Xeon).
 """
 
 from __future__ import annotations
 
+import math
+
 from tcc.ir import expr as E
-from tcc.lower.rules.analysis import Axis, Stage, canonical_stage, guarded_load_along, stride
+from tcc.lower.rules.analysis import (
+    Axis,
+    Stage,
+    canonical_stage,
+    chosen_by_position,
+    guarded_load_along,
+    stride,
+)
 from tcc.lower.rules.machine import (
     Machine,
     decide_flag,
@@ -33,6 +45,9 @@ from tcc.lower.rules.machine import (
     vector_split,
 )
 from tcc.lower.schedule import Schedule
+
+MAX_PERIOD = 8  # positions a select may choose among for its loop to be unrolled
+MAX_UNROLLED_POSITIONS = 64  # copies of the stage those unrolled loops may make
 
 
 class ElementwiseRule:
@@ -50,6 +65,9 @@ class ElementwiseRule:
             axes = [a for a in axes if a is not along and a is not inner] + [along, inner]
             sch.reorder(*[a.loop for a in axes])
         outer = [a.loop for a in axes]
+        kept = _unroll_positions(sch, stage, axes, block)
+        if kept is not None:
+            outer = kept + [inner.loop]
         if not guarded_load_along(stage, inner.var):
             rest, lanes = vector_split(sch, inner.loop, inner.extent, machine.lanes(stage.dtype),
                                        f"{block}.lanes",
@@ -62,6 +80,36 @@ class ElementwiseRule:
             outer = outer[:-1]
         parallelize(sch, outer, stage.work(), machine, f"{block}.threads")
         return sch
+
+
+def _unroll_positions(sch: Schedule, stage: Stage, axes: list[Axis],
+                      block: str) -> list | None:
+    """Move the loops whose position selects test (`chosen_by_position`) just outside the
+    lanes loop, one period each (an axis longer than its period is split, the outer part
+    staying in place), and unroll them: each unrolled copy takes one branch of the selects,
+    decided at compile time. The loops left outside them, or None when none is unrolled."""
+    inner = axes[-1]
+    periods = chosen_by_position(stage, MAX_PERIOD)
+    periods.pop(inner.var, None)
+    if not periods or math.prod(periods.values()) > MAX_UNROLLED_POSITIONS:
+        return None
+    if not decide_flag(sch, f"{block}.unroll_positions", True):
+        return None
+    kept, unrolled = [], []
+    for a in axes[:-1]:
+        period = periods.get(a.var)
+        if period is None:
+            kept.append(a.loop)
+        elif period == a.extent:
+            unrolled.append(a.loop)
+        else:
+            outer_part, inner_part = sch.split(a.loop, [None, period])
+            kept.append(outer_part)
+            unrolled.append(inner_part)
+    sch.reorder(*kept, *unrolled, inner.loop)
+    for loop in unrolled:
+        sch.unroll(loop)
+    return kept
 
 
 def _gathered_along(stage: Stage) -> Axis | None:

@@ -384,3 +384,25 @@ def test_a_matrix_vector_product_shares_its_columns_among_the_cores(columns, par
     assert lanes == {part}
     ((_, want, got),) = run_both({"mv": func}, {"mv": scheduled})
     assert got[-1].tobytes() == want[-1].tobytes()
+
+
+@pytest.mark.parametrize("op, shapes, attrs, periods", [
+    ("winograd_input_nchwc", [(1, 2, 14, 13, 16)], {"padding": [1, 1, 1, 1]}, [6, 6]),
+    # 14 rows: tiles of 4 rows split by 4, the last tile guarded
+    ("winograd_output_nchwc", [(6, 6, 1, 4, 4, 2, 16), (2, 16)], {"height": 14, "width": 16},
+     [4, 4]),
+])
+def test_loops_whose_position_selects_test_are_unrolled_next_to_the_lanes(op, shapes, attrs,
+                                                                          periods):
+    """The Winograd transforms choose their coefficients by a select on the position in the
+    tile: those positions run as unrolled loops (one period each) just outside the vector
+    lanes, so every select is decided at compile time; the result is the plain kernel's,
+    bit for bit (the terms left out added -0.0)."""
+    func = op_prim_func(op, [TensorType(s, "float32") for s in shapes], attrs)
+    scheduled = schedule_prim_func(func, AVX512)
+    loops = [loc.stmt for loc in walk(scheduled.body) if isinstance(loc.stmt, T.For)]
+    inner = [lp for lp in loops if lp.kind in (T.ForKind.UNROLLED, T.ForKind.VECTORIZED)]
+    assert [lp.kind for lp in inner[-3:]] == [T.ForKind.UNROLLED] * 2 + [T.ForKind.VECTORIZED]
+    assert [lp.extent.value for lp in inner[-3:-1]] == periods
+    ((_, want, got),) = run_both({"t": func}, {"t": scheduled})
+    assert got[-1].tobytes() == want[-1].tobytes()
