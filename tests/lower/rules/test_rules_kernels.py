@@ -406,3 +406,26 @@ def test_loops_whose_position_selects_test_are_unrolled_next_to_the_lanes(op, sh
     assert [lp.extent.value for lp in inner[-3:-1]] == periods
     ((_, want, got),) = run_both({"t": func}, {"t": scheduled})
     assert got[-1].tobytes() == want[-1].tobytes()
+
+
+@pytest.mark.parametrize("machine, width, tile", [
+    (AVX512, 28, (4, 6, 16)),  # at least 24 columns: 4 output-channel chunks x 6 columns
+    (AVX512, 7, (2, 7, 16)),  # fewer: 2 chunks x all 7 columns
+    (AVX2, 28, (4, 16)),  # 16 registers: one chunk, as before (two 8-lane registers a row)
+])
+def test_a_blocked_convs_tile_holds_several_output_channel_chunks(machine, width, tile):
+    """A dense NCHW16c conv: each input value broadcast to a column feeds the accumulators
+    of several 16-channel output chunks (the weights differ, the input does not); the local
+    tile is chunks x columns x lanes, and each output sums its products in the same order
+    as the plain kernel: bit for bit its result."""
+    func = op_prim_func("conv2d_nchwc", [TensorType((1, 4, 5, width, 16), "float32"),
+                                         TensorType((8, 4, 1, 1, 16, 16), "float32")],
+                        {"strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1],
+                         "groups": 1})
+    scheduled = schedule_prim_func(func, machine)
+    # (a guarded last tile of columns is a copy of its own, with its own tile)
+    tiles = {tuple(d for d in b.shape if d != 1) for b in _allocations(scheduled)
+             if b.scope == "local"}
+    assert tiles == {tile}
+    ((_, want, got),) = run_both({"conv": func}, {"conv": scheduled})
+    assert got[-1].tobytes() == want[-1].tobytes()
