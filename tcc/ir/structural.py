@@ -14,10 +14,32 @@ import enum
 import hashlib
 import math
 
+import numpy as np
+
 from tcc.ir import expr as E
 from tcc.ir import graph as G
 from tcc.ir import tir as T
 from tcc.ir.module import IRModule
+
+
+def attr_key(v):
+    """A hashable stand-in for an attribute value (or a whole attribute dict); equal attrs
+    give equal keys. Size variables compare by identity, as they do in the IR."""
+    if isinstance(v, E.Var):
+        return ("sizevar", id(v))
+    if isinstance(v, float):
+        return ("float", "nan" if math.isnan(v) else repr(v))
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__, *(attr_key(x) for x in v))
+    if isinstance(v, dict):
+        return ("dict", *((k, attr_key(x)) for k, x in sorted(v.items())))
+    if isinstance(v, np.ndarray):
+        return ("array", v.dtype.str, v.shape, v.tobytes())
+    if isinstance(v, np.generic):
+        return attr_key(v.item())
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return (type(v).__name__, *(attr_key(getattr(v, f.name)) for f in dataclasses.fields(v)))
+    return (type(v).__name__, v)
 
 
 class _Canon:

@@ -36,7 +36,7 @@ from tcc.ir.graph import (
 from tcc.ir.module import IRModule
 from tcc.ir.ops._storage_types import decode, encode
 from tcc.ir.ops.registry import get_op, normalize_attrs
-from tcc.ir.structural import structural_hash
+from tcc.ir.structural import attr_key, structural_hash
 from tcc.ir.tir import PrimFunc
 
 # PrimFunc attribute: the graph bindings whose computation the PrimFunc merges.
@@ -157,14 +157,20 @@ class _Legalizer:
         self.keep = keep
         self.out = IRModule(dict(mod.functions), dict(mod.const_types), dict(mod.const_values))
         self.kernels = KernelTable(self.out.functions)
+        # (op, operand types, attributes) -> kernel: a model repeats its op calls (DenseNet's
+        # 18 Winograd transforms of 6 shapes), and building a loop program costs far more
+        # than looking up its signature
+        self.built: dict[tuple, tuple[str, tuple] | None] = {}
 
     def kernel_for(self, call: Call) -> tuple[str, tuple] | None:
         """The kernel of one op call and the size variables it takes, or None."""
         types = [None if a is None else type_of(a) for a in call.args]
-        func = op_prim_func(call.op, types, dict(call.attrs))
-        if func is None:
-            return None
-        return self.kernels.add(func, call.op), te.scalar_params(func)
+        key = (call.op, tuple(types), attr_key(call.attrs))
+        if key not in self.built:
+            func = op_prim_func(call.op, types, dict(call.attrs))
+            self.built[key] = None if func is None else (self.kernels.add(func, call.op),
+                                                         te.scalar_params(func))
+        return self.built[key]
 
     def function(self, f: Function) -> Function:
         bindings = []

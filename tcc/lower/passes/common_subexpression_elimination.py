@@ -13,34 +13,11 @@ not changed.
 from __future__ import annotations
 
 import dataclasses
-import math
 
-import numpy as np
-
-from tcc.ir import expr as E
 from tcc.ir import graph as G
 from tcc.ir.module import IRModule
+from tcc.ir.structural import attr_key
 from tcc.lower.passes import register_pass
-
-
-def _attr_key(v):
-    """A hashable stand-in for an attribute value; equal attrs give equal keys. Size
-    variables compare by identity, as they do in the IR."""
-    if isinstance(v, E.Var):
-        return ("sizevar", id(v))
-    if isinstance(v, float):
-        return ("float", "nan" if math.isnan(v) else repr(v))
-    if isinstance(v, (list, tuple)):
-        return (type(v).__name__, *(_attr_key(x) for x in v))
-    if isinstance(v, dict):
-        return ("dict", *((k, _attr_key(x)) for k, x in sorted(v.items())))
-    if isinstance(v, np.ndarray):
-        return ("array", v.dtype.str, v.shape, v.tobytes())
-    if isinstance(v, np.generic):
-        return _attr_key(v.item())
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return (type(v).__name__, *(_attr_key(getattr(v, f.name)) for f in dataclasses.fields(v)))
-    return (type(v).__name__, v)
 
 
 def _operand_key(a):
@@ -58,7 +35,7 @@ def _eliminate(fn: G.Function) -> G.Function:
     for b in fn.bindings:
         value = G.substitute_vars(b.value, mapping)
         if isinstance(value, G.Call):
-            key = (value.op, tuple(_operand_key(a) for a in value.args), _attr_key(value.attrs))
+            key = (value.op, tuple(_operand_key(a) for a in value.args), attr_key(value.attrs))
             first = seen.get(key)
             if first is not None and first.type == b.var.type:
                 mapping[id(b.var)] = first

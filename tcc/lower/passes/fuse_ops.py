@@ -35,6 +35,7 @@ from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.expr import prove_equal
 from tcc.ir.module import IRModule
 from tcc.ir.ops.registry import Pattern, get_op
+from tcc.ir.structural import attr_key
 from tcc.ir.tir import PrimFunc
 from tcc.lower.legalize import ORIGINS_ATTR, KernelTable, compute_call, placeholders
 from tcc.lower.passes import register_pass
@@ -154,19 +155,37 @@ def _operand_key(a: G.Expr):
     return ("const", a.name) if isinstance(a, G.Constant) else ("value", id(a))
 
 
-def _group_prim_func(members: list[G.Binding]) -> tuple[PrimFunc, list[G.Expr]] | None:
-    """The PrimFunc computing the group's last binding from the group's outside operands
-    (returned with it, in parameter order), or None when the group has no single loop
-    program (an op refuses these operand types, or a size variable would be unknown)."""
+def _outside_operands(members: list[G.Binding]) -> list[G.Expr]:
+    """The group's operands from outside it, in parameter order (first use)."""
     inside = {id(b.var) for b in members}
     outside: dict[tuple, G.Expr] = {}
     for b in members:
         for a in b.value.args:
             if a is not None and id(a) not in inside:
                 outside.setdefault(_operand_key(a), a)
-    operands = list(outside.values())
+    return list(outside.values())
+
+
+def _signature(members: list[G.Binding], operands: list[G.Expr]) -> tuple:
+    """Everything the group's PrimFunc is made of: each member's op, attributes, result
+    type and operands (an earlier member, or a parameter by position), and the parameter
+    types. Groups with one signature get one PrimFunc."""
+    inside = {id(b.var): i for i, b in enumerate(members)}
+    param = {_operand_key(a): i for i, a in enumerate(operands)}
+    sig = []
+    for b in members:
+        args = tuple(None if a is None else ("member", inside[id(a)]) if id(a) in inside
+                     else ("param", param[_operand_key(a)]) for a in b.value.args)
+        sig.append((b.value.op, attr_key(b.value.attrs), args, b.var.type))
+    return tuple(sig), tuple(G.type_of(a) for a in operands)
+
+
+def _group_prim_func(members: list[G.Binding], operands: list[G.Expr]) -> PrimFunc | None:
+    """The PrimFunc computing the group's last binding from the group's outside operands
+    (`_outside_operands`, its parameters in order), or None when the group has no single
+    loop program (an op refuses these operand types, or a size variable would be unknown)."""
     holders = placeholders([G.type_of(a) for a in operands])
-    tensors = dict(zip(outside, holders))
+    tensors = {_operand_key(a): h for a, h in zip(operands, holders)}
     for b in members:
         args = [None if a is None else tensors[_operand_key(a)] for a in b.value.args]
         try:
@@ -178,10 +197,9 @@ def _group_prim_func(members: list[G.Binding]) -> tuple[PrimFunc, list[G.Expr]] 
         tensors[_operand_key(b.var)] = outs[0]
     (result,) = te.inline_injective([tensors[_operand_key(members[-1].var)]])
     try:
-        func = te.create_prim_func([*holders, result])
+        return te.create_prim_func([*holders, result])
     except ShapeError:  # the group has no single loop program
         return None
-    return func, operands
 
 
 def _kernel_hint(ops: list[str]) -> str:
@@ -195,12 +213,18 @@ class _Fuser:
     def __init__(self, mod: IRModule):
         self.out = IRModule(dict(mod.functions), dict(mod.const_types), dict(mod.const_values))
         self.kernels = KernelTable(self.out.functions)
+        # signature -> PrimFunc: a model repeats its groups (ResNet-50's 16 bottlenecks
+        # have 9 shapes), and building a loop program costs far more than its signature
+        self.built: dict[tuple, PrimFunc | None] = {}
 
     def kernel(self, members: list[G.Binding]) -> G.CallTIR | None:
-        built = _group_prim_func(members)
-        if built is None:
+        operands = _outside_operands(members)
+        key = _signature(members, operands)
+        if key not in self.built:
+            self.built[key] = _group_prim_func(members, operands)
+        func = self.built[key]
+        if func is None:
             return None
-        func, operands = built
         name = self.kernels.add(func, _kernel_hint([b.value.op for b in members]))
         shared = self.out.functions[name]
         origins = dict.fromkeys(dict(shared.attrs).get(ORIGINS_ATTR, ()))
