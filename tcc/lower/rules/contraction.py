@@ -125,10 +125,13 @@ def plane_axis(stage: Stage, u: Axis, v: Axis) -> Axis | None:
 
 def plane_tile(rows_extent: int | None, plane_extent: int, columns: int, lanes: int,
                registers: int) -> tuple[int, int] | None:
-    """(W, U) for a stage with a plane axis, about three quarters of the registers in
-    accumulators: 4 planes of 6 rows when there are at least 24 rows (a guarded last
-    tile costs little), else 2 planes of all the rows or of a divisor of them at least
-    half what fits (7 and 14 columns: 2 x 7); None: one plane, `row_tile`'s rows. Measured
+    """(W, U) for a stage with a plane axis, up to three quarters of the registers in
+    accumulators: with at least 24 rows, 4 planes of the largest of 6, 5 and 4 rows that
+    divides them (56 and 28 columns: 4 rows, which ran as fast as 6 with a guarded last
+    tile, and compiled to a third of the code: DenseNet-121's 120 distinct 1 x 1 convs),
+    else of 6 rows and a guarded last tile; with fewer, 2 planes of all the rows or of a
+    divisor of them at least half what fits (7 and 14 columns: 2 x 7); None: one plane,
+    `row_tile`'s rows. Measured
     on AVX-512 (32 registers) only, so other machines keep one plane untuned. One conv,
     2 threads of an Intel Xeon, 1 plane of 8 rows -> these: 64 -> 256 channels 1 x 1 at
     56 x 56 0.49 -> 0.41 ms, 1024 -> 256 at 14 x 14 0.61 -> 0.46, 64 -> 64 3 x 3 at 56 x 56
@@ -140,7 +143,7 @@ def plane_tile(rows_extent: int | None, plane_extent: int, columns: int, lanes: 
     per_row = math.ceil(columns / lanes)
     budget = registers * 3 // 4
     if rows_extent >= 24 and plane_extent % 4 == 0 and 4 * 6 * per_row <= budget:
-        return 4, 6
+        return 4, next((r for r in (6, 5, 4) if rows_extent % r == 0), 6)
     if plane_extent % 2 == 0:
         fit = budget // (2 * per_row)
         if rows_extent <= fit:

@@ -409,7 +409,10 @@ def test_loops_whose_position_selects_test_are_unrolled_next_to_the_lanes(op, sh
 
 
 @pytest.mark.parametrize("machine, width, tile", [
-    (AVX512, 28, (4, 6, 16)),  # at least 24 columns: 4 output-channel chunks x 6 columns
+    # at least 24 columns: 4 output-channel chunks x the largest of 6, 5, 4 columns dividing
+    (AVX512, 28, (4, 4, 16)),
+    (AVX512, 30, (4, 6, 16)),
+    (AVX512, 27, (4, 6, 16)),  # none divides: 6 and a guarded last tile
     (AVX512, 7, (2, 7, 16)),  # fewer: 2 chunks x all 7 columns
     (AVX2, 28, (4, 16)),  # 16 registers: one chunk, as before (two 8-lane registers a row)
 ])
