@@ -106,9 +106,11 @@ def _input_infer(args, attrs):
     x = tensor(args[0], _IN)
     check_rank(_IN, x, 5)
     pt, pl, pb, pr = _padding(attrs)
+    if not all(isinstance(d, int) for d in x.shape[2:4]):
+        raise ShapeError(f"op {_IN}: the input's height and width must be static, got {x}")
     oh, th = _tiles(x.shape[2], pt, pb)
     ow, tw = _tiles(x.shape[3], pl, pr)
-    if not all(isinstance(d, int) and d > 0 for d in (oh, ow)):
+    if oh < 1 or ow < 1:
         raise ShapeError(f"op {_IN}: the 3 x 3 window does not fit {x} with padding {[pt, pl, pb, pr]}")
     return TensorType((ALPHA, ALPHA, x.shape[0], th, tw, x.shape[1], x.shape[4]), x.dtype)
 
@@ -221,6 +223,8 @@ def _output_infer(args, attrs):
     m = tensor(args[0], _OUT)
     check_rank(_OUT, m, 7)
     oh, ow = attrs["height"], attrs["width"]
+    if not all(isinstance(d, int) and d > 0 for d in (oh, ow)):
+        raise ShapeError(f"op {_OUT}: height and width must be positive ints, got {oh} and {ow}")
     if m.shape[:2] != (ALPHA, ALPHA):
         raise ShapeError(f"op {_OUT}: the transformed tiles must lead with (6, 6), got {m}")
     if (m.shape[3], m.shape[4]) != (ceil_div(oh, TILE), ceil_div(ow, TILE)):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tcc.ir.errors import ShapeError
+from tcc.ir.expr import Var
 from tcc.ir.graph import TensorType
 from tcc.ir.ops.winograd import AT, BT, G, winograd_weight
 from tests.helpers import assert_compute_matches_ref, infer, ref
@@ -91,6 +92,10 @@ def f32(*shape):
         ("winograd_input_nchwc", [f32(1, 2, 2, 2, 8)], {"padding": [0, 0, 0, 0]},
          "does not fit"),
         ("winograd_input_nchwc", [f32(1, 2, 7, 6, 8)], {"padding": [1, 1]}, "4 non-negative"),
+        ("winograd_input_nchwc", [f32(1, 2, Var("h"), 6, 8)], {"padding": [1, 1, 1, 1]},
+         "must be static"),
+        ("winograd_output_nchwc", [f32(6, 6, 1, 2, 2, 2, 8)], {"height": None, "width": 8},
+         "positive ints"),
         ("winograd_output_nchwc", [f32(6, 6, 1, 2, 2, 2, 8)], {"height": 12, "width": 8},
          "does not hold the 4 x 4 tiles"),
         ("winograd_output_nchwc", [f32(4, 4, 1, 2, 2, 2, 8)], {"height": 8, "width": 8},
