@@ -23,9 +23,10 @@ shrinks to the U x V tile inside the tile loop, so LLVM keeps it in registers, a
 thread of the parallel loop has its own. When the output also moves along a third axis
 `w` that the loads broadcast to the rows do not use (a dense blocked convolution's
 output-channel chunks), W planes of the U x V tile along it are held together, unrolled
-outside u1, so each broadcast value feeds W x V lanes (`plane_tile`: ResNet-50 45.0 ->
-39.2 ms, DenseNet-121 32.0 -> 28.5, Inception v2 18.8 -> 16.9, SqueezeNet 4.29 -> 3.96,
-2 threads of an Intel Xeon with AVX-512). Elementwise stages that read the output right
+outside u1, so each broadcast value feeds W x V lanes (`plane_tile`; with 4 x 6 columns
+at 56 and 28 columns: ResNet-50 45.0 -> 39.2 ms, DenseNet-121 32.0 -> 28.5, Inception v2
+18.8 -> 16.9, SqueezeNet 4.29 -> 3.96; with 4 x 4 there, ResNet-50 37.2 -> 35.3 ms, 2
+threads of an Intel Xeon with AVX-512). Elementwise stages that read the output right
 after it (bias, residual add, activation) are folded into the write-back
 (reverse_compute_inline), so the result goes to memory once. V is one or two vector
 registers (or the whole axis when it is short), U fills about half the vector registers.
