@@ -128,6 +128,16 @@ SEARCH_TASKS = {"matmul": lambda: one_node("MatMul", [256, 512], [512, 512]),
                 **{k: v for k, v in KERNELS.items() if k != "matmul"}}
 
 
+def tuning_sizes(model) -> dict:
+    """`--shape`-style sizes to tune a model at: benchmarks/models.py's CORPUS_SIZES for the
+    symbolic dimensions its inputs name (batch 1, sequence 128)."""
+    from models import CORPUS_SIZES
+
+    symbolic = {d.dim_param for vi in model.graph.input
+                for d in vi.type.tensor_type.shape.dim if d.dim_param}
+    return {k: [v] for k, v in CORPUS_SIZES.items() if k in symbolic}
+
+
 def search_task(name: str):
     """(model, sizes to tune at, feeds(rng)) of a search task: a one-node model of
     SEARCH_TASKS, or with `model:NAME` a whole model of benchmarks/models.py, whose kernels
@@ -138,15 +148,12 @@ def search_task(name: str):
         model = SEARCH_TASKS[name]()
         shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
         return model, {}, lambda rng: {"x": rng.standard_normal(shape).astype(np.float32)}
-    from models import CORPUS_SIZES, models
+    from models import models
 
     wanted = name.removeprefix("model:")
     for found, model, feeds_of in models(corpus=True):
         if found == wanted:
-            symbolic = {d.dim_param for vi in model.graph.input
-                        for d in vi.type.tensor_type.shape.dim if d.dim_param}
-            named = {k: [v] for k, v in CORPUS_SIZES.items() if k in symbolic}
-            return model, named, lambda rng, m=model, f=feeds_of: f(m, rng)
+            return model, tuning_sizes(model), lambda rng, m=model, f=feeds_of: f(m, rng)
     raise SystemExit(f"--tasks: no model {wanted!r} (light models, builders, and the corpus "
                      "that tools/export_corpus.py writes)")
 
@@ -428,7 +435,7 @@ def kernels_mode(args, target, work: Path) -> None:
 
 def models_mode(args, target, work: Path) -> None:
     import numpy as np
-    from models import CORPUS_SIZES, models
+    from models import models
 
     from tcc.cli.tune_cmd import parse_budget
 
@@ -441,10 +448,8 @@ def models_mode(args, target, work: Path) -> None:
             continue
         found.add(name)
         db = work / f"model-{name}.db"
-        symbolic = {d.dim_param for vi in model.graph.input
-                    for d in vi.type.tensor_type.shape.dim if d.dim_param}
-        named = {k: [v] for k, v in CORPUS_SIZES.items() if k in symbolic}
-        _, progress, seconds = tune(model, target, db, trials, budget=budget, named=named)
+        _, progress, seconds = tune(model, target, db, trials, budget=budget,
+                                    named=tuning_sizes(model))
         print(f"{name}: {progress.trials} trials in {seconds:.0f} s "
               f"({progress.trials / max(seconds, 1e-9):.2f}/s); kernel time of one run: "
               f"default {progress.estimate(best=False) * 1e6:.1f} us, "

@@ -43,10 +43,10 @@ keeps accumulators in registers only while it can prove the operands do not alia
 which it cannot inside a parallel loop's outlined function (it reads the buffer pointers
 from a struct): 2x slower on two threads than on one.
 
-Decisions (`decide`): V, U, W (`planes`), blocks of tiles along each (run one after the other inside
-the tile loop, sharing loads in cache), the order of the two tile loops, which tile loop of
-another axis (if any) runs innermost among the tile loops, unrolling of the
-innermost reduction loop, whether to accumulate in a local tile, whether the tile loop
+Decisions (`decide`): V, U, W (`planes`), blocks of tiles along each (run one after the
+other inside the tile loop, sharing loads in cache), the order of the two tile loops,
+which tile loop of another axis (if any) runs innermost among the tile loops, unrolling
+of the innermost reduction loop, whether to accumulate in a local tile, whether the tile loop
 runs on threads, and (with the column tile loop outside) whether the load reused across
 rows is first copied into a contiguous panel per thread (`pack`): a matmul whose right
 operand is read down its columns then reads one run per reduction step instead of one
@@ -118,8 +118,7 @@ def plane_axis(stage: Stage, u: Axis, v: Axis) -> Axis | None:
     for w in reversed(stage.spatial):
         if w is u or w is v or w.extent is None or w.extent < 2:
             continue
-        if stride(stage.store, w.var) != 0 and not any(
-                E.uses(list(ld.indices), w.var) for ld in row_loads):
+        if stride(stage.store, w.var) != 0 and not any(_uses(ld, w) for ld in row_loads):
             return w
     return None
 
