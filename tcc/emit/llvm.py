@@ -13,7 +13,9 @@ internal compute function built here, statement by statement:
   the tile stays in registers: a 68 x 196 x 68 matmul's guarded tiles had LLVM's
   gathers and a tile in memory, 44-62 us -> 32 us, 192 columns without guards 20 us),
   and otherwise a scalar loop marked `llvm.loop.vectorize.enable` (left to LLVM unmarked
-  when a guard tests the lane, which LLVM would refuse with a warning); `parallel` loops
+  when a guard tests the lane, which LLVM would refuse with a warning); the gathers of an
+  unrolled loop around one vector step load a tile of contiguous rows and transpose it in
+  registers when they read all of it (`llvm_transpose`); `parallel` loops
   are outlined into a function that `GOMP_parallel` (libgomp, the OpenMP runtime shipped
   with the C compiler) runs on every thread, each thread taking one contiguous chunk; the
   calling thread runs it alone when one thread is asked for, or, for a loop nest whose size
@@ -57,6 +59,7 @@ from tcc.emit.llvm_expr import (
     mem_type,
     reg_type,
 )
+from tcc.emit.llvm_transpose import TileContext, lane_step, load_transposed, tile_context
 from tcc.emit.llvm_vector import (
     access_kind,
     flat_index,
@@ -126,6 +129,7 @@ class _KernelGen(ExprEmitter):
         # keyed by id, the object kept beside it (an id is unique only while it lives)
         self._plans: dict[int, tuple] = {}  # vectorized loop -> (loop, plan, lane variable)
         self._offsets: dict[tuple, tuple] = {}  # see _lane_offset
+        self._tile: TileContext | None = None  # the unrolled loop whose gathers may be tiles
 
     # -- functions and frames ------------------------------------------------------------------
 
@@ -244,6 +248,10 @@ class _KernelGen(ExprEmitter):
             return self.mem_to_reg(
                 self.load_lanes(p, vt, _align(elem), widen=buffer not in self.stack_bufs),
                 dtype)
+        if kind == "gather" and self._tile is not None and self.mask is None:
+            column = self._tile_column(buffer, indices, flat, ptr, elem)
+            if column is not None:
+                return self.mem_to_reg(column, dtype)
         offsets = self.expr(flat)  # uniform: a scalar; gather: one offset per lane
         if kind == "uniform" and self.mask is not None:
             # under a guard (plan_vector): the scalar program reads it when a lane is active;
@@ -262,6 +270,26 @@ class _KernelGen(ExprEmitter):
             ),
             dtype,
         )
+
+    def _tile_column(self, buffer: T.Buffer, indices, flat: E.PrimExpr, ptr: ir.Value,
+                     elem: ir.Type) -> ir.Value | None:
+        """This copy's column of the transposed tile a gather belongs to (llvm_transpose),
+        loaded at the first copy; None when the gather is not one."""
+        ctx = self._tile
+        if id(indices) not in ctx.loads or self._vec_var is not ctx.lane_var:
+            return None
+        k = self.unrolled[ctx.var].value - ctx.start
+        key = id(indices)
+        if key not in ctx.tiles:
+            if k != 0:
+                return None
+            u = self.vec[0]
+            lanes = self.env[u].type.count
+            step = lane_step(flat, ctx, u)
+            ctx.tiles[key] = None if step is None else load_transposed(
+                self.b, ptr, elem, self._lane0(flat), step, ctx.rows, lanes, _align(elem))
+        columns = ctx.tiles[key]
+        return None if columns is None else columns[k]
 
     def _whole_lanes_inside(self, buf: T.Buffer, flat: E.PrimExpr) -> bool:
         """Whether a contiguous access to a stack buffer stays inside it on every lane,
@@ -447,9 +475,7 @@ class _KernelGen(ExprEmitter):
         if kind is T.ForKind.PARALLEL:
             return self._parallel(s)
         if kind is T.ForKind.VECTORIZED:
-            hit = self._plans.get(id(s))
-            if hit is None or hit[0] is not s:  # the same loop again in an unrolled copy
-                hit = self._plans[id(s)] = (s, plan_vector(s), E.Var(s.var.name, "int64"))
+            hit = self._plan(s)
             if hit[1] is not None:
                 return self._vector(s, hit[1], hit[2])
         dt = s.var.dtype
@@ -463,11 +489,16 @@ class _KernelGen(ExprEmitter):
         ):
             start = self.expr_as(s.min, dt)
             outer_value = self.unrolled.pop(s.var, None)
+            outer_tile = self._tile
+            inner = s.body
+            self._tile = tile_context(s, self._plan(inner)[1]) if (
+                isinstance(inner, T.For) and inner.kind is T.ForKind.VECTORIZED) else None
             for k in range(s.extent.value):
                 self.env[s.var] = self.int_op("add", start, ir.Constant(start.type, k), dt)
                 if isinstance(s.min, E.IntImm):
                     self.unrolled[s.var] = E.IntImm(s.min.value + k, dt)
                 self.stmt(s.body)
+            self._tile = outer_tile
             self.unrolled.pop(s.var, None)
             if outer_value is not None:
                 self.unrolled[s.var] = outer_value
@@ -486,6 +517,13 @@ class _KernelGen(ExprEmitter):
 
         self.loop(start, stop, body, signed=not dt.startswith("uint"), hints=hints)
         self._unbind(s.var, outer, outer_range)
+
+    def _plan(self, s: T.For) -> tuple:
+        """(loop, its VectorPlan or None, its int64 lane variable), worked out once per loop."""
+        hit = self._plans.get(id(s))
+        if hit is None or hit[0] is not s:  # the same loop again in an unrolled copy
+            hit = self._plans[id(s)] = (s, plan_vector(s), E.Var(s.var.name, "int64"))
+        return hit
 
     def _unbind(self, var: E.Var, outer: ir.Value | None, outer_range=None) -> None:
         if outer is None:
