@@ -559,3 +559,30 @@ def test_views_of_symbolic_shapes_stay_views():
     mod = fuse_ops(parse_module(SHUFFLE.format(n="n")))
     ops = [b.value.op for b in mod["main"].bindings if isinstance(b.value, G.Call)]
     assert ops.count("reshape") == 2
+
+
+@pytest.mark.parametrize("body, ops", [
+    # a transform into a view, the view read by elementwise code
+    ('''a: Tensor((1, 8, 3, 3), "float32") = op.layout_transform(x, src="NCHW4c", dst="NCHW")
+    b: Tensor((1, 2, 4, 9), "float32") = op.reshape(a, shape=[1, 2, 4, 9])
+    y: Tensor((1, 2, 4, 9), "float32") = op.exp(b)''', ["layout_transform", "reshape", "exp"]),
+    # a channel shuffle alone
+    ('''a: Tensor((1, 2, 3, 12), "float32") = op.reshape(x, shape=[1, 2, 3, 12])
+    b: Tensor((1, 3, 2, 12), "float32") = op.transpose(a, axes=[0, 2, 1, 3])
+    y: Tensor((1, 2, 4, 9), "float32") = op.reshape(b, shape=[1, 2, 4, 9])''',
+     ["reshape", "transpose", "reshape"]),
+])
+def test_views_beside_one_data_movement_stay_views(body, ops, tmp_path):
+    """Views around a single op that moves data: one pass over memory either way, so the
+    views stay views and the op's kernel keeps its simple indices (ShuffleNet's NCHW16c ->
+    NCHW feeding a matmul through a reshape ran 0.12 ms fused, 0.02 ms apart, 2 threads of
+    an Intel Xeon)."""
+    text = f'''
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 2, 3, 3, 4), "float32")) -> Tensor((1, 2, 4, 9), "float32"):
+    {body}
+    return y
+'''
+    mod = fuse_ops(parse_module(text))
+    assert [b.value.op for b in mod["main"].bindings] == ops
+    assert_kept(text, [random(1, 2, 3, 3, 4)], tmp_path)

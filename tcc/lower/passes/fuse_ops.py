@@ -16,7 +16,8 @@ MAX_GROUP ops. Views the VM runs without copying (reshape, squeeze, expand_dims)
 shapes join groups of injective ops that move data (transposes, layout transforms), so a
 chain of them through views is one kernel (ShuffleNet's channel shuffle, layout transforms
 around reshape -> transpose -> reshape: three kernels, one pass over memory each, became
-one); a view next to elementwise code, and a group of views alone, stay views. Ops without
+one); a view next to elementwise code, and views with fewer than two such ops to join,
+stay views (which move nothing: a transform's own kernel keeps simple indices). Ops without
 a loop program, opaque ops and calls with tuple operands or results are never grouped;
 singletons stay op calls for legalization. In the merged PrimFunc the non-reduction
 intermediate stages are inlined, and reductions keep their own stage.
@@ -146,9 +147,10 @@ def _groups(fn: G.Function) -> list[list[int]]:
                 for i in pg.members:
                     group_of[i] = cg
     unique = {id(g): g for g in group_of}.values()
-    # a group of views alone stays views: as a kernel it would copy what the VM does not
+    # views join only to make one pass of two ops that move data: with one op or none,
+    # they stay views, which the VM runs without copying, beside that op's kernel
     return [sorted(g.members) for g in unique if len(g.members) > 1
-            and any(fn.bindings[i].value.op not in VIEW_OPS for i in g.members)]
+            and sum(fn.bindings[i].value.op not in VIEW_OPS for i in g.members) > 1]
 
 
 def _operand_key(a: G.Expr):
