@@ -286,6 +286,58 @@ def main(x: Tensor((1, 8, 4, 4), "float32")) -> Tensor((1, 16, 4, 4), "float32")
     )
 
 
+POINTWISE = "strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1]"
+
+
+def test_a_grouped_1x1_conv_whose_groups_no_vector_divides_runs_as_a_batched_matmul():
+    # 4 groups of 3 input and 6 output channels (8 lanes divide neither): the weights as
+    # (4, 6, 3), the input viewed as (N, 4, 3, H * W), the bias added to the product's view
+    _, got = verify(
+        f'''
+constants = {{"w": Tensor((24, 3, 1, 1), "float32"), "b": Tensor((24,), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((2, 12, 3, 5), "float32")) -> Tensor((2, 24, 3, 5), "float32"):
+    c: Tensor((2, 24, 3, 5), "float32") = op.conv2d(x, const("w"), const("b"), {POINTWISE}, groups=4)
+    y: Tensor((2, 24, 3, 5), "float32") = op.relu(c)
+    return y
+''',
+        '''
+constants = {"w_groups": Tensor((4, 6, 3), "float32"), "b_C11": Tensor((24, 1, 1), "float32")}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((2, 12, 3, 5), "float32")) -> Tensor((2, 24, 3, 5), "float32"):
+    c_groups: Tensor((2, 4, 3, 15), "float32") = op.reshape(x, shape=[-1, 4, 3, 15])
+    c_mm: Tensor((2, 4, 6, 15), "float32") = op.matmul(const("w_groups"), c_groups)
+    c_mmv: Tensor((2, 24, 3, 5), "float32") = op.reshape(c_mm, shape=[-1, 24, 3, 5])
+    c: Tensor((2, 24, 3, 5), "float32") = op.add(c_mmv, const("b_C11"))
+    y: Tensor((2, 24, 3, 5), "float32") = op.relu(c)
+    return y
+''',
+    )
+    # a group's 8 output channels are a whole vector: a blocked conv, as before
+    _, got = verify(
+        f'''
+constants = {{"w": Tensor((16, 3, 1, 1), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 6, 3, 5), "float32")) -> Tensor((1, 16, 3, 5), "float32"):
+    y: Tensor((1, 16, 3, 5), "float32") = op.conv2d(x, const("w"), {POINTWISE}, groups=2)
+    return y
+''',
+        f'''
+constants = {{"w_OIHW3i8o": Tensor((2, 1, 1, 1, 3, 8), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 6, 3, 5), "float32")) -> Tensor((1, 16, 3, 5), "float32"):
+    x_NCHW3c: Tensor((1, 2, 3, 5, 3), "float32") = op.layout_transform(x, src="NCHW", dst="NCHW3c")
+    y_c: Tensor((1, 2, 3, 5, 8), "float32") = op.conv2d_nchwc(x_NCHW3c, const("w_OIHW3i8o"), {POINTWISE}, groups=2)
+    y: Tensor((1, 16, 3, 5), "float32") = op.layout_transform(y_c, src="NCHW8c", dst="NCHW")
+    return y
+''',
+    )
+
+
 @pytest.mark.parametrize(
     "weight, groups, why",
     [
@@ -347,23 +399,25 @@ def test_without_a_target_the_module_is_unchanged():
 # whole models, compiled for this machine, against onnxruntime
 
 
-# (blocked convs, Winograd convs, convs left NCHW, layout transforms) with blocks of 8: the
-# CNNs without channel shuffles transform only at their entry and exit; the 3 x 3 stride-1
-# convs with 32 channels or more and at least 32 tiles of 4 x 4 run as Winograd (ResNet-50:
-# the three at 56 x 56 and the three stride-1 ones at 28 x 28, not those at 14 x 14 or 7 x 7;
-# SqueezeNet: fire4 and fire5, 32 channels in at 27 x 27, not the 16 channels of fire2 and
-# fire3 or the 13 x 13 of fire6 to fire9); in shufflenet the grouped convs with 34 output channels a group (no block of 4
-# or more divides them) stay NCHW, and the shuffles (reshape/transpose) convert back and forth.
+# (blocked convs, Winograd convs, convs left NCHW, matmuls, layout transforms) with blocks
+# of 8: the CNNs without channel shuffles transform only at their entry and exit; the 3 x 3
+# stride-1 convs with 32 channels or more and at least 32 tiles of 4 x 4 run as Winograd,
+# each with a batched matmul (ResNet-50: the three at 56 x 56 and the three stride-1 ones at
+# 28 x 28, not those at 14 x 14 or 7 x 7; SqueezeNet: fire4 and fire5, 32 channels in at
+# 27 x 27, not the 16 channels of fire2 and fire3 or the 13 x 13 of fire6 to fire9); in
+# ShuffleNet the grouped 1 x 1 convs with 28, 34 or 68 output channels a group run as
+# matmuls in NCHW and those with 136 blocked, and each depthwise conv between converts its
+# input and output.
 @pytest.mark.parametrize(
     "name, counts",
-    [("resnet50", (47, 6, 0, 2)), ("squeezenet", (24, 2, 0, 2)),
-     ("shufflenet", (41, 0, 8, 67))],
+    [("resnet50", (47, 6, 0, 6, 2)), ("squeezenet", (24, 2, 0, 2, 2)),
+     ("shufflenet", (23, 0, 0, 26, 41))],
 )
 def test_compiled_model_matches_onnxruntime(name, counts):
     model = builders.light_model(name)
     ops = call_ops(run_pipeline(from_onnx(model), disable=["fuse-ops"], target=AVX2))
     assert (ops.count("conv2d_nchwc"), ops.count("winograd_output_nchwc"), ops.count("conv2d"),
-            ops.count("layout_transform")) == counts
+            ops.count("matmul"), ops.count("layout_transform")) == counts
     (image,) = model.graph.input
     shape = [d.dim_value for d in image.type.tensor_type.shape.dim]
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
@@ -424,17 +478,17 @@ def test_models_without_convs_are_left_alone(builder):
 
 @pytest.mark.parametrize("group_out, block", [(32, 16), (24, 8), (68, 4), (34, None)])
 def test_grouped_conv_blocks_go_down_to_a_quarter_vector(group_out, block):
-    """With 16 lanes, a grouped conv's output block is the largest of 16, 8 and 4 dividing a
-    group's output channels (ShuffleNet's 68); none of them dividing keeps it NCHW. Its
-    input block divides a group's 8 input channels."""
+    """With 16 lanes, a grouped 3 x 3 conv's output block is the largest of 16, 8 and 4
+    dividing a group's output channels; none of them dividing keeps it NCHW. Its input
+    block divides a group's 8 input channels."""
     target = Target("x86_64-unknown-linux-gnu", "generic", "+avx,+avx2,+avx512f")
     o = 4 * group_out
     mod = with_values(parse_module(f'''
-constants = {{"w": Tensor(({o}, 8, 1, 1), "float32")}}
+constants = {{"w": Tensor(({o}, 8, 3, 3), "float32")}}
 
 @function(inputs=["x"], outputs=["y"])
 def main(x: Tensor((1, 32, 5, 5), "float32")) -> Tensor((1, {o}, 5, 5), "float32"):
-    y: Tensor((1, {o}, 5, 5), "float32") = op.conv2d(x, const("w"), strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1], groups=4)
+    y: Tensor((1, {o}, 5, 5), "float32") = op.conv2d(x, const("w"), strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1], groups=4)
     return y
 '''))
     got = alter_conv_layout(mod, target)

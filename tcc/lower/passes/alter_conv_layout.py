@@ -1,4 +1,5 @@
-"""alter-conv-layout: run float32 2-D convolutions in the blocked NCHW{b}c layout (CPU).
+"""alter-conv-layout: run float32 2-D convolutions in the blocked NCHW{b}c layout (CPU), or
+as Winograd or a batched matmul where that is faster.
 
 May change: a `conv2d` with a float32 input of static channel counts and a constant weight
 (and a constant bias, if any) that is dense (groups 1), depthwise (groups = input channels
@@ -18,8 +19,12 @@ Inception v2 1.35x -> 1.15x, ResNet-50 1.50x -> 1.37x, 2 threads of an Intel Xeo
 block bi is the vector width when it divides the input channels (a group's), else the
 largest divisor of them below it, so a first conv on 3 colour channels still converts
 (NCHW3c). On 2 cores of an Intel Xeon: AlexNet's grouped 5 x 5 conv (2 groups, 96 -> 256
-channels at 27 x 27) ran 14.5 ms in NCHW, 2.8 ms as NCHW16c; ShuffleNet, whose grouped
-1 x 1 convs have 68 or 136 output channels a group (blocks of 4 and 8), 11.7 -> 6.9 ms.
+channels at 27 x 27) ran 14.5 ms in NCHW, 2.8 ms as NCHW16c. A grouped 1 x 1 stride-1
+conv whose group's output channels the vector does not divide stays NCHW as a batched
+`matmul` of the weights (G, O/G, I/G) and a reshape of the input, (N, G, I/G, H*W), then a
+reshape back and the bias (ShuffleNet's, 4 groups: 136 channels at 28 x 28 ran 0.113 ms in
+NCHW, 0.029 as a matmul; 272 at 14 x 14, 0.088 ms as NCHW4c and 0.040; 544 at 7 x 7, 0.040
+as NCHW8c and 0.035), so its channel shuffles are transposes of whole planes.
 
 Then the layout is carried through what is layout-agnostic instead of converted back: an
 elementwise/broadcast op (UNARY_MATH, ACTIVATIONS, ARITHMETIC, clip) whose full-shape tensor
@@ -106,6 +111,10 @@ class _Function:
         v = G.Var(name, t)
         self.out.append(G.Binding(v, G.Call(op, args, attrs)))
         return v
+
+    def bind(self, var: G.Var, op: str, args: tuple, attrs: dict) -> None:
+        """Bind `var` to `op(args)`, whose type is var's."""
+        self.out.append(G.Binding(var, G.Call(op, args, infer_call(op, args, attrs)[0])))
 
     def emit_blocked(self, var: G.Var, op: str, args: tuple, attrs: dict, layout: str) -> None:
         """Bind `op(args)` in `layout`, then `var` (NCHW) as its transform back."""
@@ -205,8 +214,12 @@ def _conv(fn: _Function, var: G.Var, call: G.Call) -> bool:
     weight = _value(fn.mod, call.args[1])
     bias_arg = call.args[2] if len(call.args) > 2 else None
     bias = None if bias_arg is None else _value(fn.mod, bias_arg)
-    blocks = _conv_blocks(call, fn.block) if weight is not None else None
-    if blocks is None or (bias_arg is not None and bias is None):
+    if weight is None or (bias_arg is not None and bias is None):
+        return False
+    blocks = _conv_blocks(call, fn.block)
+    if _grouped_pointwise(fn, var, call, weight, bias, blocks):
+        return True
+    if blocks is None:
         return False
     bi, bo, depthwise = blocks
     if not depthwise and _winograd(fn, var, call, weight, bias, bi, bo):
@@ -217,6 +230,34 @@ def _conv(fn: _Function, var: G.Var, call: G.Call) -> bool:
     if bias_arg is not None:
         args += (fn.pack(bias_arg, bias.reshape(-1, bo), f"{bo}o"),)
     fn.emit_blocked(var, "conv2d_nchwc", args, dict(call.attrs), _blocked(bo))
+    return True
+
+
+def _grouped_pointwise(fn: _Function, var: G.Var, call: G.Call, weight, bias, blocks) -> bool:
+    """A grouped 1 x 1 stride-1 unpadded conv whose group's output channels are not a
+    multiple of the vector: a batched matmul, (G, O/G, I/G) x (N, G, I/G, H*W), between
+    reshapes of the NCHW operands (views), plus the bias."""
+    a = call.attrs
+    groups = a["groups"]
+    if groups == 1 or (blocks is not None and (blocks[2] or blocks[1] == fn.block)):
+        return False
+    if tuple(weight.shape[2:]) != (1, 1) or any(s != 1 for s in a["strides"] or [1, 1]):
+        return False
+    if any(a["padding"] or [0]):
+        return False
+    _, cin, h, w = G.type_of(call.args[0]).shape
+    cout = weight.shape[0]
+    if not all(isinstance(d, int) for d in (cin, h, w)) or cin % groups or cout % groups:
+        return False
+    x = fn.emit("reshape", (call.args[0],), {"shape": [-1, groups, cin // groups, h * w]},
+                f"{var.name}_groups")
+    wg = fn.pack(call.args[1], weight.reshape(groups, cout // groups, cin // groups), "groups")
+    y = fn.emit("matmul", (wg, x), {}, f"{var.name}_mm")
+    if bias is None:
+        fn.bind(var, "reshape", (y,), {"shape": [-1, cout, h, w]})
+        return True
+    y = fn.emit("reshape", (y,), {"shape": [-1, cout, h, w]}, f"{var.name}_mmv")
+    fn.bind(var, "add", (y, fn.pack(call.args[2], bias.reshape(cout, 1, 1), "C11")), {})
     return True
 
 
