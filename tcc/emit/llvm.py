@@ -44,7 +44,15 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from tcc.emit.llvm_abi import RESERVED, SHARED_STATE, Runtime, build_entry, fmt_text, size_vars
+from tcc.emit.llvm_abi import (
+    CHECK_TENSOR,
+    RESERVED,
+    SHARED_STATE,
+    Runtime,
+    build_entry,
+    fmt_text,
+    size_vars,
+)
 from tcc.emit.llvm_expr import (
     _LIBM,
     _LLVM_MATH,
@@ -748,6 +756,7 @@ def compile_object(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llvm
     if part != "whole":
         for name in SHARED_STATE:
             parsed.get_global_variable(name).visibility = "hidden"
+        parsed.get_function(CHECK_TENSOR).visibility = "hidden"
     pto = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
     pto.loop_vectorization = True
     pto.loop_unrolling = LLVM_UNROLL

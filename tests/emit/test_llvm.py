@@ -194,37 +194,54 @@ def test_wrong_arguments_raise_kernel_error(core, args, message):
 
 
 def test_non_compact_strides_are_rejected(core):
-    import ctypes
-
-    from tcc.rt.kernels import DLDataType, DLDevice, DLTensor
-
     arrays = [rand(3, 10), rand(3, 10), np.zeros((3, 10), np.float32)]
-    keep = []
-    tensors = []
-    for k, a in enumerate(arrays):
-        shape = (ctypes.c_int64 * 2)(*a.shape)
-        strides = (ctypes.c_int64 * 2)(*((20, 1) if k == 1 else (10, 1)))
-        keep += [shape, strides]
-        tensors.append(
-            DLTensor(
-                a.ctypes.data,
-                DLDevice(1, 0),
-                2,
-                DLDataType(2, 32, 1),
-                ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)),
-                ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64)),
-                0,
-            )
-        )
-    ptrs = (ctypes.POINTER(DLTensor) * 3)(*(ctypes.pointer(t) for t in tensors))
+    ptrs, keep = _dl_tensors(arrays, strides=[(10, 1), (20, 1), (10, 1)])
     fn = core._kernel("add")
     assert fn(ptrs, 3) != 0
     assert (
         "argument 1 'B' is not compact: dimension 0 has stride 20, expected 10" in core.last_error()
     )
+    tensors = keep[-3:]
     tensors[1].strides = tensors[0].strides  # explicit compact strides are fine
     assert fn(ptrs, 3) == 0
     np.testing.assert_array_equal(arrays[2], arrays[0] + arrays[1])
+
+
+def _dl_tensors(arrays, strides=None, devices=None):
+    """DLTensor pointers for `arrays`, with the given strides and device types per array."""
+    import ctypes
+
+    from tcc.rt.kernels import DLDataType, DLDevice, DLTensor
+
+    keep, tensors = [], []
+    for k, a in enumerate(arrays):
+        shape = (ctypes.c_int64 * a.ndim)(*a.shape)
+        st = None if strides is None or strides[k] is None else (ctypes.c_int64 * a.ndim)(
+            *strides[k])
+        keep += [shape, st]
+        tensors.append(DLTensor(
+            a.ctypes.data, DLDevice(devices[k] if devices else 1, 0), a.ndim,
+            DLDataType(2, 32, 1), ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)),
+            ctypes.cast(st, ctypes.POINTER(ctypes.c_int64)) if st is not None else None, 0))
+    ptrs = (ctypes.POINTER(DLTensor) * len(arrays))(*(ctypes.pointer(t) for t in tensors))
+    return ptrs, keep + tensors
+
+
+def test_every_kernel_checks_its_arguments_through_one_shared_function(core):
+    """The checks of each argument are one function of the runtime, which names the kernel
+    that called it: a tensor on another device, and a 1-d tensor that is not compact."""
+    fn = core._kernel("add")
+    ptrs, _keep = _dl_tensors([rand(3, 10)] * 3, devices=[1, 2, 1])
+    assert fn(ptrs, 3) != 0
+    assert core.last_error() == (
+        "add: argument 1 'B' is on device type 2; expected a CPU tensor (device type 1)")
+    data = np.arange(10, dtype=np.float32)  # A: its 5 even elements, one apart in 2
+    ptrs, _keep = _dl_tensors([data[:5], np.zeros(10, np.float32)], strides=[(2,), None])
+    fn = core._kernel("twice")
+    assert fn(ptrs, 2) != 0
+    assert core.last_error() == (
+        "twice: argument 0 'A' is not compact: dimension 0 has stride 2, expected 1; pass a "
+        "C-contiguous (row-major) array")
 
 
 # ---------------------------------------------------------------------------------------------
