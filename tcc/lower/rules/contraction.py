@@ -124,13 +124,18 @@ def plane_axis(stage: Stage, u: Axis, v: Axis) -> Axis | None:
 
 
 def plane_tile(rows_extent: int | None, plane_extent: int, columns: int, lanes: int,
-               registers: int) -> tuple[int, int] | None:
+               registers: int, windowed: bool = False) -> tuple[int, int] | None:
     """(W, U) for a stage with a plane axis, up to three quarters of the registers in
     accumulators: with at least 24 rows, 4 planes of the largest of 6, 5 and 4 rows that
     divides them (56 and 28 columns: 4 rows, which ran as fast as 6 with a guarded last
     tile, and compiled to a third of the code: DenseNet-121's 120 distinct 1 x 1 convs),
-    else of 6 rows and a guarded last tile; with fewer, 2 planes of all the rows or of a
-    divisor of them at least half what fits (7 and 14 columns: 2 x 7); None: one plane,
+    else of 6 rows and a guarded last tile; with fewer, 2 planes of all the rows, or, when
+    the rows are a window's outputs (`windowed`: a 3 x 3 conv's columns) and all of them
+    fit, one plane of all the rows, since a row cut into tiles reads the window's overlap
+    and pads its edges once a tile (256 -> 256 channels 3 x 3 at 14 x 14: 2 x 7 0.79 ms,
+    1 x 14 0.71; at 16 x 16 2 x 8 1.91 ms, 1 x 16 1.08; 20 and 22 columns 7% faster, 18
+    the same; 1 x 1 convs at 14 x 14 ran 14% faster as 2 x 7), else 2 planes of a divisor
+    of the rows at least half what fits (7 and 14 columns: 2 x 7); None: one plane,
     `row_tile`'s rows. Measured
     on AVX-512 (32 registers) only, so other machines keep one plane untuned. One conv,
     2 threads of an Intel Xeon, 1 plane of 8 rows -> these: 64 -> 256 channels 1 x 1 at
@@ -148,6 +153,8 @@ def plane_tile(rows_extent: int | None, plane_extent: int, columns: int, lanes: 
         fit = budget // (2 * per_row)
         if rows_extent <= fit:
             return 2, rows_extent
+        if windowed and rows_extent * per_row <= budget:
+            return 1, rows_extent
         best = divisor_at_most(rows_extent, fit)
         if 2 * best >= fit:
             return 2, best
@@ -291,7 +298,7 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
         options = [r for r in options if group % r == 0]
     w = plane_axis(stage, u, v) if group is None else None
     tile = None if w is None else plane_tile(u.extent, w.extent, cols, lanes,
-                                             machine.vector_registers)
+                                             machine.vector_registers, _windowed(stage, u))
     if tile is not None:
         rows = tile[1]
     rows = decide(sch, f"{block}.rows", [rows, *options], rows)
@@ -392,6 +399,14 @@ def _swapped(stage: Stage, u: Axis, v: Axis) -> list[Axis]:
 
 def _uses(load: E.BufferLoad, axis: Axis) -> bool:
     return E.uses(list(load.indices), axis.var)
+
+
+def _windowed(stage: Stage, u: Axis) -> bool:
+    """Whether a load's index follows `u` and a reduction axis of more than one step
+    together, as a conv's input column does its output column and kernel column."""
+    window = [r for r in stage.reduce if r.extent != 1]
+    return any(E.uses(index, u.var) and any(E.uses(index, r.var) for r in window)
+               for ld in stage.loads for index in ld.indices)
 
 
 def _packed_load(stage: Stage, u: Axis, v: Axis, cols: int) -> E.BufferLoad | None:

@@ -415,15 +415,21 @@ def test_loops_whose_position_selects_test_are_unrolled_next_to_the_lanes(op, sh
     (AVX512, 27, (4, 6, 16)),  # none divides: 6 and a guarded last tile
     (AVX512, 7, (2, 7, 16)),  # fewer: 2 chunks x all 7 columns
     (AVX2, 28, (4, 16)),  # 16 registers: one chunk, as before (two 8-lane registers a row)
+    (AVX512, 14, (2, 7, 16)),  # a 1 x 1 conv's 14 columns: 2 chunks x 7
+    # a 3 x 3 conv's: one chunk of all 14 (two tiles would read their overlap twice)
+    (AVX512, -14, (14, 16)),
+    (AVX512, -7, (2, 7, 16)),  # all 7 columns fit 2 chunks
 ])
 def test_a_blocked_convs_tile_holds_several_output_channel_chunks(machine, width, tile):
-    """A dense NCHW16c conv: each input value broadcast to a column feeds the accumulators
-    of several 16-channel output chunks (the weights differ, the input does not); the local
-    tile is chunks x columns x lanes, and each output sums its products in the same order
-    as the plain kernel: bit for bit its result."""
+    """A dense NCHW16c conv (a negative width: 3 x 3, padded): each input value broadcast
+    to a column feeds the accumulators of several 16-channel output chunks (the weights
+    differ, the input does not); the local tile is chunks x columns x lanes, and each
+    output sums its products in the same order as the plain kernel: bit for bit its
+    result."""
+    k, width = (3, -width) if width < 0 else (1, width)
     func = op_prim_func("conv2d_nchwc", [TensorType((1, 4, 5, width, 16), "float32"),
-                                         TensorType((8, 4, 1, 1, 16, 16), "float32")],
-                        {"strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1],
+                                         TensorType((8, 4, k, k, 16, 16), "float32")],
+                        {"strides": [1, 1], "padding": [k // 2] * 4, "dilation": [1, 1],
                          "groups": 1})
     scheduled = schedule_prim_func(func, machine)
     # (a guarded last tile of columns is a copy of its own, with its own tile)
