@@ -159,3 +159,31 @@ def test_a_challenger_is_confirmed_beside_the_best_whose_lucky_confirmation_stop
     assert db.best(state.task.workload, str(target)).trace == steady.trace.as_json()
     resumed = Tuner(lowered, target, Database(tmp_path / "t.db"), sizes).states[0]
     assert (resumed.best_point, resumed.best_ratio) == (steady.point, 0.8)
+
+
+def test_a_best_confirmed_once_is_confirmed_again_when_the_tune_ends(tmp_path):
+    """A leader whose one confirmation was lucky (0.5) measures 1.6 at the end of the tune:
+    with the median of the two (1.05) the default is the best again, in the tuner and in
+    the database compile reads; a best confirmed twice is not measured again."""
+    lowered, target, sizes = _setup(tmp_path)
+    db = Database(tmp_path / "t.db")
+    tuner = Tuner(lowered, target, db, sizes)
+    state = tuner.states[0]
+    default = state.space.realize({}).key
+    lucky = next(c for c in state.space.draws(random.Random(0), 8, 16) if c.key != default)
+    tuner._record(state, state.space.realize({}).trace,
+                  Measurement(seconds=(1.0,), baseline=(1.0,)), default=True)
+    script = {id(lucky.func): [0.5]}
+    state.bench = _ScriptedBench(script)
+    tuner._confirm(state, lucky)
+    assert (state.best_point, state.best_ratio) == (lucky.point, 0.5)
+    realize = state.space.realize
+    state.space.realize = lambda point: lucky if point == lucky.point else realize(point)
+    script[id(lucky.func)] = [1.6]
+    tuner._confirm_leaders()
+    assert (state.best_point, state.best_ratio) == (None, 1.0)
+    assert db.best(state.task.workload, str(target)).default
+    script[id(lucky.func)] = [0.4, 0.45]  # confirmed twice now: left alone at the end
+    tuner._confirm(state, lucky)
+    tuner._confirm_leaders()
+    assert script[id(lucky.func)] == [0.45]
