@@ -81,11 +81,6 @@ from tcc.lower.schedule import BlockRV, LoopRV, Schedule, ScheduleError
 from tcc.lower.schedule.state import child_blocks
 
 MAX_ROWS = 8  # unrolled rows of the micro-kernel
-# The input-channel steps a blocked 1 x 1 conv's innermost reduction loop is unrolled by:
-# ResNet-50's, one kernel at a time, paired with 1 (2 threads, Intel Xeon): 1024 -> 256 at
-# 14 x 14 0.92, 512 -> 128 at 28 x 28 0.90, 2048 -> 512 at 7 x 7 0.93, 256 -> 1024 at
-# 14 x 14 0.98; 3 x 3 convs ran 6-20% slower by 4, so they keep 1
-REDUCTION_UNROLL = 4
 
 
 def register_axes(stage: Stage) -> tuple[Axis, Axis, int | None] | None:
@@ -302,9 +297,8 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
         rows = divisor_at_most(group, rows)
         options = [r for r in options if group % r == 0]
     w = plane_axis(stage, u, v) if group is None else None
-    windowed = _windowed(stage, u)
     tile = None if w is None else plane_tile(u.extent, w.extent, cols, lanes,
-                                             machine.vector_registers, windowed)
+                                             machine.vector_registers, _windowed(stage, u))
     if tile is not None:
         rows = tile[1]
     rows = decide(sch, f"{block}.rows", [rows, *options], rows)
@@ -334,12 +328,9 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
     inner = [lp for lp in ([vm, um] if swap else [um, vm]) if lp is not None]
     reduce = [a.loop for a in stage.reduce]
     k = stage.reduce[-1]
-    unrolls = [1, *(f for f in (2, 4, 8) if k.extent is not None and k.extent % f == 0
-                    and k.extent > f)]
-    # a pointwise conv's reduction by 4 (see REDUCTION_UNROLL)
-    unroll = REDUCTION_UNROLL if w is not None and not windowed and REDUCTION_UNROLL in unrolls \
-        else 1
-    steps = decide(sch, f"{block}.reduction_unroll", [unroll, *unrolls], unroll)
+    steps = decide(sch, f"{block}.reduction_unroll",
+                   [1, *(f for f in (2, 4, 8) if k.extent is not None and k.extent % f == 0
+                         and k.extent > f)], 1)
     if steps > 1:  # the innermost reduction loop unrolled by `steps` (each sum in order)
         reduce[-1:] = sch.split(reduce[-1], [None, steps])
     planes_loop = [] if w1 is None else [w1]
