@@ -10,7 +10,6 @@ offsets inside weights.bin are 64-byte aligned in the file, and the loader maps 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
 import tarfile
@@ -147,39 +146,41 @@ def _checked_origins(origins: Mapping[str, list[str]], symbols: list[str]) -> di
     return out
 
 
-def _le_bytes(a: np.ndarray) -> bytes:
-    a = np.asarray(a)
-    if a.dtype.kind in "OUSV":
-        raise PackWriteError(f"a weight of dtype {a.dtype} cannot be stored in a pack")
-    return a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes(order="C")
-
-
 def _weights_blob(weights: Mapping[str, np.ndarray]) -> tuple[bytes, dict]:
-    out = bytearray()
-    index = {}
+    """The weights laid out one after the other, each at a multiple of WEIGHT_ALIGN, and
+    their index; written into one buffer (ResNet-50's 100 MB once, not three times)."""
+    index, parts, size = {}, [], 0
     for name in sorted(weights):
         a = np.asarray(weights[name])
-        data = _le_bytes(a)
-        out += b"\0" * (-len(out) % WEIGHT_ALIGN)
+        if a.dtype.kind in "OUSV":
+            raise PackWriteError(f"a weight of dtype {a.dtype} cannot be stored in a pack")
+        a = a.astype(a.dtype.newbyteorder("<"), order="C", copy=False)  # keeps a 0-d shape
+        size += -size % WEIGHT_ALIGN
         index[name] = {"dtype": a.dtype.name, "shape": [int(d) for d in a.shape],
-                       "offset": len(out), "nbytes": len(data)}
-        out += data
-    return bytes(out), index
+                       "offset": size, "nbytes": a.nbytes}
+        parts.append((size, a))
+        size += a.nbytes
+    out = bytearray(size)
+    view = np.frombuffer(out, np.uint8)
+    for offset, a in parts:
+        view[offset:offset + a.nbytes] = a.reshape(-1).view(np.uint8)
+    return out, index
 
 
 def _tar(members: Mapping[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    end = 0
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
-        for name in sorted(members):
-            data = members[name]
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), 0, 0o644
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            info.type = tarfile.REGTYPE
-            tf.addfile(info, io.BytesIO(data))
-            end = tf.offset
-    # tar pads the archive to a 10 KiB record; drop that padding (keeping the two zero blocks
-    # that end the archive) so a reader can tell a truncated pack by its length alone
-    return buf.getvalue()[: end + 2 * TAR_BLOCK]
+    """A ustar archive of `members` in name order, as tarfile writes one (mtime 0, mode
+    0644, no owner), built in one join rather than through tarfile's copies."""
+    parts = []
+    for name in sorted(members):
+        data = members[name]
+        info = tarfile.TarInfo(name)
+        info.size, info.mtime, info.mode = len(data), 0, 0o644
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.type = tarfile.REGTYPE
+        parts += [info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape"), data,
+                  b"\0" * (-len(data) % TAR_BLOCK)]
+    # two zero blocks end the archive; not the padding to tar's 10 KiB record, so that a
+    # reader can tell a truncated pack by its length alone
+    parts.append(b"\0" * (2 * TAR_BLOCK))
+    return b"".join(parts)

@@ -91,17 +91,22 @@ def test_manifest_describes_the_pack():
 
 
 def test_weights_are_aligned_in_the_file():
+    # a 0-d weight keeps its shape; a big-endian, transposed one is stored little-endian in
+    # C order
     weights = {"b": np.arange(3, dtype=np.int8), "a": np.ones((5, 3), np.float64),
-               "c": np.float32(2.5), "w": np.arange(12, dtype=np.float32).reshape(4, 3)}
+               "c": np.float32(2.5), "w": np.arange(12, dtype=np.float32).reshape(4, 3),
+               "t": np.arange(12, dtype=">f4").reshape(3, 4).T}
     data = build(weights=weights)
     start = members(data)["weights.bin"].offset_data
     index = json.loads(member_bytes(data, "manifest.json"))["weights"]["arrays"]
-    assert sorted(index) == ["a", "b", "c", "w"]
+    assert sorted(index) == ["a", "b", "c", "t", "w"]
     for name, a in weights.items():
         entry = index[name]
         assert (start + entry["offset"]) % WEIGHT_ALIGN == 0
+        assert entry["shape"] == list(np.shape(a))
         raw = data[start + entry["offset"] : start + entry["offset"] + entry["nbytes"]]
-        np.testing.assert_array_equal(np.frombuffer(raw, a.dtype).reshape(np.shape(a)), a)
+        stored = np.frombuffer(raw, np.dtype(a.dtype).newbyteorder("<")).reshape(np.shape(a))
+        np.testing.assert_array_equal(stored, a)
 
 
 def test_missing_weight_is_refused():
