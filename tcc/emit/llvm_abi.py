@@ -3,7 +3,8 @@
 Each PrimFunc becomes `int32_t NAME(DLTensor **args, int32_t num_args)`. The entry checks
 everything the caller could get wrong — argument count, device, rank, dtype, static
 dimensions, consistent size variables, compact strides, the kernel's size preconditions
-(tcc.ir.verify) — writes a one-line message to a per-thread buffer (`tcc_last_error()`)
+(tcc.ir.verify); each argument's own checks are one call of the runtime's shared
+`tcc_check_tensor` — writes a one-line message to a per-thread buffer (`tcc_last_error()`)
 and returns -1 on the first mismatch; otherwise it calls the kernel's compute function with
 plain data pointers and the size variables.
 
@@ -116,6 +117,7 @@ class Runtime:
         fn = self.check_tensor
         args, index, what, rank, kind, code, bits, dtype, dims = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
+        expect = b.alloca(I64)  # the next dimension's compact stride (in the entry block)
 
         def fail_if(cond: ir.Value, fmt: str, *values: ir.Value) -> None:
             with b.if_then(cond, likely=False):
@@ -155,7 +157,6 @@ class Runtime:
         fail_if(wrong, "has dtype code %d bits %d lanes %d; expected %s", *got, dtype)
         shape = field(t, 4, typ=PTR)
         strides = field(t, 5, typ=PTR)
-        expect = b.alloca(I64)
         b.store(I64(1), expect)
 
         def stride(k: ir.Value) -> None:

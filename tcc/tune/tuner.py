@@ -16,7 +16,7 @@ when it beats the task's best it is measured again, longer (CONFIRM_REPEATS), an
 confirmed ratio makes it the task's best; the confirmation is a record of its own, which
 `Database.best` prefers (never counted as a trial). The task's best is confirmed again beside
 each challenger, and a schedule counts with the median of its confirmations, so a best that
-was confirmed by luck does not stay ahead for the rest of the tune; a best confirmed only
+was confirmed by luck does not stay ahead for the rest of the tune; a best confirmed at most
 once is confirmed again when the tune ends (not when a deadline or Ctrl-C stopped it).
 
 The task scheduler, after every task has had one round (heaviest calls x latency first),
@@ -304,10 +304,11 @@ class Tuner:
         return self.progress
 
     def _confirm_leaders(self) -> None:
-        """At the end of a tune, each task's best confirmed only once is measured once more
-        beside the default, and counts with the median of the two: a confirmation taken
-        while other work loaded the machine can be luck (a resnet export's kernel confirmed
-        at 3.0x ran 0.53x measured again), and compile applies the database's best."""
+        """At the end of a tune, each task's best confirmed at most once (a resumed tune's
+        best may not be) is measured once more beside the default, and counts with the
+        median of its confirmations: a confirmation taken while other work loaded the
+        machine can be luck (a resnet export's kernel confirmed at 3.0x ran 0.53x measured
+        again), and compile applies the database's best."""
         for state in self.states:
             if state.best_point is None or len(state.confirmations.get(
                     point_key(state.best_point), ())) > 1:
