@@ -22,6 +22,7 @@ from tcc.ir.dtype import check_dtype
 from tcc.ir.errors import ShapeError
 from tcc.ir.expr import Dim, PrimExpr, as_dim, free_vars, fresh_var, prove_equal, substitute
 from tcc.ir.expr import Var as SizeVar
+from tcc.ir.fields import field_names
 
 # ---------------------------------------------------------------------------------------------
 # types
@@ -530,7 +531,7 @@ def used_vars(e) -> list[Var]:
     if isinstance(e, tuple):
         return [v for x in e for v in used_vars(x)]
     if isinstance(e, Expr) and dataclasses.is_dataclass(e):
-        return [v for f in dataclasses.fields(e) for v in used_vars(getattr(e, f.name))]
+        return [v for fname in field_names(e) for v in used_vars(getattr(e, fname))]
     return []
 
 
@@ -544,11 +545,11 @@ def substitute_vars(e, mapping: dict[int, Expr]):
         return e if all(a is b for a, b in zip(new, e)) else new
     if isinstance(e, Expr) and dataclasses.is_dataclass(e):
         changes = {}
-        for f in dataclasses.fields(e):
-            old = getattr(e, f.name)
+        for fname in field_names(e):
+            old = getattr(e, fname)
             if isinstance(old, (Expr, tuple)):
                 new = substitute_vars(old, mapping)
                 if new is not old:
-                    changes[f.name] = new
+                    changes[fname] = new
         return dataclasses.replace(e, **changes) if changes else e
     return e

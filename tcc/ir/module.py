@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tcc.ir.dtype import from_numpy
+from tcc.ir.fields import field_names
 from tcc.ir.graph import Constant, Function, TensorType
 from tcc.ir.tir import PrimFunc
 
@@ -71,8 +72,8 @@ class IRModule:
                     walk(y)
             elif dataclasses.is_dataclass(x) and not isinstance(x, type) and id(x) not in seen:
                 seen.add(id(x))
-                for f in dataclasses.fields(x):
-                    walk(getattr(x, f.name))
+                for fname in field_names(x):
+                    walk(getattr(x, fname))
 
         for f in self.graph_functions.values():
             walk(f.bindings)

@@ -19,6 +19,7 @@ import numpy as np
 from tcc.ir import expr as E
 from tcc.ir import graph as G
 from tcc.ir import tir as T
+from tcc.ir.fields import field_names
 from tcc.ir.module import IRModule
 
 
@@ -38,7 +39,7 @@ def attr_key(v):
     if isinstance(v, np.generic):
         return attr_key(v.item())
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return (type(v).__name__, *(attr_key(getattr(v, f.name)) for f in dataclasses.fields(v)))
+        return (type(v).__name__, *(attr_key(getattr(v, fname)) for fname in field_names(v)))
     return (type(v).__name__, v)
 
 
@@ -86,7 +87,7 @@ class _Canon:
                 tuple((name, self(t)) for name, t in sorted(x.const_types.items())),
             )
         if dataclasses.is_dataclass(x):
-            return (type(x).__name__, *(self(getattr(x, f.name)) for f in dataclasses.fields(x)))
+            return (type(x).__name__, *(self(getattr(x, fname)) for fname in field_names(x)))
         if hasattr(x, "item"):  # numpy scalar
             return self(x.item())
         raise TypeError(f"no structural form for {type(x).__name__}")

@@ -34,6 +34,7 @@ from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.dtype import INDEX_DTYPE, check_dtype, is_float, to_numpy
 from tcc.ir.errors import ShapeError
+from tcc.ir.fields import field_names
 
 # Buffer (by id) -> the Tensor owning it, so that a BufferLoad met in a stage body leads back
 # to the stage that produces it. Weak: a tensor nobody holds needs no entry.
@@ -411,8 +412,8 @@ _COMBINE = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}
 
 
 def _children(e: E.PrimExpr):
-    for f in dataclasses.fields(e):
-        v = getattr(e, f.name)
+    for fname in field_names(e):
+        v = getattr(e, fname)
         if isinstance(v, E.PrimExpr):
             yield v
         elif isinstance(v, tuple):
@@ -455,8 +456,8 @@ def _substitute(e: E.PrimExpr, mapping: dict) -> E.PrimExpr:
         if isinstance(cond, E.IntImm):
             return _substitute(e.true_value if cond.value else e.false_value, mapping)
     changes = {}
-    for f in dataclasses.fields(e):
-        v = getattr(e, f.name)
+    for fname in field_names(e):
+        v = getattr(e, fname)
         if isinstance(v, E.PrimExpr):
             new = _substitute(v, mapping)
         elif isinstance(v, tuple) and v and isinstance(v[0], E.PrimExpr):
@@ -464,7 +465,7 @@ def _substitute(e: E.PrimExpr, mapping: dict) -> E.PrimExpr:
         else:
             continue
         if new is not v:
-            changes[f.name] = new
+            changes[fname] = new
     return dataclasses.replace(e, **changes) if changes else e
 
 
@@ -496,7 +497,7 @@ def _key(e) -> tuple:
     if isinstance(e, E.BufferLoad):
         return ("load", id(e.buffer), tuple(_key(i) for i in e.indices))
     if isinstance(e, E.PrimExpr):
-        return (type(e).__name__, *(_key(getattr(e, f.name)) for f in dataclasses.fields(e)))
+        return (type(e).__name__, *(_key(getattr(e, fname)) for fname in field_names(e)))
     if isinstance(e, tuple):
         return tuple(_key(x) for x in e)
     return (e,)
@@ -741,8 +742,8 @@ def _inline_expr(e: E.PrimExpr, new: dict[int, Tensor], inlined: dict[int, tuple
             return e
         return E.BufferLoad(buffer, indices)
     changes = {}
-    for f in dataclasses.fields(e):
-        v = getattr(e, f.name)
+    for fname in field_names(e):
+        v = getattr(e, fname)
         if isinstance(v, E.PrimExpr):
             out = _inline_expr(v, new, inlined)
         elif isinstance(v, tuple) and v and isinstance(v[0], E.PrimExpr):
@@ -751,5 +752,5 @@ def _inline_expr(e: E.PrimExpr, new: dict[int, Tensor], inlined: dict[int, tuple
         else:
             continue
         if out is not v:
-            changes[f.name] = out
+            changes[fname] = out
     return dataclasses.replace(e, **changes) if changes else e

@@ -21,6 +21,7 @@ from tcc.ir import te
 from tcc.ir.builder import infer_call
 from tcc.ir.errors import InternalError, NoLoopProgram
 from tcc.ir.expr import PrimExpr, Var, free_vars
+from tcc.ir.fields import field_names
 from tcc.ir.graph import (
     Binding,
     Call,
@@ -98,7 +99,7 @@ def _expr_key(e) -> tuple:
     if isinstance(e, Var):
         return ("var", id(e))
     if dataclasses.is_dataclass(e):
-        return (type(e).__name__, *(_expr_key(getattr(e, f.name)) for f in dataclasses.fields(e)))
+        return (type(e).__name__, *(_expr_key(getattr(e, fname)) for fname in field_names(e)))
     return ("leaf", e)
 
 

@@ -30,6 +30,7 @@ from tcc.ir import graph as G
 from tcc.ir.dtype import to_numpy
 from tcc.ir.errors import InternalError
 from tcc.ir.expr import free_vars
+from tcc.ir.fields import field_names
 from tcc.ir.interp import run
 from tcc.ir.module import IRModule
 from tcc.lower.passes import register_pass
@@ -115,12 +116,12 @@ def _substitute(e, consts: dict[int, G.Constant], tuples: dict[int, tuple[G.Cons
         return e if all(a is b for a, b in zip(new, e)) else new
     if isinstance(e, G.Expr) and dataclasses.is_dataclass(e):
         changes = {}
-        for f in dataclasses.fields(e):
-            old = getattr(e, f.name)
+        for fname in field_names(e):
+            old = getattr(e, fname)
             if isinstance(old, (G.Expr, tuple)):
                 new = _substitute(old, consts, tuples)
                 if new is not old:
-                    changes[f.name] = new
+                    changes[fname] = new
         return dataclasses.replace(e, **changes) if changes else e
     return e
 
@@ -140,8 +141,8 @@ def _whole_uses(fn: G.Function) -> set[int]:
             for x in e:
                 walk(x, True)
         elif isinstance(e, G.Expr) and dataclasses.is_dataclass(e):
-            for f in dataclasses.fields(e):
-                walk(getattr(e, f.name), True)
+            for fname in field_names(e):
+                walk(getattr(e, fname), True)
 
     for b in fn.bindings:
         walk(b.value, True)

@@ -34,6 +34,7 @@ import dataclasses
 
 from tcc.ir import expr as E
 from tcc.ir import tir as T
+from tcc.ir.fields import field_names
 from tcc.lower.schedule import regions as R
 from tcc.lower.schedule.rewrite import map_exprs
 from tcc.lower.schedule.state import Located, find_block, find_loop, replace, walk
@@ -164,11 +165,11 @@ def _map_stmts(node, old: T.Buffer, new: T.Buffer, offsets: tuple):
     if not isinstance(node, T.Stmt):
         return node
     changes = {}
-    for f in dataclasses.fields(node):
-        value = getattr(node, f.name)
+    for fname in field_names(node):
+        value = getattr(node, fname)
         rebuilt = _map_stmts(value, old, new, offsets)
         if rebuilt is not value:
-            changes[f.name] = rebuilt
+            changes[fname] = rebuilt
     if isinstance(node, T.BufferStore) and node.buffer is old:
         changes.update(buffer=new, indices=_shift(node.indices, offsets))
     return dataclasses.replace(node, **changes) if changes else node

@@ -14,6 +14,7 @@ import dataclasses
 
 from tcc.ir import expr as E
 from tcc.ir import tir as T
+from tcc.ir.fields import field_names
 
 
 def substitute_expr(e: E.PrimExpr, mapping: dict) -> E.PrimExpr:
@@ -26,8 +27,8 @@ def substitute_expr(e: E.PrimExpr, mapping: dict) -> E.PrimExpr:
             return e
         return E.binop(e.op, a, b)
     changes = {}
-    for f in dataclasses.fields(e):
-        v = getattr(e, f.name)
+    for fname in field_names(e):
+        v = getattr(e, fname)
         if isinstance(v, E.PrimExpr):
             new = substitute_expr(v, mapping)
         elif isinstance(v, tuple) and v and isinstance(v[0], E.PrimExpr):
@@ -36,7 +37,7 @@ def substitute_expr(e: E.PrimExpr, mapping: dict) -> E.PrimExpr:
         else:
             continue
         if new is not v:
-            changes[f.name] = new
+            changes[fname] = new
     return dataclasses.replace(e, **changes) if changes else e
 
 
@@ -56,11 +57,11 @@ def substitute_stmt(s, mapping: dict):
     if not mapping:
         return s
     changes = {}
-    for f in dataclasses.fields(s):
-        v = getattr(s, f.name)
+    for fname in field_names(s):
+        v = getattr(s, fname)
         new = _substitute_value(v, mapping)
         if new is not v:
-            changes[f.name] = new
+            changes[fname] = new
     return dataclasses.replace(s, **changes) if changes else s
 
 
@@ -105,8 +106,8 @@ def map_exprs(node, fn):
 
 def _map_fields(node, fn):
     changes = {}
-    for f in dataclasses.fields(node):
-        v = getattr(node, f.name)
+    for fname in field_names(node):
+        v = getattr(node, fname)
         if isinstance(v, tuple):
             new = tuple(
                 tuple(map_exprs(y, fn) for y in x) if isinstance(x, tuple) else map_exprs(x, fn)
@@ -116,7 +117,7 @@ def _map_fields(node, fn):
         else:
             new = map_exprs(v, fn)
         if new is not v:
-            changes[f.name] = new
+            changes[fname] = new
     return dataclasses.replace(node, **changes) if changes else node
 
 
@@ -149,11 +150,11 @@ def _swap_stmts(node, swap):
     if not isinstance(node, (T.Stmt, T.BufferRegion)):
         return node
     changes = {}
-    for f in dataclasses.fields(node):
-        v = getattr(node, f.name)
+    for fname in field_names(node):
+        v = getattr(node, fname)
         new = _swap_stmts(v, swap)
         if new is not v:
-            changes[f.name] = new
+            changes[fname] = new
     return swap(dataclasses.replace(node, **changes) if changes else node)
 
 
