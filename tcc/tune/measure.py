@@ -192,9 +192,17 @@ class Worker:
 
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child,), daemon=True)
-        self._proc.start()
+        conn, child = ctx.Pipe()
+        proc = ctx.Process(target=_serve, args=(child,), daemon=True)
+        try:
+            proc.start()
+        except (OSError, RuntimeError) as e:  # e.g. spawn re-importing a script without
+            conn.close()  # an `if __name__ == "__main__":` guard
+            child.close()
+            first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+            raise TccError(f"the measurement worker could not start: {first or type(e).__name__}"
+                           ) from None
+        self._proc, self._conn = proc, conn
         child.close()
         try:
             if self._conn.poll(START_TIMEOUT):

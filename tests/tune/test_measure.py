@@ -8,6 +8,7 @@ import signal
 import time
 
 import numpy as np
+import pytest
 from onnx import TensorProto as TP
 from onnx import helper
 
@@ -115,3 +116,24 @@ def test_inputs_follow_the_shapes_given():
     assert x.shape == (5, 16) and w.shape == (16, 8)
     assert concrete_inputs(func, {})[0].shape == (1, 16)  # a size not given is 1
     np.testing.assert_array_equal(concrete_inputs(func, {"n": 5})[0], x)  # seeded
+
+
+def test_a_worker_that_cannot_start_is_a_one_line_error(monkeypatch):
+    """Spawn refuses to start a worker from a script without a `__main__` guard (a
+    RuntimeError of many lines): the tune gets one line, and closing the worker after it
+    raises nothing."""
+    import multiprocessing
+
+    from tcc.ir.errors import TccError
+
+    def refuse(self):
+        raise RuntimeError("\n        An attempt has been made to start a new process before "
+                           "the\n        current process has finished its bootstrapping phase.")
+
+    monkeypatch.setattr(multiprocessing.get_context("spawn").Process, "start", refuse)
+    worker = Worker()
+    with pytest.raises(TccError) as info:
+        worker.run(print, (), 1.0)
+    assert str(info.value) == ("the measurement worker could not start: An attempt has been "
+                               "made to start a new process before the")
+    worker.close()
