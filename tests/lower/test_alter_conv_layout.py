@@ -338,6 +338,35 @@ def main(x: Tensor((1, 6, 3, 5), "float32")) -> Tensor((1, 16, 3, 5), "float32")
     )
 
 
+def test_output_channels_a_vector_nearly_divides_are_padded_and_cropped():
+    # 68 output channels with 8 lanes: blocks of 4 would halve the vector, so the conv
+    # computes 72 (zero weights and bias past 68) in NCHW8c and crops its NCHW result
+    _, got = verify(
+        f'''
+constants = {{"w": Tensor((68, 8, 1, 1), "float32"), "b": Tensor((68,), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 8, 3, 5), "float32")) -> Tensor((1, 68, 3, 5), "float32"):
+    c: Tensor((1, 68, 3, 5), "float32") = op.conv2d(x, const("w"), const("b"), {POINTWISE}, groups=1)
+    y: Tensor((1, 68, 3, 5), "float32") = op.relu(c)
+    return y
+''',
+        f'''
+constants = {{"w_OIHW8i8o72": Tensor((9, 1, 1, 1, 8, 8), "float32"), "b_8o72": Tensor((9, 8), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 8, 3, 5), "float32")) -> Tensor((1, 68, 3, 5), "float32"):
+    x_NCHW8c: Tensor((1, 1, 3, 5, 8), "float32") = op.layout_transform(x, src="NCHW", dst="NCHW8c")
+    c_c: Tensor((1, 9, 3, 5, 8), "float32") = op.conv2d_nchwc(x_NCHW8c, const("w_OIHW8i8o72"), const("b_8o72"), {POINTWISE}, groups=1)
+    c_padded: Tensor((1, 72, 3, 5), "float32") = op.layout_transform(c_c, src="NCHW8c", dst="NCHW")
+    c: Tensor((1, 68, 3, 5), "float32") = op.strided_slice(c_padded, begin=[0], end=[68], axes=[1], strides=[1], lengths=None)
+    y: Tensor((1, 68, 3, 5), "float32") = op.relu(c)
+    return y
+''',
+    )
+    assert not got.const_values["b_8o72"][8, 4:].any()  # the padding's bias is zero
+
+
 @pytest.mark.parametrize(
     "weight, groups, why",
     [
