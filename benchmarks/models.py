@@ -1,13 +1,14 @@
 """tcc vs onnxruntime on the test model set: latency (median and spread), ratio, compile time.
 
-    .venv/bin/python benchmarks/models.py [--runs 20] [--threads 2] [--models resnet50,bert]
-                                          [--optimize-off] [--corpus]
+    .venv/bin/python benchmarks/models.py [--runs 20] [--rounds 5] [--threads 2]
+                                          [--models resnet50,bert] [--optimize-off] [--corpus]
 
-Both run in this process, on the same seeded inputs and thread count. tcc's pack runs in
-both of its runtimes: the Python loader (tcc.rt) and the C runtime (libtccrt.so, built with
-make into a temporary folder and called through ctypes, as tests/runtime_c does); the
-ratio is the C runtime's, the deployment runtime (the Python loader's is in its own
-column; it adds the interpreter's per-instruction cost). A model tcc cannot
+Both run in this process, on the same seeded inputs and thread count; tcc's C runtime and
+onnxruntime alternate in rounds (`--rounds`), so that a shared machine's drift reaches
+both. tcc's pack runs in both of its runtimes: the Python loader (tcc.rt) and the C
+runtime (libtccrt.so, built with make into a temporary folder and called through ctypes,
+as tests/runtime_c does); the ratio is the C runtime's, the deployment runtime (the Python
+loader's is in its own column; it adds the interpreter's per-instruction cost). A model tcc cannot
 compile yet is listed with the reason. The first outputs are compared (rtol 1e-3,
 atol 1e-4, or one quantization step for an output a DequantizeLinear writes) so a fast
 wrong answer never counts. Each row also gives the kernel calls of one
@@ -99,6 +100,18 @@ def timed(fn, runs: int) -> list[float]:
     return out
 
 
+def alternating(first, second, runs: int, rounds: int) -> tuple[list[float], list[float]]:
+    """`runs` timings of each of two contenders, taken in `rounds` alternating rounds, so
+    that the drift of a shared machine reaches both alike."""
+    a: list[float] = []
+    b: list[float] = []
+    per = max(1, -(-runs // max(1, rounds)))
+    while len(a) < runs:
+        a += timed(first, min(per, runs - len(a)))
+        b += timed(second, min(per, runs - len(b)))
+    return a, b
+
+
 def c_runtime():
     """The C runtime's library, built once into a temporary folder (None when that fails)."""
     import subprocess
@@ -157,6 +170,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=5,
+                   help="the runs of tcc's C runtime and of onnxruntime alternate in this many "
+                        "rounds")
     p.add_argument("--models", default="", help="comma-separated subset")
     p.add_argument("--optimize-off", action="store_true",
                    help="also time the model compiled without the graph passes")
@@ -195,15 +211,16 @@ def main(argv=None) -> int:
             print(f"{name:14s} WRONG RESULT (max abs err {np.abs(got - want).max():.3g})")
             continue
         t_py = timed(lambda f=fn, x=feeds: f(x), args.runs)
-        t_ort = timed(lambda s=sess, x=feeds: s.run(None, x), args.runs)
-        t_tcc = t_py
+        run_ort = lambda s=sess, x=feeds: s.run(None, x)  # noqa: E731
+        run_tcc = lambda f=fn, x=feeds: f(x)  # noqa: E731
         if rt is not None:
             cm = c_module(rt, model, args.threads)
             arrays = [feeds[vi.name] for vi in model.graph.input if vi.name in feeds]
             if not np.allclose(cm.run("main", arrays)[0], want, rtol=1e-3, atol=atol):
                 print(f"{name:14s} WRONG RESULT from the C runtime")
                 continue
-            t_tcc = timed(lambda m=cm, a=arrays: m.run("main", a), args.runs)
+            run_tcc = lambda m=cm, a=arrays: m.run("main", a)  # noqa: E731
+        t_tcc, t_ort = alternating(run_tcc, run_ort, args.runs, args.rounds)
         mt, mo = statistics.median(t_tcc), statistics.median(t_ort)
         off = ""
         if args.optimize_off:
