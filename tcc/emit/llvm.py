@@ -498,9 +498,7 @@ class _KernelGen(ExprEmitter):
             start = self.expr_as(s.min, dt)
             outer_value = self.unrolled.pop(s.var, None)
             outer_tile = self._tile
-            inner = s.body
-            self._tile = tile_context(s, self._plan(inner)[1]) if (
-                isinstance(inner, T.For) and inner.kind is T.ForKind.VECTORIZED) else None
+            self._tile = tile_context(s, lambda inner: self._plan(inner)[1])
             for k in range(s.extent.value):
                 self.env[s.var] = self.int_op("add", start, ir.Constant(start.type, k), dt)
                 if isinstance(s.min, E.IntImm):

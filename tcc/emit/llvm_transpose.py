@@ -19,6 +19,7 @@ select.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llvmlite import ir
@@ -42,12 +43,15 @@ class TileContext:
     tiles: dict = field(default_factory=dict)  # id(indices) -> columns, or None: not a tile
 
 
-def tile_context(loop: T.For, plan: VectorPlan | None) -> TileContext | None:
+def tile_context(loop: T.For, plan_of: Callable[[T.For], VectorPlan | None]
+                 ) -> TileContext | None:
     """The context for the copies of `loop` (unrolled, constant bounds), or None when its
-    body is not one vector step without guards or branches."""
+    body is not one vector step (`plan_of` the vector loop's plan) without guards or
+    branches."""
     inner = loop.body
     if not (isinstance(inner, T.For) and inner.kind is T.ForKind.VECTORIZED):
         return None
+    plan = plan_of(inner)
     if plan is None or plan.steps != 1:
         return None
     if not isinstance(loop.min, E.IntImm) or not isinstance(loop.extent, E.IntImm):

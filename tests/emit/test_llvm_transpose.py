@@ -13,6 +13,7 @@ from tcc.ir import tir as T
 from tcc.ir.graph import TensorType
 from tcc.lower.legalize import op_prim_func
 from tcc.lower.rules import Machine, schedule_prim_func
+from tcc.lower.schedule import Schedule
 from tcc.lower.schedule.state import walk
 from tcc.rt.kernels import load_cpu_library
 
@@ -80,10 +81,7 @@ def _unrolled_transpose(body) -> T.PrimFunc:
     """B[i, j] = body(A, i, j) for A (16, 8), B (8, 16): i unrolled around 16 lanes of j."""
     a = te.placeholder((16, 8), "float32", "A")
     b = te.compute((8, 16), lambda i, j: body(a, i, j), "B")
-    func = te.create_prim_func([a, b])
-    from tcc.lower.schedule import Schedule
-
-    sch = Schedule(func)
+    sch = Schedule(te.create_prim_func([a, b]))
     i, j = sch.get_loops(sch.get_block("B"))
     sch.unroll(i)
     sch.vectorize(j)
@@ -95,7 +93,8 @@ def test_only_loads_every_copy_and_lane_reads_come_from_a_tile():
     would read what the loop does not. The same gather outside a select is a tile."""
     x = np.random.default_rng(2).standard_normal((16, 8)).astype(np.float32)
     plain = _unrolled_transpose(lambda a, i, j: a[j, i])
-    assert "shufflevector" in _ir(plain) and "insertelement" not in _ir(plain)
+    ir = _ir(plain)
+    assert "shufflevector" in ir and "insertelement" not in ir
     np.testing.assert_array_equal(_run(plain, x), x.T)
     selected = _unrolled_transpose(
         lambda a, i, j: te.if_then_else(i % 2 < 1, a[j, i], te.const(1.0, "float32")))

@@ -228,13 +228,22 @@ def _conv(fn: _Function, var: G.Var, call: G.Call) -> bool:
         return True
     if not depthwise and _padded(fn, var, call, weight, bias, bi, bo):
         return True
-    w_layout = f"OIHW1i{bo}o" if depthwise else f"OIHW{bi}i{bo}o"
-    w = fn.pack(call.args[1], layout_transform_ref(weight, src="OIHW", dst=w_layout), w_layout)
-    args: tuple = (fn.in_layout(call.args[0], _blocked(bi)), w)
-    if bias_arg is not None:
-        args += (fn.pack(bias_arg, bias.reshape(-1, bo), f"{bo}o"),)
+    args = _blocked_operands(fn, call, weight, bias, bi, bo, depthwise)
     fn.emit_blocked(var, "conv2d_nchwc", args, dict(call.attrs), _blocked(bo))
     return True
+
+
+def _blocked_operands(fn: _Function, call: G.Call, weight, bias, bi: int, bo: int,
+                      depthwise: bool = False, tag: str = "") -> tuple:
+    """conv2d_nchwc's operands: the input in NCHW{bi}c, the weight packed into OIHW{bi}i{bo}o
+    (depthwise OIHW1i{bo}o), the bias as (O / bo, bo); `tag` names packed constants that
+    differ from the plain packing of the same weight (padded ones)."""
+    layout = f"OIHW1i{bo}o" if depthwise else f"OIHW{bi}i{bo}o"
+    w = fn.pack(call.args[1], layout_transform_ref(weight, src="OIHW", dst=layout), layout + tag)
+    args: tuple = (fn.in_layout(call.args[0], _blocked(bi)), w)
+    if bias is not None:
+        args += (fn.pack(call.args[2], bias.reshape(-1, bo), f"{bo}o{tag}"),)
+    return args
 
 
 def _padded(fn: _Function, var: G.Var, call: G.Call, weight, bias, bi: int, bo: int) -> bool:
@@ -250,15 +259,10 @@ def _padded(fn: _Function, var: G.Var, call: G.Call, weight, bias, bi: int, bo: 
     padded = -(-cout // fn.block) * fn.block
     if call.attrs["groups"] != 1 or bo == fn.block or 16 * (padded - cout) > cout:
         return False
-    layout = f"OIHW{bi}i{fn.block}o"
-    w = np.zeros((padded, *weight.shape[1:]), weight.dtype)
-    w[:cout] = weight
-    w = fn.pack(call.args[1], layout_transform_ref(w, src="OIHW", dst=layout), f"{layout}{padded}")
-    args: tuple = (fn.in_layout(call.args[0], _blocked(bi)), w)
-    if bias is not None:
-        b = np.zeros(padded, bias.dtype)
-        b[:cout] = bias
-        args += (fn.pack(call.args[2], b.reshape(-1, fn.block), f"{fn.block}o{padded}"),)
+    zeros = [(0, padded - cout)]
+    args = _blocked_operands(
+        fn, call, np.pad(weight, zeros + [(0, 0)] * (weight.ndim - 1)),
+        None if bias is None else np.pad(bias, zeros), bi, fn.block, tag=str(padded))
     yc = fn.emit("conv2d_nchwc", args, dict(call.attrs), f"{var.name}_c")
     y = fn.emit("layout_transform", (yc,), {"src": _blocked(fn.block), "dst": NCHW},
                 f"{var.name}_padded")
