@@ -369,6 +369,10 @@ def _simplify_opaque(op: str, pa: _Poly, pb: _Poly, dtype: str) -> _Poly:
     if op in ("floordiv", "floormod") and cb is not None and cb > 0:
         if cb == 1:
             return pa if op == "floordiv" else {}
+        nested = _single_atom(pa) if _DIVISION_FORMS[0] else None
+        if (op == "floordiv" and isinstance(nested, BinOp) and nested.op == "floordiv"
+                and isinstance(nested.b, IntImm) and nested.b.value > 0):  # a // b // c
+            return _to_poly(BinOp(op, nested.a, IntImm(nested.b.value * cb, dtype), dtype))
         quot: _Poly = {}
         rest: _Poly = {}
         for m, c in pa.items():
@@ -381,6 +385,11 @@ def _simplify_opaque(op: str, pa: _Poly, pb: _Poly, dtype: str) -> _Poly:
             return _poly_add(quot, _const_poly(r // cb)) if op == "floordiv" else _const_poly(r % cb)
         if op == "floormod" and quot:  # (c*k + x) mod c == x mod c
             pa = rest
+        shift = rest.get((), 0) // cb if _DIVISION_FORMS[0] else 0
+        if shift and not quot:  # (x + c*q + r) // c == (x + r) // c + q, one form for both
+            pa = _poly_add(rest, _const_poly(-shift * cb))
+            if op == "floordiv":
+                return _poly_add(_simplify_opaque(op, pa, pb, dtype), _const_poly(shift))
     if op in ("floordiv", "floormod") and cb is None and len(pb) == 1:
         ((mb, coef_b),) = pb.items()
         if coef_b > 0 and all(_contains(m, mb) and c % coef_b == 0 for m, c in pa.items()):
@@ -390,6 +399,15 @@ def _simplify_opaque(op: str, pa: _Poly, pb: _Poly, dtype: str) -> _Poly:
         return _const_poly(1)
     atom = BinOp(op, _from_poly(pa, dtype), _from_poly(pb, dtype), dtype)
     return {(atom,): 1}
+
+
+def _single_atom(p: _Poly) -> PrimExpr | None:
+    """The atom of a polynomial that is exactly one atom (coefficient 1), else None."""
+    if len(p) == 1:
+        ((m, c),) = p.items()
+        if c == 1 and len(m) == 1:
+            return m[0]
+    return None
 
 
 def _contains(m: tuple, sub: tuple) -> bool:
@@ -475,11 +493,27 @@ def simplify(e: PrimExpr) -> PrimExpr:
     return out
 
 
+# Whether the normal form also rewrites divisions by constants into one form: a multiple of
+# the divisor moved out of the constant term, a // b // c as a // (b*c). prove_equal turns it
+# on for a second try (two exporters write a strided length as (n - 10) // 5 + 1 and as
+# n // 5 - 1); simplify keeps it off, so the kernels' index expressions keep their forms.
+_DIVISION_FORMS = [False]
+
+
 def prove_equal(a: Dim, b: Dim) -> bool:
     """True when two dimensions are provably equal for every binding of their variables."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    return as_dim(binop("sub", a, b)) == 0
+    diff = binop("sub", a, b)
+    if as_dim(diff) == 0:
+        return True
+    if not isinstance(diff, PrimExpr):
+        return False
+    _DIVISION_FORMS[0] = True
+    try:
+        return not _to_poly(diff)
+    finally:
+        _DIVISION_FORMS[0] = False
 
 
 def free_vars(e) -> list[Var]:

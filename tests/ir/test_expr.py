@@ -41,6 +41,23 @@ def test_simplifies_to_canonical_form(expr, expected):
     assert as_dim(expr) == as_dim(expected)
 
 
+@pytest.mark.parametrize("a, b", [
+    ((n - 10) // 5 + 1, n // 5 - 1),  # a strided conv's length, as two exporters write it
+    ((n + 17) % 16, (n + 1) % 16),
+    (n // 5 // 2, n // 10),
+    ((((n - 10) // 5 + 1) - 3) // 2 + 1, n // 10 - 1),
+])
+def test_equal_divisions_written_differently(a, b):
+    assert prove_equal(a, b)
+    assert not prove_equal(a, b + 1)
+
+
+def test_simplify_keeps_the_form_of_divisions():
+    """Kernels' index expressions keep their forms: only prove_equal rewrites divisions."""
+    assert str(simplify((n - 10) // 5)) == "(n - 10) // 5"
+    assert str(simplify(n // 5 // 2)) == "n // 5 // 2"
+
+
 def test_constants_fold_to_ints():
     assert as_dim(n * 0 + 5) == 5
     assert isinstance(simplify(binop("add", IntImm(2), IntImm(3))), IntImm)
@@ -72,3 +89,18 @@ def test_simplification_preserves_value(e, nv, mv):
     """The canonical form evaluates like the raw tree, for every binding."""
     env = {n: nv, m: mv}
     assert evaluate(simplify(e), env) == evaluate(e, env)
+
+
+@settings(max_examples=300, deadline=None)
+@given(int_exprs(), st.integers(1, 50), st.integers(1, 50))
+def test_division_forms_preserve_value(e, nv, mv):
+    """The stronger normal form prove_equal tries second evaluates like the raw tree too."""
+    from tcc.ir import expr
+
+    expr._DIVISION_FORMS[0] = True
+    try:
+        strong = expr._from_poly(expr._to_poly(e), "int64")
+    finally:
+        expr._DIVISION_FORMS[0] = False
+    env = {n: nv, m: mv}
+    assert evaluate(strong, env) == evaluate(e, env)
