@@ -25,13 +25,14 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from tcc.frontend.fold import emit_folded
 from tcc.frontend.onnx import functions, symbolic
 from tcc.frontend.onnx.base import CONVERTERS, OnnxNode, normalize_domain, onnx_dtype
 from tcc.infile import not_a_file
-from tcc.ir.builder import FunctionBuilder, infer_call
+from tcc.ir.builder import FunctionBuilder
 from tcc.ir.dtype import from_numpy, to_numpy
 from tcc.ir.errors import FrontendError, InternalError, TccError
-from tcc.ir.expr import Dim, PrimExpr, Var, as_dim
+from tcc.ir.expr import Dim, Var, as_dim
 from tcc.ir.graph import (
     Constant,
     Expr,
@@ -43,11 +44,6 @@ from tcc.ir.graph import (
     type_of,
 )
 from tcc.ir.module import IRModule
-from tcc.ir.ops.registry import get_op
-
-# Calls on constant operands are evaluated at import time when the result is at most this
-# many elements, or no larger than its operands (so folding never inflates the weights).
-FOLD_MAX_ELEMENTS = 4096
 
 
 class ImportContext:
@@ -278,17 +274,7 @@ class ImportContext:
     def emit(self, op: str, *args: Expr | None, **attrs: Any) -> Expr:
         """Call `op`; evaluated at import time when all operands are constants and small."""
         name = self.node.outputs[0] if self.node and self.node.outputs else "v"
-        if all(a is None or isinstance(a, Constant) for a in args) and not get_op(op).name.startswith("random"):
-            attrs_n, rtype = infer_call(op, args, attrs)
-            if isinstance(rtype, TensorType) and rtype.is_static and not _data_dependent(rtype):
-                size = int(np.prod(rtype.shape)) if rtype.shape else 1
-                in_size = sum(int(np.prod(a.type.shape)) for a in args if a is not None and a.type.is_static)
-                if size <= max(FOLD_MAX_ELEMENTS, in_size):
-                    arrays = [None if a is None else self.mod.const_values[a.name] for a in args]
-                    out = np.asarray(get_op(op).ref(*arrays, **attrs_n))
-                    out = out.astype(to_numpy(rtype.dtype), copy=False)
-                    return self.mod.add_constant(self.mod.unique_constant_name(name), out, rtype.dtype)
-        return self.bb.emit(op, *args, name=name, **attrs)
+        return emit_folded(self.mod, self.bb, op, *args, name=name, **attrs)
 
     def set_known(self, name: str, value: np.ndarray) -> None:
         self.known[name] = np.asarray(value)
@@ -313,10 +299,6 @@ def _check_tensor_values(node: OnnxNode, graph: onnx.GraphProto) -> None:
         if kind not in (None, "tensor_type", "sequence_type", "optional_type"):
             raise node.error(f"subgraph {graph.name!r} value {vi.name!r} has type "
                              f"{kind.removesuffix('_type')}; tcc supports tensors, sequences and optionals")
-
-
-def _data_dependent(t: TensorType) -> bool:
-    return any(isinstance(d, PrimExpr) for d in t.shape)
 
 
 def _identifier(name: str) -> str:

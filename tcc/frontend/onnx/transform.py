@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tcc.frontend.fold import FOLD_MAX_ELEMENTS
 from tcc.frontend.onnx.base import OnnxOp, converter, onnx_dtype
-from tcc.frontend.onnx.importer import FOLD_MAX_ELEMENTS
 from tcc.ir.dtype import from_numpy, to_numpy
 from tcc.ir.expr import Dim, PrimExpr
 from tcc.ir.ops._util import known_nonneg
