@@ -183,9 +183,9 @@ class _Prover:
         lo = _lowest(e, set(), positive)
         if lo is not None and lo >= 1:
             return True
-        if lo is None or lo < 0:
-            return False
-        for extent in self.running:  # a factor of a running loop's extent, the rest >= 0
+        # a factor of a running loop's extent (>= 1), the rest >= 0: then e >= 1 too, whatever
+        # interval arithmetic says of e alone (`n // 4 - 1` of a fused `b * (n // 4) - b`)
+        for extent in self.running:
             q = _divide(extent, e)
             q_lowest = None if q is None else _lowest(q, set(), positive)
             if q_lowest is not None and q_lowest >= 0:
@@ -483,19 +483,34 @@ def _factors(e) -> tuple[int, list]:
 
 
 def _divide(top, d):
-    """`top / d` when `d`'s factors are among `top`'s (and its constant divides top's), else None."""
+    """`top / d` when `d`'s factors are among `top`'s (and its constant divides top's), or
+    when top is d times the variables d does not have (a fused extent `b * (n // 4) - b`
+    over the sum `n // 4 - 1`), else None."""
     (ct, ft), (cd, fd) = _factors(top), _factors(d)
     if cd <= 0 or ct % cd:
-        return None
+        return _divide_expanded(top, d)
     rest = list(ft)
     for f in fd:
         if f not in rest:
-            return None
+            return _divide_expanded(top, d)
         rest.remove(f)
     q = E.const(ct // cd)
     for f in rest:
         q = f if isinstance(q, E.IntImm) and q.value == 1 else q * f
     return q
+
+
+def _divide_expanded(top, d):
+    others = [v for v in E.free_vars(top) if not E.uses(d, v)]
+    candidates = [*others, *([_product(others)] if len(others) > 1 else [])]
+    return next((q for q in candidates if E.prove_equal(q * d, top)), None)
+
+
+def _product(factors):
+    out = factors[0]
+    for f in factors[1:]:
+        out = out * f
+    return out
 
 
 def _has_load(e) -> bool:

@@ -105,6 +105,31 @@ def test_a_fused_loop_split_by_products_of_sizes(extent, proven):
     assert (unproven_accesses(func, "f") == []) == proven
 
 
+_FUSED_OVER_A_LENGTH = '''\
+@prim_func
+def f(A: Buffer((b, n // 4 - 1), "float32"), B: Buffer((b, n // 4 - 1), "float32")):
+    for t in serial(0, {extent}):
+        with block("copy"):
+            v0 = axis.spatial(b, t // (n // 4 - 1))
+            v1 = axis.spatial(n // 4 - 1, t % (n // 4 - 1))
+            reads(A[v0, v1])
+            writes(B[v0, v1])
+            B[v0, v1] = A[v0, v1]
+'''
+
+
+@pytest.mark.parametrize("extent, proven", [
+    # a loop fused over a batch and a length that may be negative for all interval arithmetic
+    # knows (a strided conv's output), as the schedule writes its extent
+    ("b * (n // 4) - b", True),
+    ("b * (n // 4) - b + 1", False),
+    ("b * (n // 4)", False),
+])
+def test_a_fused_loop_over_a_length_expression(extent, proven):
+    func = parse_module(_FUSED_OVER_A_LENGTH.format(extent=extent))["f"]
+    assert (unproven_accesses(func, "f") == []) == proven
+
+
 _TILED = '''\
 @prim_func
 def f(A: Buffer((224,), "float32"), B: Buffer((109, 7), "float32")):
