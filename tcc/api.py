@@ -2,7 +2,7 @@
 
 One flat pipeline, each stage named (DESIGN.md §1):
 
-    import (ONNX -> IRModule) -> optimize (graph passes, tcc.lower.passes.PIPELINE)
+    import (ONNX or a PyTorch program -> IRModule) -> optimize (graph passes, tcc.lower.passes.PIPELINE)
       -> legalize (op calls -> call_tir + PrimFuncs) [-> tuning (schedules of a database)]
       -> vm (graph functions -> bytecode)
       -> kernels (each PrimFunc scheduled by the default CPU rules, tcc.lower.rules, and
@@ -15,6 +15,7 @@ The driver lives beside the rooms, not in one: it is the one place that calls al
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,8 +40,18 @@ class StageTimes:
     kernels_compiled: int = 0
 
 
+def is_torch_program(source) -> bool:
+    """True for a `torch.export.ExportedProgram` or the path of a saved one (.pt2); torch
+    is not imported to tell."""
+    if isinstance(source, (str, os.PathLike)):
+        return Path(source).suffix == ".pt2"
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(source, torch.export.ExportedProgram)
+
+
 def load_module(source, guarded: list[str] | None = None):
-    """An IRModule from an ONNX model (ModelProto, bytes or .onnx path) or a .tcir path.
+    """An IRModule from an ONNX model (ModelProto, bytes or .onnx path), a PyTorch program
+    (`torch.export.ExportedProgram` or .pt2 path) or a .tcir path.
 
     A .tcir file comes from outside this process, so its kernels' buffer accesses that cannot
     be proven in bounds are guarded (tcc.ir.verify.guard_module; listed in `guarded`): no
@@ -50,6 +61,10 @@ def load_module(source, guarded: list[str] | None = None):
 
     if isinstance(source, IRModule):
         return source
+    if is_torch_program(source):
+        from tcc.frontend.torch import from_exported_program
+
+        return from_exported_program(source)
     if isinstance(source, (str, os.PathLike)) and Path(source).suffix == ".tcir":
         from tcc.ir.irfile import load_module as load_tcir
         from tcc.ir.verify import guard_module
@@ -215,8 +230,9 @@ def compile(  # noqa: A001
 
 
 def compile_onnx(model, target: str = "llvm", optimize: bool = True, schedule: bool = True):
-    """Compile an ONNX model and load it: returns `fn(*arrays) -> list of outputs` in the
-    ONNX graph's output order. `schedule=False` skips the default schedule rules."""
+    """Compile an ONNX model (or any source load_module reads) and load it: returns
+    `fn(*arrays) -> list of outputs` in the graph's output order. `schedule=False` skips
+    the default schedule rules."""
     import tempfile
 
     data = compile_to_bytes(model, target, optimize=optimize, schedule=schedule)
@@ -227,6 +243,15 @@ def compile_onnx(model, target: str = "llvm", optimize: bool = True, schedule: b
         return load_fn(path)
     finally:
         os.unlink(path)  # the pack is memory-mapped: the mapping outlives the name
+
+
+def compile_program(program, target: str = "llvm", optimize: bool = True, schedule: bool = True):
+    """Compile a `torch.export.ExportedProgram` (or a .pt2 path) and load it: returns
+    `fn(*arrays) -> list of outputs` in the program's output order."""
+    if not is_torch_program(program):
+        raise TccError(f"expected a torch.export.ExportedProgram or a .pt2 path, got "
+                       f"{type(program).__name__}")
+    return compile_onnx(program, target, optimize=optimize, schedule=schedule)
 
 
 def load_fn(path):

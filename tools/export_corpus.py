@@ -1,6 +1,7 @@
 """Export the real-model corpus: `transformers` and plain `torch` models, random weights from
 configs (no hub access), written by torch's own ONNX exporters with dynamic batch (and
-sequence), plus quantized variants made by `onnxruntime.quantization`.
+sequence), plus quantized variants made by `onnxruntime.quantization`, and the same
+architectures as PyTorch programs (torch.export, saved as NAME.pt2) for the PyTorch frontend.
 
     python tools/export_corpus.py [--out DIR] [--only NAME ...] [--list]
 
@@ -9,7 +10,8 @@ is a dependency of tcc. Each model is written once to DIR/NAME.onnx (default
 `$TCC_CORPUS_DIR`, else `$XDG_CACHE_HOME/tcc/corpus`, else `~/.cache/tcc/corpus`) with a
 NAME.json beside it describing its inputs; an existing file is kept, so a rerun only exports
 what is missing. `tests/e2e/test_corpus.py` compiles every model found there and compares it
-with onnxruntime at two shapes from one pack, in both runtimes.
+at two shapes from one pack, in both runtimes, with onnxruntime (ONNX models) or with the
+program itself run by torch (.pt2).
 """
 
 from __future__ import annotations
@@ -164,6 +166,19 @@ MODELS = {
     "wav2vec2_dynamo": (wav2vec2, "dynamo", 18),
     "lstm_legacy": (lstm_lm, "legacy", 17),
 }
+# PyTorch programs (torch.export, saved with torch.export.save as NAME.pt2) of the same
+# builders, for the PyTorch frontend: name -> builder
+PROGRAMS = {
+    "bert_pt2": bert,
+    "gpt2_pt2": gpt2,
+    "llama_pt2": llama,
+    "t5_encoder_pt2": t5_encoder,
+    "vit_pt2": vit,
+    "swin_pt2": swin,
+    "resnet_pt2": resnet,
+    "mobilenet_v2_pt2": mobilenet_v2,
+    "wav2vec2_pt2": wav2vec2,
+}
 # quantized variants: name -> (float model, "static" (QDQ) or "dynamic" (operator format))
 QUANTIZED = {
     "resnet_qdq": ("resnet_legacy", "static"),
@@ -209,6 +224,45 @@ def _by_keyword(model, names: list[str]):
     return Wrapped()
 
 
+def dynamic_dims(spec: list[dict], auto: tuple[str, ...] = ()) -> tuple[dict, ...]:
+    """torch.export.Dim ranges of the inputs' named dimensions, as `dynamic_shapes` wants them
+    for a model called with its inputs as positional arguments; the dimensions named in
+    `auto` are left to torch (Dim.AUTO)."""
+    import torch
+
+    dims = {d: torch.export.Dim.AUTO if d in auto else
+            torch.export.Dim(d, min=2 if d == "batch" else 4, max=64 if d != "frames" else 100000)
+            for s in spec for d in s["dims"] if isinstance(d, str)}
+    return tuple({k: dims[d] for k, d in enumerate(s["dims"]) if isinstance(d, str)}
+                 for s in spec)
+
+
+def export_program(name: str, out_dir: Path) -> None:
+    """NAME.pt2: torch.export of the model with dynamic batch (and sequence), as saved by
+    torch.export.save, with NAME.json beside it."""
+    import torch
+
+    torch.manual_seed(0)
+    model, spec = PROGRAMS[name]()
+    model.eval()
+    model = _by_keyword(model, [s["name"] for s in spec])
+    feeds = example_inputs(spec, EXPORT_SIZES)
+    args = tuple(torch.from_numpy(feeds[s["name"]]) for s in spec)
+    path = out_dir / f"{name}.pt2"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # torch.export refuses a named range for a speech model's length: its strided
+        # convolutions' lengths are expressions it cannot prove over the range, and left to
+        # itself it finds the range they need (60 samples and more)
+        shapes = dynamic_dims(spec, auto=("frames",))
+        program = torch.export.export(model, args, dynamic_shapes={"args": shapes})
+        tmp = path.with_name(f".{name}.{os.getpid()}.tmp.pt2")
+        torch.export.save(program, str(tmp))
+    (out_dir / f"{name}.json").write_text(json.dumps({"inputs": spec, "exporter": "torch.export",
+                                                      "torch": torch.__version__}, indent=1))
+    os.replace(tmp, path)
+
+
 def export(name: str, out_dir: Path) -> None:
     import torch
 
@@ -225,13 +279,8 @@ def export(name: str, out_dir: Path) -> None:
         warnings.simplefilter("ignore")
         tmp_path = Path(tmp) / "model.onnx"
         if exporter == "dynamo":
-            dims = {d: torch.export.Dim(d, min=2 if d == "batch" else 4,
-                                        max=64 if d != "frames" else 100000)
-                    for s in spec for d in s["dims"] if isinstance(d, str)}
-            shapes = tuple({k: dims[d] for k, d in enumerate(s["dims"]) if isinstance(d, str)}
-                           for s in spec)
             torch.onnx.export(model, args, str(tmp_path), input_names=names, dynamo=True,
-                              opset_version=opset, dynamic_shapes={"args": shapes},
+                              opset_version=opset, dynamic_shapes={"args": dynamic_dims(spec)},
                               external_data=False)
         else:
             axes = {s["name"]: {k: d for k, d in enumerate(s["dims"]) if isinstance(d, str)}
@@ -294,7 +343,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None, help="export only these models")
     ap.add_argument("--list", action="store_true", help="list the model names and exit")
     args = ap.parse_args(argv)
-    names = [*MODELS, *QUANTIZED]
+    names = [*MODELS, *QUANTIZED, *PROGRAMS]
     if args.list:
         print("\n".join(names))
         return 0
@@ -304,10 +353,13 @@ def main(argv=None) -> int:
         if name not in names:
             print(f"unknown model {name!r}; --list names them", file=sys.stderr)
             return 2
-        if (args.out / f"{name}.onnx").exists():
+        suffix = ".pt2" if name in PROGRAMS else ".onnx"
+        if (args.out / f"{name}{suffix}").exists():
             continue
         try:
-            if name in MODELS:
+            if name in PROGRAMS:
+                export_program(name, args.out)
+            elif name in MODELS:
                 export(name, args.out)
             else:
                 if not (args.out / f"{QUANTIZED[name][0]}.onnx").exists():

@@ -1,4 +1,4 @@
-"""`tcc check MODEL.onnx [--json]`: a pre-flight report for CI."""
+"""`tcc check MODEL.onnx|PROGRAM.pt2 [--json]`: a pre-flight report for CI."""
 
 from __future__ import annotations
 
@@ -21,23 +21,18 @@ from tcc.ir.summary import signature, type_text
 @click.option("--compile", "for_compile", is_flag=True,
               help="Also require every op to have a loop program (so `tcc compile` works).")
 def command(model: Path, as_json: bool, for_compile: bool):
-    """Report whether tcc can import MODEL: unsupported ops, inputs and outputs, and the
+    """Report whether tcc can import MODEL (an ONNX model, or a PyTorch program saved by
+    torch.export.save as .pt2): unsupported ops, inputs and outputs, and the
     ops `tcc compile` cannot lower yet, each with its node, why, and the way around it.
 
     Exits 1 when any op is unsupported or the import fails (with --compile: or an op has
     no loop program), 0 otherwise.
     """
-    from tcc.frontend.onnx import find_unsupported, from_onnx, load_model  # onnx: 1 s to import
-
-    proto = load_model(model)
-    unsupported = [
-        {"op_type": op, "domain": domain, "opset": opset, "nodes": names}
-        for domain, op, opset, names in find_unsupported(proto)
-    ]
+    source, unsupported, importer = _unsupported_ops(model)
     report: dict = {"model": str(model), "unsupported": unsupported, "import_error": None}
     if not unsupported:
         try:
-            mod = from_onnx(proto)
+            mod = importer(source)
             report.update(signature(mod["main"]))
             calls = calls_without_loop_program(mod)
             ops = sorted({c["op"] for c in calls})
@@ -56,6 +51,26 @@ def command(model: Path, as_json: bool, for_compile: bool):
     sys.exit(0 if ok else 1)
 
 
+def _unsupported_ops(model: Path):
+    """The model as read, its unsupported ops, and the function that imports it."""
+    if model.suffix == ".pt2":
+        from tcc.frontend.torch import find_unsupported, from_exported_program, load_program
+        from tcc.frontend.torch.importer import decomposed
+
+        program = decomposed(load_program(model))
+        return program, [
+            {"op_type": op, "domain": "", "opset": None, "nodes": where}
+            for op, where in find_unsupported(program)
+        ], from_exported_program
+    from tcc.frontend.onnx import find_unsupported, from_onnx, load_model  # onnx: 1 s to import
+
+    proto = load_model(model)
+    return proto, [
+        {"op_type": op, "domain": domain, "opset": opset, "nodes": names}
+        for domain, op, opset, names in find_unsupported(proto)
+    ], from_onnx
+
+
 def _print_report(console: Console, r: dict) -> None:
     if r["unsupported"]:
         t = Table(title=f"{r['model']}: unsupported ops", title_justify="left")
@@ -64,7 +79,7 @@ def _print_report(console: Console, r: dict) -> None:
         for u in r["unsupported"]:
             op = f"{u['domain']}.{u['op_type']}" if u["domain"] else u["op_type"]
             names = ", ".join(u["nodes"][:5]) + (f" (+{len(u['nodes']) - 5} more)" if len(u["nodes"]) > 5 else "")
-            t.add_row(op, str(u["opset"]), names)
+            t.add_row(op, "" if u["opset"] is None else str(u["opset"]), names)
         console.print(t)
     if r["import_error"]:
         console.print(f"[red]import fails:[/] {r['import_error']}")

@@ -1,4 +1,4 @@
-"""`tcc compile MODEL.onnx|IN.tcir -o OUT.tvmpack` and `tcc emit IN.tcir -o OUT.tvmpack`."""
+"""`tcc compile MODEL.onnx|PROGRAM.pt2|IN.tcir -o OUT.tvmpack` and `tcc emit IN.tcir -o OUT.tvmpack`."""
 
 from __future__ import annotations
 
@@ -118,7 +118,8 @@ _no_schedule = click.option(
 def compile_command(model: Path, target: str, output: Path | None, verbose: bool,
                     no_optimize: bool, disable_passes: tuple[str, ...], no_plan_memory: bool,
                     no_schedule: bool, db: Path | None, sign: Path | None, no_cache: bool):
-    """Compile an ONNX model (or a .tcir file) into a .tvmpack.
+    """Compile an ONNX model, a PyTorch program (.pt2 from torch.export.save; needs
+    tcc[torch]) or a .tcir file into a .tvmpack.
 
     Runs the graph passes of `tcc optimize` first (unless --no-optimize), then generates
     code as `tcc emit` does."""
@@ -144,6 +145,6 @@ def emit_command(ir_file: Path, target: str, output: Path | None, verbose: bool,
     """Generate code for a .tcir file and write a .tvmpack (the module as it is: run
     `tcc optimize` first for the graph passes)."""
     if ir_file.suffix != ".tcir":
-        raise TccError(f"{ir_file}: `tcc emit` reads a .tcir file; use `tcc compile` for ONNX models")
+        raise TccError(f"{ir_file}: `tcc emit` reads a .tcir file; use `tcc compile` for ONNX models and .pt2 programs")
     _build(ir_file, target, output or ir_file.with_suffix(".tvmpack"), verbose,
            schedule=not no_schedule, sign=sign, db=db, cache=not no_cache)

@@ -1,4 +1,4 @@
-"""`tcc import MODEL.onnx -o OUT.tcir`."""
+"""`tcc import MODEL.onnx|PROGRAM.pt2 -o OUT.tcir`."""
 
 from __future__ import annotations
 
@@ -19,11 +19,17 @@ from tcc.ir.summary import module_summary
     help="Where to write the IR file (default: MODEL with the suffix .tcir).",
 )
 def command(model: Path, output: Path | None):
-    """Import an ONNX model into tcc's IR and save it as a .tcir file."""
-    from tcc.frontend.onnx import from_onnx  # onnx takes a second to import: only when used
-
+    """Import an ONNX model, or a PyTorch program saved by torch.export.save (.pt2; needs
+    tcc[torch]), into tcc's IR and save it as a .tcir file."""
     output = output or model.with_suffix(".tcir")
-    mod = from_onnx(model)
+    if model.suffix == ".pt2":
+        from tcc.frontend.torch import from_exported_program
+
+        mod = from_exported_program(model)
+    else:
+        from tcc.frontend.onnx import from_onnx  # onnx takes a second to import: only when used
+
+        mod = from_onnx(model)
     save_module(output, mod, producer=f"tcc {__version__}")
     s = module_summary(mod)
     main = s["functions"].get("main", {})

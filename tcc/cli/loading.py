@@ -1,4 +1,5 @@
-"""Open whatever file a command is given: a .tcir IR file or an ONNX model."""
+"""Open whatever file a command is given: a .tcir IR file, an ONNX model or a PyTorch
+program (.pt2)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from tcc.ir.errors import TccError
 
 
 def load_ir(path: Path):
-    """An IRModule from a .tcir file, or imported on the fly from a .onnx model."""
+    """An IRModule from a .tcir file, or imported on the fly from a .onnx model or a .pt2
+    program."""
     why = not_a_file(path)
     if why:
         raise TccError(f"{path}: {why}")
@@ -17,6 +19,10 @@ def load_ir(path: Path):
         from tcc.frontend.onnx import from_onnx
 
         return from_onnx(path)
+    if path.suffix == ".pt2":
+        from tcc.frontend.torch import from_exported_program
+
+        return from_exported_program(path)
     from tcc.ir.irfile import load_module
 
     return load_module(path)

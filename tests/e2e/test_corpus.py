@@ -1,9 +1,11 @@
 """The real-export corpus (tools/export_corpus.py): models written by torch's own ONNX
 exporters from `transformers` and plain `torch` architectures, with dynamic batch and
-sequence. Each compiles to ONE pack, which runs at two shapes in the Python and the C
-runtime; both must match onnxruntime (rtol 1e-3, atol 1e-4 times the output's largest
-magnitude; for an output of a quantized model that a DequantizeLinear writes, one
-quantization step) and each other bit for bit.
+sequence, and the same architectures as PyTorch programs (torch.export, .pt2). Each compiles
+to ONE pack, which runs at two shapes in the Python and the C runtime; both must match the
+reference (rtol 1e-3, atol 1e-4 times the output's largest magnitude; for an output of a
+quantized model that a DequantizeLinear writes, one quantization step) and each other bit
+for bit. The reference is onnxruntime for an ONNX model, and for a program the program
+itself, run by torch.
 
 The exports live outside git (`TCC_CORPUS_DIR`, default `~/.cache/tcc/corpus`); `make corpus`
 writes them. Without them the tests skip, saying so.
@@ -24,7 +26,7 @@ from tests.packs import compiled_pack
 from tests.runtime_c.capi import CRuntime, build_runtime
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-from export_corpus import MODELS, QUANTIZED, default_dir, example_inputs  # noqa: E402
+from export_corpus import MODELS, PROGRAMS, QUANTIZED, default_dir, example_inputs  # noqa: E402
 
 RTOL, ATOL = 1e-3, 1e-4
 # Two shapes from one pack: the export's own and another batch and length.
@@ -80,3 +82,39 @@ def test_corpus_model(name, crt):
                                            err_msg=f"{name} output {out.name!r} at {sizes}")
                 assert np.array_equal(g, c, equal_nan=True), (
                     f"{name} output {out.name!r}: the C runtime differs from the Python one")
+
+
+@pytest.mark.parametrize("name", [*PROGRAMS])
+def test_corpus_program(name, crt, tmp_path):
+    path = default_dir() / f"{name}.pt2"
+    if not path.exists():
+        pytest.skip(f"{path} is not exported; run `make corpus`")
+    torch = pytest.importorskip("torch")
+    from tcc.api import compile_to_bytes
+
+    spec = json.loads(path.with_suffix(".json").read_text())
+    program = torch.export.load(str(path))
+    pack = tmp_path / f"{name}.tvmpack"
+    pack.write_bytes(compile_to_bytes(path))
+    import tcc.rt
+
+    with tcc.rt.load(pack) as py_module:
+        c_module = crt.load(pack)
+        for k, sizes in enumerate(SIZES):
+            feeds = example_inputs(spec["inputs"], sizes, seed=k)
+            args = [feeds[i["name"]] for i in spec["inputs"]]
+            with torch.no_grad():
+                want = program.module()(*[torch.from_numpy(a) for a in args])
+            want = [w.numpy() for w in (want if isinstance(want, (list, tuple)) else [want])]
+            got = py_module["main"](*args)
+            got = list(got) if isinstance(got, (list, tuple)) else [got]
+            c_got = c_module.run("main", args)
+            assert len(got) == len(want) == len(c_got)
+            for i, (g, c, w) in enumerate(zip(got, c_got, want)):
+                assert g.dtype == w.dtype and g.shape == w.shape, (
+                    f"output {i}: {g.dtype}{g.shape} vs torch {w.dtype}{w.shape}")
+                atol = ATOL * max(float(np.max(np.abs(w))) if w.size else 1.0, 1.0)
+                np.testing.assert_allclose(g, w, rtol=RTOL, atol=atol,
+                                           err_msg=f"{name} output {i} at {sizes}")
+                assert np.array_equal(g, c, equal_nan=True), (
+                    f"{name} output {i}: the C runtime differs from the Python one")

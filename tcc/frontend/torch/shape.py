@@ -1,0 +1,266 @@
+"""Converters for ATen ops that move, view, index or create data: views and permutes,
+slices, concatenation and splits, gathers, padding, and tensors made from sizes.
+
+Target shapes come from torch's own record of the result (`node.val`), so a `view` whose
+sizes torch computed from other sizes is a reshape to the same symbolic expressions.
+"""
+
+from __future__ import annotations
+
+from tcc.frontend.torch.base import converter
+from tcc.ir.expr import PrimExpr, prove_equal
+from tcc.ir.ops.slicing import slice_length, slice_start
+
+SLICE_END = 2**63 - 1  # what torch writes for an open end
+
+
+def _axis(axis: int, ndim: int) -> int:
+    return axis + ndim if axis < 0 else axis
+
+
+@converter("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+def _view(ctx, node):
+    return ctx.emit("reshape", node.arg(0, "self"), shape=list(ctx.out_shape(node)))
+
+
+@converter("aten.permute.default")
+def _permute(ctx, node):
+    x = node.arg(0, "self")
+    return ctx.emit("transpose", x, axes=[_axis(d, ctx.ndim_of(x)) for d in node.arg(1, "dims")])
+
+
+@converter("aten.transpose.int")
+def _transpose(ctx, node):
+    x = node.arg(0, "self")
+    n = ctx.ndim_of(x)
+    axes = list(range(n))
+    a, b = _axis(node.arg(1, "dim0"), n), _axis(node.arg(2, "dim1"), n)
+    axes[a], axes[b] = axes[b], axes[a]
+    return ctx.emit("transpose", x, axes=axes)
+
+
+@converter("aten.t.default")
+def _t(ctx, node):
+    x = node.arg(0, "self")
+    return x if ctx.ndim_of(x) < 2 else ctx.emit("transpose", x, axes=[1, 0])
+
+
+@converter("aten.expand.default")
+def _expand(ctx, node):
+    x = node.arg(0, "self")
+    shape = ctx.out_shape(node)
+    if len(shape) == ctx.ndim_of(x) and all(
+            a is b or a == b for a, b in zip(shape, ctx.shape_of(x))):
+        return x
+    return ctx.emit("broadcast_to", x, shape=list(shape))
+
+
+@converter("aten.squeeze.dims", "aten.squeeze.dim", "aten.squeeze.default")
+def _squeeze(ctx, node):
+    x = node.arg(0, "self")
+    shape, n = ctx.shape_of(x), ctx.ndim_of(x)
+    dims = node.arg(1, "dim")
+    dims = list(range(n)) if dims is None else [dims] if isinstance(dims, int) else list(dims)
+    axes = [a for a in (_axis(d, n) for d in dims) if isinstance(shape[a], int) and shape[a] == 1]
+    return ctx.emit("squeeze", x, axes=axes) if axes else x
+
+
+@converter("aten.unsqueeze.default")
+def _unsqueeze(ctx, node):
+    x = node.arg(0, "self")
+    return ctx.emit("expand_dims", x, axes=[_axis(node.arg(1, "dim"), ctx.ndim_of(x) + 1)])
+
+
+@converter("aten.cat.default")
+def _cat(ctx, node):
+    dtype = ctx.out_dtype(node)
+    out_ndim = len(ctx.out_shape(node))
+    # torch skips 1-D empty tensors in a concatenation of higher rank
+    parts = [ctx.tensor(t, dtype) for t in node.arg(0, "tensors")
+             if not (ctx.ndim_of(t) == 1 and out_ndim > 1 and ctx.shape_of(t)[0] == 0)]
+    if len(parts) == 1:
+        return parts[0]
+    return ctx.emit("concat", *parts, axis=_axis(node.arg(1, "dim", 0), out_ndim))
+
+
+@converter("aten.slice.Tensor")
+def _slice(ctx, node):
+    x = node.arg(0, "self")
+    axis = _axis(node.arg(1, "dim", 0), ctx.ndim_of(x))
+    start, end, step = node.arg(2, "start"), node.arg(3, "end"), node.arg(4, "step", 1)
+    start = 0 if start is None else start
+    end = SLICE_END if end is None else end
+    if start == 0 and end == SLICE_END and step == 1:
+        return x
+    dim, length = ctx.shape_of(x)[axis], ctx.out_shape(node)[axis]
+    if prove_equal(slice_length(dim, start, end, step), length):
+        return ctx.emit("strided_slice", x, begin=[start], end=[end], axes=[axis], strides=[step])
+    # torch proved a simpler length from the sizes' ranges (an end past every size the
+    # program accepts, say): slice that many from the first index
+    return ctx.emit("strided_slice", x, begin=[slice_start(dim, start, step)], end=[end],
+                    axes=[axis], strides=[step], lengths=[length])
+
+
+@converter("aten.select.int")
+def _select(ctx, node):
+    x = node.arg(0, "self")
+    axis = _axis(node.arg(1, "dim"), ctx.ndim_of(x))
+    index = node.arg(2, "index")
+    end = SLICE_END if isinstance(index, int) and index == -1 else index + 1
+    one = ctx.emit("strided_slice", x, begin=[index], end=[end], axes=[axis], strides=[1])
+    return ctx.emit("squeeze", one, axes=[axis])
+
+
+@converter("aten.split_with_sizes.default", "aten.split.Tensor")
+def _split(ctx, node):
+    x = node.arg(0, "self")
+    axis = _axis(node.arg(2, "dim", 0), ctx.ndim_of(x))
+    sizes = [ctx.shape(v)[axis] for v in node.val]
+    if len(sizes) == 1:
+        return [x]
+    parts = ctx.emit("split", x, sizes=sizes, axis=axis)
+    return [ctx.bb.get_item(parts, i, name=f"{node.name}_{i}") for i in range(len(sizes))]
+
+
+@converter("aten.unbind.int")
+def _unbind(ctx, node):
+    x = node.arg(0, "self")
+    axis = _axis(node.arg(1, "dim", 0), ctx.ndim_of(x))
+    n = ctx.shape_of(x)[axis]
+    if not isinstance(n, int):
+        raise node.error("unbind along a dimension of symbolic size; export it with a static size")
+    parts = ctx.emit("split", x, sizes=[1] * n, axis=axis) if n > 1 else None
+    items = [ctx.bb.get_item(parts, i, name=f"{node.name}_{i}") for i in range(n)] if parts else [x]
+    return [ctx.emit("squeeze", p, axes=[axis]) for p in items]
+
+
+@converter("aten.index_select.default")
+def _index_select(ctx, node):
+    x = node.arg(0, "self")
+    return ctx.emit("gather", x, node.arg(2, "index"), axis=_axis(node.arg(1, "dim"), ctx.ndim_of(x)))
+
+
+@converter("aten.embedding.default")
+def _embedding(ctx, node):
+    return ctx.emit("gather", node.arg(0, "weight"), node.arg(1, "indices"), axis=0)
+
+
+@converter("aten.gather.default")
+def _gather(ctx, node):
+    x = node.arg(0, "self")
+    return ctx.emit("gather_elements", x, node.arg(2, "index"),
+                    axis=_axis(node.arg(1, "dim"), ctx.ndim_of(x)))
+
+
+@converter("aten.index.Tensor")
+def _index(ctx, node):
+    """x[..., i, j, ...] with integer index tensors: one index is a gather on its axis;
+    several adjacent ones from the first axis a gather_nd of their broadcast stack."""
+    x, indices = node.arg(0, "self"), list(node.arg(1, "indices"))
+    used = [k for k, i in enumerate(indices) if i is not None]
+    for k in used:
+        if ctx.dtype_of(indices[k]) == "bool":
+            raise node.error("indexing with a boolean mask gives a data-dependent shape; "
+                             "use torch.where instead")
+    if len(used) == 1:
+        return ctx.emit("gather", x, indices[used[0]], axis=used[0])
+    if used != list(range(len(used))):
+        raise node.error("several index tensors are supported only on the leading axes")
+    out = ctx.out_shape(node)
+    idx_shape = out[: len(out) - (ctx.ndim_of(x) - len(used))]
+    stacked = [ctx.emit("expand_dims", ctx.emit("broadcast_to", ctx.tensor(indices[k], "int64"),
+                                                 shape=list(idx_shape)), axes=[len(idx_shape)])
+               for k in used]
+    return ctx.emit("gather_nd", x, ctx.emit("concat", *stacked, axis=len(idx_shape)))
+
+
+@converter("aten.constant_pad_nd.default")
+def _pad(ctx, node):
+    x = node.arg(0, "self")
+    pad, value = list(node.arg(1, "pad")), node.arg(2, "value", 0)
+    n = ctx.ndim_of(x)
+    begins, ends = [0] * n, [0] * n
+    for k in range(len(pad) // 2):  # pairs from the last axis backwards
+        begins[n - 1 - k], ends[n - 1 - k] = pad[2 * k], pad[2 * k + 1]
+    if not any(begins) and not any(ends):
+        return x
+    return ctx.emit("pad", x, ctx.tensor(value, ctx.dtype_of(x)), pads=begins + ends, mode="constant")
+
+
+@converter("aten.repeat.default")
+def _repeat(ctx, node):
+    x, repeats = node.arg(0, "self"), list(node.arg(1, "repeats"))
+    extra = len(repeats) - ctx.ndim_of(x)
+    if extra > 0:
+        x = ctx.emit("reshape", x, shape=[1] * extra + list(ctx.shape_of(x)))
+    return ctx.emit("tile", x, repeats=repeats)
+
+
+@converter("aten.flip.default")
+def _flip(ctx, node):
+    x = node.arg(0, "self")
+    axes = [_axis(d, ctx.ndim_of(x)) for d in node.arg(1, "dims")]
+    return ctx.emit("strided_slice", x, begin=[-1] * len(axes), end=[-SLICE_END] * len(axes),
+                    axes=axes, strides=[-1] * len(axes))
+
+
+@converter("aten.full.default", "aten.empty.memory_format", "aten.empty_strided.default",
+           "aten.zeros.default", "aten.ones.default")
+def _full(ctx, node):
+    kind = node.target.split(".")[1]
+    value = node.arg(1, "fill_value") if kind == "full" else 1 if kind == "ones" else 0
+    return _filled(ctx, node, value)
+
+
+@converter("aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default",
+           "aten.empty_like.default")
+def _full_like(ctx, node):
+    kind = node.target.split(".")[1]
+    value = node.arg(1, "fill_value") if kind == "full_like" else 1 if kind == "ones_like" else 0
+    return _filled(ctx, node, value)
+
+
+def _filled(ctx, node, value):
+    dtype = ctx.out_dtype(node)
+    if isinstance(value, PrimExpr):
+        return ctx.emit("broadcast_to", ctx.tensor(value, dtype), shape=list(ctx.out_shape(node)))
+    return ctx.emit("full", shape=list(ctx.out_shape(node)), value=value, dtype=dtype)
+
+
+@converter("aten.scalar_tensor.default")
+def _scalar_tensor(ctx, node):
+    return ctx.tensor(node.arg(0, "s"), ctx.out_dtype(node))
+
+
+@converter("aten.arange.start_step", "aten.arange.default", "aten.arange.start")
+def _arange(ctx, node):
+    """start, start + step, ...: as many as torch counted (its count may be simpler than
+    the clamped one tcc's arange states, knowing the sizes' ranges)."""
+    args = list(node.args)
+    if node.target == "aten.arange.default":
+        start, step = 0, 1
+    else:
+        start = args[0]
+        step = args[2] if len(args) > 2 else node.kwargs.get("step", 1)
+    dtype = ctx.out_dtype(node)
+    (length,) = ctx.out_shape(node)
+    return ctx.emit("arange_from", ctx.tensor(start, dtype), ctx.tensor(step, dtype), length=length)
+
+
+@converter("aten.copy.default")
+def _copy(ctx, node):
+    """copy(dst, src): src's values in dst's dtype and shape."""
+    src = ctx.tensor(node.arg(1, "src"), ctx.out_dtype(node))
+    shape = ctx.out_shape(node)
+    if len(shape) != ctx.ndim_of(src) or not all(a == b for a, b in zip(shape, ctx.shape_of(src))):
+        src = ctx.emit("broadcast_to", src, shape=list(shape))
+    return src
+
+
+@converter("operator.getitem")
+def _getitem(ctx, node):
+    items, i = node.args
+    value = items[i]
+    if value is None:
+        raise node.error(f"result {i} of {node.fx.args[0].name!r} is not computed by tcc")
+    return value

@@ -1,0 +1,117 @@
+"""The program as a whole: inputs, constants and output names from the signature, one
+size variable per dynamic dimension, every unsupported op listed at once with its source
+line, and one-line errors for what tcc cannot take."""
+
+import pytest
+
+from tcc.frontend.torch import find_unsupported, from_exported_program, load_program
+from tcc.frontend.torch.importer import decomposed
+from tcc.ir.errors import FrontendError
+from tcc.ir.expr import Var
+from tests.frontend.torch.common import check, export, torch
+
+nn = torch.nn
+Dim = torch.export.Dim
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.register_buffer("offset", torch.full((3,), 0.25))
+
+    def forward(self, tokens, features):
+        return {"scores": self.fc(features) + self.offset, "count": tokens.sum(-1)}
+
+
+def test_signature_names_and_shared_size_variables():
+    b = Dim("batch", min=1, max=16)
+    ep = export(Net(), torch.ones(2, 5, dtype=torch.int64), torch.randn(2, 4),
+                dynamic=[{0: b}, {0: b}])
+    mod = from_exported_program(ep)
+    main = mod["main"]
+    assert main.input_names == ("tokens", "features")
+    assert main.output_names == ("scores", "count")
+    tokens, features = main.params
+    assert isinstance(tokens.type.shape[0], Var)
+    assert tokens.type.shape[0] is features.type.shape[0]  # one symbol, one variable
+    assert str(tokens.type.shape[0]) == "tokens_dim0"
+    assert {"fc.bias", "offset"} <= set(mod.const_types)  # named after the module's state
+
+
+def test_unused_buffers_are_not_kept():
+    bn = nn.BatchNorm1d(3).eval()  # num_batches_tracked is a buffer no op reads
+    mod = from_exported_program(export(bn, torch.randn(2, 3)))
+    assert not any("num_batches_tracked" in name for name in mod.const_types)
+
+
+class Spectrum(nn.Module):
+    def forward(self, x):
+        return torch.fft.rfft(x).abs() + torch.special.i0(x)[:4]
+
+
+def test_every_unsupported_op_is_listed_with_its_source_line():
+    ep = decomposed(export(Spectrum(), torch.randn(6)))
+    found = dict(find_unsupported(ep))
+    assert len(found) >= 2
+    with pytest.raises(FrontendError) as e:
+        from_exported_program(ep)
+    message = str(e.value)
+    assert message.startswith("unsupported ATen ops: ")
+    assert "\n" not in message
+    assert "test_importer.py:" in message and "torch.fft.rfft(x)" in message  # the user's line
+
+
+def test_dropout_in_training_mode_is_refused():
+    model = nn.Dropout(0.5).train()
+    ep = torch.export.export(model, (torch.randn(4),))
+    with pytest.raises(FrontendError, match=r"eval"):
+        from_exported_program(ep)
+
+
+def test_in_place_buffer_update_is_refused():
+    class Counter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("n", torch.zeros(1))
+
+        def forward(self, x):
+            self.n.add_(1)
+            return x + self.n
+
+    with pytest.raises(FrontendError, match=r"writes to n.*without state"):
+        from_exported_program(torch.export.export(Counter(), (torch.randn(2),)))
+
+
+def test_bad_program_files(tmp_path):
+    (tmp_path / "junk.pt2").write_bytes(b"not a zip")
+    with pytest.raises(FrontendError, match=r"junk.pt2: not a program saved by torch.export.save"):
+        load_program(tmp_path / "junk.pt2")
+    with pytest.raises(FrontendError, match=r"missing.pt2: no such file"):
+        load_program(tmp_path / "missing.pt2")
+    with pytest.raises(FrontendError, match="expected a torch.export.ExportedProgram"):
+        from_exported_program(42)
+
+
+def test_saved_program_round_trip(tmp_path):
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(2))
+    x = torch.randn(1, 3, 6, 6)
+    model(x)
+    path = tmp_path / "m.pt2"
+    torch.export.save(export(model, x), path)
+    check(model, x)
+    mod = from_exported_program(path)
+    assert mod["main"].input_names == ("input",)
+
+
+def test_a_converter_shape_bug_names_the_node(monkeypatch):
+    """Each converted value is checked against torch's own record of its shape."""
+    from tcc.frontend.torch import base
+    from tcc.ir.errors import InternalError
+
+    def wrong(ctx, node):
+        return ctx.emit("transpose", node.arg(0, "self"), axes=[1, 0])
+
+    monkeypatch.setitem(base.CONVERTERS, "aten.relu.default", wrong)
+    with pytest.raises(InternalError, match=r"node 'relu'.*torch computes shape \(2, 3\)"):
+        from_exported_program(export(torch.relu, torch.randn(2, 3)))
