@@ -9,9 +9,10 @@ from tcc.frontend.torch.importer import (
     find_unsupported,
     format_unsupported,
     from_exported_program,
+    from_graph,
     load_program,
     require_torch,
 )
 
-__all__ = ["find_unsupported", "format_unsupported", "from_exported_program", "load_program",
-           "require_torch"]
+__all__ = ["find_unsupported", "format_unsupported", "from_exported_program", "from_graph",
+           "load_program", "require_torch"]

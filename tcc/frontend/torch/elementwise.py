@@ -241,6 +241,9 @@ def _clamp(ctx, node):
     else:
         lo, hi = node.arg(1, "min"), node.arg(2, "max")
     x = ctx.tensor(x, dtype)
+    if all(b is None or isinstance(b, (int, float)) for b in (lo, hi)):  # bounds of one value
+        bounds = [None if b is None else ctx.tensor(b, dtype) for b in (lo, hi)]
+        return ctx.emit("clip", x, *bounds) if any(b is not None for b in bounds) else x
     if lo is not None:
         x = ctx.emit("maximum", x, ctx.tensor(lo, dtype))
     if hi is not None:

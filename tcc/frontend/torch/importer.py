@@ -1,7 +1,7 @@
 """A `torch.export.ExportedProgram` -> IRModule with one graph function, `main`.
 
 The program is first brought to the core ATen op set (`run_decompositions`), so that each
-converter handles one small, stable op. Parameters, buffers and lifted constants become
+converter handles one small, stable op (KEPT_WHOLE lists the exceptions). Parameters, buffers and lifted constants become
 named module constants; the user inputs become the function's parameters, named as in the
 program's signature. Each symbol of a dynamic dimension becomes one size variable, named
 after the first input dimension it sizes (`x_dim0`), and every size torch computed from
@@ -46,12 +46,12 @@ IGNORED = frozenset({
 })
 
 
-# Ops tcc converts whole instead of from their decomposition: scaled dot-product attention
-# is one fused op of tcc's (and its decomposition's views fail to retrace in some exports).
+# Ops tcc converts whole instead of from their decomposition: torch's decomposition of
+# scaled dot-product attention fails to retrace some exports (GPT-2's views of its output).
 KEPT_WHOLE = ("aten.scaled_dot_product_attention.default",)
 
 
-def _overload(torch, name: str):
+def overload(torch, name: str):
     _, op, overload = name.split(".")
     return getattr(getattr(torch.ops.aten, op), overload)
 
@@ -192,7 +192,7 @@ def decomposed(ep):
     torch = require_torch()
     table = torch.export.default_decompositions()
     for name in KEPT_WHOLE:
-        table.pop(_overload(torch, name), None)
+        table.pop(overload(torch, name), None)
     try:
         return ep.run_decompositions(table)
     except Exception as e:
@@ -212,9 +212,11 @@ def _as_program(program_or_path):
 
 
 def find_unsupported(program) -> list[tuple[str, list[str]]]:
-    """Every op of the (decomposed) program without a converter: (target, [where, ...])."""
+    """Every op of the (decomposed) program, or FX graph, without a converter:
+    (target, [where, ...])."""
     found: dict[str, list[str]] = {}
-    for n in program.graph.nodes:
+    graph = getattr(program, "graph", program)
+    for n in graph.nodes:
         if n.op != "call_function":
             continue
         name = target_name(n.target)
@@ -239,14 +241,78 @@ def from_exported_program(program_or_path, name: str = "main") -> IRModule:
         raise FrontendError(format_unsupported(unsupported))
     ctx = ImportContext()
     _bind_inputs(ctx, ep)
-    for n in ep.graph.nodes:
+    _convert_calls(ctx, ep.graph)
+    outputs, names = _outputs(ctx, ep)
+    return _finished(ctx, name, outputs, names)
+
+
+def from_graph(graph, constants: dict, name: str = "main") -> IRModule:
+    """Import a core ATen FX graph (the forward graph AOT autograd gives a torch.compile
+    backend) as an IRModule with the graph function `name`. A placeholder named in
+    `constants` (node name -> tensor) becomes a module constant; one that stands for a size
+    (a SymInt) becomes that size; every other is a parameter of the function. The outputs
+    are named output, output_1, ..."""
+    require_torch()
+    unsupported = find_unsupported(graph)
+    if unsupported:
+        raise FrontendError(format_unsupported(unsupported))
+    ctx = ImportContext()
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    inputs = [n for n in placeholders if n.name not in constants
+              and not _is_symbolic_scalar(n.meta.get("val"))]
+    _name_symbols(ctx, [(n.name, n.meta.get("val")) for n in inputs])
+    for n in placeholders:
+        if n.name in constants:
+            ctx.values[n] = _constant(ctx, n.name, constants[n.name])
+        elif _is_symbolic_scalar(n.meta.get("val")):
+            ctx.values[n] = ctx.dim(n.meta["val"])
+        else:
+            ctx.values[n] = _tensor_param(ctx, n)
+    _convert_calls(ctx, graph)
+    out_node = next(n for n in graph.nodes if n.op == "output")
+    results = out_node.args[0]
+    results = list(results) if isinstance(results, (list, tuple)) else [results]
+    outputs = [_output_value(ctx, r) for r in results]
+    names = ["output" if i == 0 else f"output_{i}" for i in range(len(outputs))]
+    return _finished(ctx, name, outputs, names)
+
+
+def _convert_calls(ctx: ImportContext, graph) -> None:
+    for n in graph.nodes:
         if n.op == "call_function":
             _convert(ctx, n)
     ctx.node = None
-    outputs, names = _outputs(ctx, ep)
+
+
+def _finished(ctx: ImportContext, name: str, outputs, names) -> IRModule:
     ctx.mod.functions[name] = ctx.bb.finish(outputs, names)
     ctx.mod.prune_constants()
     return ctx.mod
+
+
+def _name_symbols(ctx: ImportContext, inputs) -> None:
+    """Name each symbol after the first input dimension it sizes: (input name, fake)."""
+    for input_name, fake in inputs:
+        for k, d in enumerate(getattr(fake, "shape", ())):
+            expr = getattr(getattr(d, "node", None), "expr", None)
+            if expr is not None and getattr(expr, "is_Symbol", False):
+                ctx.symbol_names.setdefault(expr, f"{input_name}_dim{k}")
+
+
+def _tensor_param(ctx: ImportContext, node) -> Expr:
+    fake = node.meta["val"]
+    shape = ctx.shape(fake)
+    for k, d in enumerate(shape):
+        if isinstance(d, PrimExpr) and not isinstance(d, Var):
+            raise FrontendError(f"input {node.name!r} dimension {k} is sized {d}, an "
+                                "expression of another input's size; give it a Dim of its own")
+    return ctx.bb.param(node.name, TensorType(shape, torch_dtype(fake.dtype)))
+
+
+def _constant(ctx: ImportContext, name: str, tensor) -> Constant:
+    dtype = torch_dtype(tensor.dtype)
+    return ctx.mod.add_constant(ctx.mod.unique_constant_name(name), to_numpy(tensor),
+                                dtype if dtype == "bfloat16" else None)
 
 
 def _bind_inputs(ctx: ImportContext, ep) -> None:
@@ -255,12 +321,8 @@ def _bind_inputs(ctx: ImportContext, ep) -> None:
 
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     user = [s for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
-    for spec in user:  # name each symbol after the first input dimension it sizes
-        fake = placeholders[spec.arg.name].meta.get("val") if hasattr(spec.arg, "name") else None
-        for k, d in enumerate(getattr(fake, "shape", ())):
-            expr = getattr(getattr(d, "node", None), "expr", None)
-            if expr is not None and getattr(expr, "is_Symbol", False):
-                ctx.symbol_names.setdefault(expr, f"{spec.arg.name}_dim{k}")
+    _name_symbols(ctx, [(s.arg.name, placeholders[s.arg.name].meta.get("val"))
+                        for s in user if isinstance(s.arg, TensorArgument)])
     for spec in ep.graph_signature.input_specs:
         node = placeholders.get(getattr(spec.arg, "name", None))
         if spec.kind == InputKind.USER_INPUT:
@@ -269,22 +331,13 @@ def _bind_inputs(ctx: ImportContext, ep) -> None:
                     ctx.values[node] = spec.arg.value
                     continue
                 raise FrontendError(f"program input {spec.arg!r}: only tensor inputs are supported")
-            fake = node.meta["val"]
-            shape = ctx.shape(fake)
-            for k, d in enumerate(shape):
-                if isinstance(d, PrimExpr) and not isinstance(d, Var):
-                    raise FrontendError(f"input {node.name!r} dimension {k} is sized {d}, an "
-                                        "expression of another input's size; give it a Dim of its own")
-            ctx.values[node] = ctx.bb.param(node.name, TensorType(shape, torch_dtype(fake.dtype)))
+            ctx.values[node] = _tensor_param(ctx, node)
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
             tensor = (ep.state_dict.get(spec.target) if spec.target in ep.state_dict
                       else ep.constants.get(spec.target))
             if tensor is None:
                 raise FrontendError(f"program input {spec.arg.name!r}: no value for {spec.target!r}")
-            dtype = torch_dtype(tensor.dtype)
-            ctx.values[node] = ctx.mod.add_constant(
-                ctx.mod.unique_constant_name(spec.target), to_numpy(tensor),
-                dtype if dtype == "bfloat16" else None)
+            ctx.values[node] = _constant(ctx, spec.target, tensor)
         else:
             raise FrontendError(f"program input {spec.arg.name!r} is a {spec.kind.name.lower()}, "
                                 "which tcc does not support")
@@ -302,15 +355,17 @@ def _outputs(ctx: ImportContext, ep) -> tuple[list[Expr], list[str]]:
             f"the program writes to {', '.join(map(str, mutated))}: tcc compiles programs "
             "without state; export the model in eval mode (model.eval()) without in-place "
             "updates of its buffers or inputs")
-    values = []
-    for r in results:
-        v = ctx.values[r] if hasattr(r, "op") else r
-        if not isinstance(v, Expr):
-            v = ctx.tensor(v)
-        if isinstance(v, Constant) or any(v is p for p in ctx.bb.params):
-            v = ctx.bb.emit("identity", v, name="out")
-        values.append(v)
+    values = [_output_value(ctx, r) for r in results]
     return values, _output_names(ep, len(values))
+
+
+def _output_value(ctx: ImportContext, r) -> Expr:
+    v = ctx.values[r] if hasattr(r, "op") else r
+    if not isinstance(v, Expr):
+        v = ctx.tensor(v)
+    if isinstance(v, Constant) or any(v is p for p in ctx.bb.params):
+        v = ctx.bb.emit("identity", v, name="out")
+    return v
 
 
 def _output_names(ep, n: int) -> list[str]:

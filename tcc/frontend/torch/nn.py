@@ -7,6 +7,8 @@ torch gives one symmetric pad per axis.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tcc.frontend.torch.base import converter
@@ -224,22 +226,43 @@ def _trilu(ctx, node):
 
 @converter("aten.scaled_dot_product_attention.default")
 def _sdpa(ctx, node):
-    """softmax(q k^T * scale + mask) v over (batch, heads, length, head size) operands; a
-    3-D operand is one head."""
+    """softmax(q k^T * scale + mask) v, as the matmul, softmax and matmul the graph passes
+    fuse and schedule as they do for an ONNX export's attention. Key and value heads shared
+    by groups of query heads (enable_gqa) are broadcast to the query's heads."""
     q, k, v = node.arg(0, "query"), node.arg(1, "key"), node.arg(2, "value")
     mask = node.arg(3, "attn_mask")
     if node.arg(4, "dropout_p", 0.0):
         raise node.error("attention dropout in training mode; export the model after model.eval()")
     is_causal, scale = bool(node.arg(5, "is_causal", False)), node.kwargs.get("scale")
-    ndim = ctx.ndim_of(q)
-    if ndim not in (3, 4):
-        raise node.error(f"attention over rank-{ndim} operands is not supported (rank 3 or 4)")
-    if ndim == 3:
-        q, k, v = (ctx.emit("expand_dims", t, axes=[1]) for t in (q, k, v))
-        if mask is not None and ctx.ndim_of(mask) == 3:
-            mask = ctx.emit("expand_dims", mask, axes=[1])
-    args = [q, k, v] + ([mask] if mask is not None else [])
-    out = ctx.emit("attention", *args, is_causal=is_causal,
-                   scale=None if scale is None else float(scale))
-    y = ctx.bb.get_item(out, 0, name=node.name)
-    return ctx.emit("squeeze", y, axes=[1]) if ndim == 3 else y
+    dtype, ndim = ctx.dtype_of(q), ctx.ndim_of(q)
+    if ndim >= 3 and ctx.ndim_of(k) == ndim:
+        k, v = (_shared_heads(ctx, t, ctx.shape_of(q)[-3]) for t in (k, v))
+    head_size = ctx.shape_of(q)[-1]
+    if scale is None:
+        if not isinstance(head_size, int):
+            raise node.error("attention with a symbolic head size needs an explicit scale")
+        scale = 1.0 / math.sqrt(head_size)
+    axes = list(range(ndim - 2)) + [ndim - 1, ndim - 2]
+    scores = ctx.emit("matmul", q, ctx.emit("transpose", k, axes=axes))
+    scores = ctx.emit("mul", scores, ctx.tensor(float(scale), dtype))
+    length, keys = ctx.shape_of(q)[-2], ctx.shape_of(k)[-2]
+    if is_causal:  # query i sees keys 0..i
+        ones = ctx.emit("full", shape=[length, keys], value=True, dtype="bool")
+        mask = ctx.emit("trilu", ones, upper=False)
+    if mask is not None and ctx.dtype_of(mask) == "bool":
+        scores = ctx.emit("where", mask, scores, ctx.tensor(float("-inf"), dtype))
+    elif mask is not None:
+        scores = ctx.emit("add", scores, ctx.tensor(mask, dtype))
+    return ctx.emit("matmul", ctx.emit("softmax", scores, axes=[-1]), v)
+
+
+def _shared_heads(ctx, t, heads):
+    """`t` (..., kv heads, length, size) with each head repeated for its group of `heads`."""
+    shape = list(ctx.shape_of(t))
+    kv = shape[-3]
+    if kv is heads or kv == heads or not (isinstance(kv, int) and isinstance(heads, int)):
+        return t
+    grouped = ctx.emit("expand_dims", t, axes=[len(shape) - 2])
+    wide = shape[:-3] + [kv, heads // kv] + shape[-2:]
+    return ctx.emit("reshape", ctx.emit("broadcast_to", grouped, shape=wide),
+                    shape=shape[:-3] + [heads] + shape[-2:])
