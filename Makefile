@@ -77,9 +77,10 @@ corpus-ci:
 # saved by torch.export.save is read back by the same release. Not in the lock: tcc does not
 # need it, and the frontend's tests skip without it. `make torch-ci` (CI) only warns when it
 # cannot be installed, so the rest of the suite still runs.
+# expecttest: torch's op database (the OpInfo conformance harness) imports it.
 TORCH_PIN = $(shell grep -E '^torch==' tools/corpus-requirements.txt)
 $(VENV)/.torch: $(VENV)/.installed tools/corpus-requirements.txt
-	$(VENV)/bin/python -m pip install -q "$(TORCH_PIN)"
+	$(VENV)/bin/python -m pip install -q "$(TORCH_PIN)" expecttest==0.3.0
 	touch $@
 
 torch: $(VENV)/.torch

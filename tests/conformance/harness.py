@@ -33,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-STATUSES = ("pass", "unsupported", "import error", "wrong result", "run error", "crash", "timeout")
+STATUSES = ("pass", "unsupported", "import error", "wrong result", "run error", "crash", "timeout",
+            "not exportable")  # the last: PyTorch OpInfo samples torch.export refuses
 TOTAL_CASES = 1884  # the node test cases of onnx 1.23; a different onnx may ship more or fewer
 CASE_TIMEOUT_S = 30.0
 KILL_GRACE_S = 10.0  # how long a worker may ignore its alarm before it is killed
@@ -359,14 +360,18 @@ def run_cases(
     jobs: int = 2,
     timeout: float = CASE_TIMEOUT_S,
     on_result: Callable[[Result], None] | None = None,
+    run: Callable | None = None,
 ) -> list[Result]:
-    """Run `cases` on `jobs` forked workers; results come back in the order of `cases`."""
+    """Run `cases` on `jobs` forked workers; results come back in the order of `cases`.
+    `run(case, mode) -> Result` runs one case (default: an ONNX node test, run_case)."""
     import tcc.frontend.onnx  # noqa: F401  (a broken import fails here once, not per case)
 
     results: list[Result | None] = [None] * len(cases)
     pending = collections.deque(range(len(cases)))
     ctx = multiprocessing.get_context("fork")
-    workers = [_Worker(ctx, cases, mode, timeout) for _ in range(max(1, min(jobs, len(cases))))]
+    run = run or run_case
+    workers = [_Worker(ctx, cases, mode, timeout, run)
+               for _ in range(max(1, min(jobs, len(cases))))]
     try:
         for w in workers:
             w.assign(pending)
@@ -390,8 +395,8 @@ def run_cases(
 class _Worker:
     """One forked process running cases by index; replaced when it dies or hangs."""
 
-    def __init__(self, ctx, cases: Sequence, mode: str, timeout: float):
-        self.ctx, self.cases, self.mode, self.timeout = ctx, cases, mode, timeout
+    def __init__(self, ctx, cases: Sequence, mode: str, timeout: float, run: Callable):
+        self.ctx, self.cases, self.mode, self.timeout, self.run = ctx, cases, mode, timeout, run
         self.busy: int | None = None
         self.deadline = 0.0
         self._start()
@@ -399,7 +404,8 @@ class _Worker:
     def _start(self) -> None:
         self.conn, child = self.ctx.Pipe()
         self.proc = self.ctx.Process(
-            target=_worker_main, args=(child, self.cases, self.mode, self.timeout), daemon=True
+            target=_worker_main, args=(child, self.cases, self.mode, self.timeout, self.run),
+            daemon=True
         )
         self.proc.start()
         child.close()
@@ -435,7 +441,7 @@ class _Worker:
         self.conn.close()
 
 
-def _worker_main(conn, cases: Sequence, mode: str, timeout: float) -> None:
+def _worker_main(conn, cases: Sequence, mode: str, timeout: float, run: Callable) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C and kills workers
     signal.signal(signal.SIGALRM, _raise_timeout)
     np.seterr(all="ignore")
@@ -448,7 +454,7 @@ def _worker_main(conn, cases: Sequence, mode: str, timeout: float) -> None:
         case = cases[index]
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
-            result = run_case(case, mode)
+            result = run(case, mode)
         except CaseTimeout:
             result = Result(case.name, "timeout", f"over {timeout:.0f} s")
         finally:

@@ -88,6 +88,10 @@ class TorchNode:
         """torch's own description of the result (a FakeTensor, a tuple of them, a SymInt)."""
         return self.fx.meta.get("val")
 
+    def used_results(self) -> set[int]:
+        """Which results of an op with several the graph reads (through getitem)."""
+        return {u.args[1] for u in self.fx.users if target_name(u.target) == "operator.getitem"}
+
     def where(self) -> str:
         line = source_line(self.fx)
         return f"node {self.name!r} ({self.target}" + (f", at {line})" if line else ")")

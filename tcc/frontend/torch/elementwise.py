@@ -268,3 +268,26 @@ def _to_copy(ctx, node):
 def _same(ctx, node):
     """A copy of a value is the value: tcc's values are never written in place."""
     return node.arg(0, "self")
+
+
+@converter("aten.atan2.default")
+def _atan2(ctx, node):
+    """The angle of (x, y) in (-pi, pi]: atan(y / x), moved by pi into the left half-plane."""
+    dtype = ctx.out_dtype(node)
+    y, x = ctx.tensor(node.arg(0, "self"), dtype), ctx.tensor(node.arg(1, "other"), dtype)
+    zero, pi = ctx.tensor(0.0, dtype), ctx.tensor(math.pi, dtype)
+    base = ctx.emit("atan", ctx.emit("div", y, x))
+    left = ctx.emit("less", x, zero)
+    turn = ctx.emit("where", ctx.emit("less", y, zero), ctx.emit("neg", pi), pi)
+    angle = ctx.emit("where", left, ctx.emit("add", base, turn), base)
+    # on the y axis (x == 0) atan(y / 0) is already +-pi/2; the origin's atan(nan) is 0
+    origin = ctx.emit("logical_and", ctx.emit("equal", x, zero), ctx.emit("equal", y, zero))
+    return ctx.emit("where", origin, zero, angle)
+
+
+@converter("aten.round.decimals")
+def _round_decimals(ctx, node):
+    dtype = ctx.out_dtype(node)
+    x, decimals = node.arg(0, "self"), node.kwargs.get("decimals", node.arg(1, "decimals", 0))
+    scale = ctx.tensor(10.0 ** decimals, dtype)
+    return ctx.emit("div", ctx.emit("round", ctx.emit("mul", x, scale)), scale)

@@ -399,6 +399,10 @@ def _convert(ctx: ImportContext, fx_node) -> None:
     if _is_symbolic_scalar(val):  # size arithmetic: torch already knows the expression
         ctx.values[fx_node] = ctx.dim(val) if _is_int(val) else _sym_number(val)
         return
+    if _is_empty(val):  # no elements to compute: no kernel either
+        ctx.values[fx_node] = ctx.emit("full", shape=list(ctx.shape(val)), value=0,
+                                       dtype=torch_dtype(val.dtype))
+        return
     try:
         result = CONVERTERS[name](ctx, node)
     except FrontendError:
@@ -422,6 +426,13 @@ def _resolve(ctx: ImportContext, a):
 
 def _is_symbolic_scalar(val) -> bool:
     return type(val).__name__ in ("SymInt", "SymFloat", "SymBool")
+
+
+def _is_empty(val) -> bool:
+    """A tensor torch knows has no elements (a static size of 0)."""
+    shape = getattr(val, "shape", None)
+    return (type(val).__name__ in ("FakeTensor", "Tensor") and shape is not None
+            and any(isinstance(d, int) and d == 0 for d in shape))
 
 
 def _is_int(val) -> bool:

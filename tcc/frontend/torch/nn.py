@@ -77,8 +77,10 @@ def _layer_norm(ctx, node):
     if w is None:
         w = ctx.emit("full", shape=list(norm_shape), value=1, dtype=dtype)
     args = (x, w) if b is None else (x, w, b)
-    y = ctx.emit("layer_norm", *args, axis=-len(shape), epsilon=float(eps))
-    return [y, None, None]  # the mean and 1/std are training outputs
+    if node.used_results() & {1, 2}:  # the mean and 1/std, kept over the normalized axes
+        out = ctx.emit("layer_norm_with_stats", *args, axis=-len(shape), epsilon=float(eps))
+        return [ctx.bb.get_item(out, i, name=f"{node.name}_{i}") for i in range(3)]
+    return [ctx.emit("layer_norm", *args, axis=-len(shape), epsilon=float(eps)), None, None]
 
 
 @converter("aten._native_batch_norm_legit_no_training.default")
@@ -90,7 +92,8 @@ def _batch_norm(ctx, node):
     dtype = ctx.dtype_of(x)
     w = w if w is not None else ctx.emit("full", shape=[channels], value=1, dtype=dtype)
     b = b if b is not None else ctx.emit("full", shape=[channels], value=0, dtype=dtype)
-    return [ctx.emit("batch_norm", x, w, b, mean, var, epsilon=float(eps)), None, None]
+    empty = [ctx.emit("full", shape=[0], value=0, dtype=dtype) for _ in range(2)]  # as torch
+    return [ctx.emit("batch_norm", x, w, b, mean, var, epsilon=float(eps)), *empty]
 
 
 @converter("aten._native_batch_norm_legit.no_stats")
@@ -126,13 +129,44 @@ def _group_norm(ctx, node):
     dtype = ctx.dtype_of(x)
     w = w if w is not None else ctx.emit("full", shape=[channels], value=1, dtype=dtype)
     b = b if b is not None else ctx.emit("full", shape=[channels], value=0, dtype=dtype)
-    y = ctx.emit("group_norm", x, w, b, num_groups=int(groups), epsilon=float(eps))
-    return [y, None, None]
+    flat = ctx.ndim_of(x) == 2  # (N, C): tcc's group_norm wants a spatial axis
+    y = ctx.emit("group_norm", ctx.emit("expand_dims", x, axes=[2]) if flat else x, w, b,
+                 num_groups=int(groups), epsilon=float(eps))
+    if flat:
+        y = ctx.emit("squeeze", y, axes=[2])
+    if not node.used_results() & {1, 2}:
+        return [y, None, None]
+    # the statistics per (sample, group), as torch returns them: (N, groups)
+    n = ctx.shape_of(x)[0]
+    grouped = ctx.emit("reshape", x, shape=[n, int(groups), -1])
+    mean = ctx.emit("reduce_mean", grouped, axes=[2], keepdims=True)
+    centered = ctx.emit("sub", grouped, mean)
+    var = ctx.emit("reduce_mean", ctx.emit("mul", centered, centered), axes=[2], keepdims=False)
+    rstd = ctx.emit("reciprocal", ctx.emit("sqrt", ctx.emit("add", var, ctx.tensor(float(eps), dtype))))
+    return [y, ctx.emit("squeeze", mean, axes=[2]), rstd]
+
+
+def _spatial_axes(node) -> int:
+    """The spatial axes of a pooling op, from its name (avg_pool2d: 2)."""
+    return int(node.target.split(".")[1].split("pool")[1][0])
+
+
+def _unbatched(ctx, node, x, convert):
+    """`convert(x)` on a batch of one when x has no batch axis, as torch accepts for pools."""
+    if ctx.ndim_of(x) == _spatial_axes(node) + 1:
+        out = convert(ctx.emit("expand_dims", x, axes=[0]))
+        if isinstance(out, list):
+            return [None if o is None else ctx.emit("squeeze", o, axes=[0]) for o in out]
+        return ctx.emit("squeeze", out, axes=[0])
+    return convert(x)
 
 
 @converter("aten.avg_pool2d.default", "aten.avg_pool1d.default", "aten.avg_pool3d.default")
 def _avg_pool(ctx, node):
-    x = node.arg(0, "self")
+    return _unbatched(ctx, node, node.arg(0, "self"), lambda x: _avg_pool_batched(ctx, node, x))
+
+
+def _avg_pool_batched(ctx, node, x):
     nd = ctx.ndim_of(x) - 2
     kernel = _per_axis(node.arg(1, "kernel_size"), nd)
     stride = list(node.arg(2, "stride", []) or kernel)
@@ -148,15 +182,64 @@ def _avg_pool(ctx, node):
 @converter("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
            "aten.max_pool2d.default", "aten.max_pool1d.default")
 def _max_pool(ctx, node):
-    x = node.arg(0, "self")
+    return _unbatched(ctx, node, node.arg(0, "self"), lambda x: _max_pool_batched(ctx, node, x))
+
+
+def _max_pool_batched(ctx, node, x):
     nd = ctx.ndim_of(x) - 2
     kernel = _per_axis(node.arg(1, "kernel_size"), nd)
     stride = list(node.arg(2, "stride", []) or kernel)
     padding = _per_axis(node.arg(3, "padding", [0]), nd)
     dilation = _per_axis(node.arg(4, "dilation", [1]), nd)
-    y = ctx.emit(f"max_pool{nd}d", x, kernel=kernel, strides=_per_axis(stride, nd),
-                 padding=padding * 2, dilation=dilation, ceil_mode=bool(node.arg(5, "ceil_mode", False)))
-    return [y, None] if "with_indices" in node.target else y
+    attrs = dict(kernel=kernel, strides=_per_axis(stride, nd), padding=padding * 2,
+                 dilation=dilation, ceil_mode=bool(node.arg(5, "ceil_mode", False)))
+    if "with_indices" not in node.target:
+        return ctx.emit(f"max_pool{nd}d", x, **attrs)
+    if 1 not in node.used_results():
+        return [ctx.emit(f"max_pool{nd}d", x, **attrs), None]
+    out = ctx.emit("max_pool_with_indices", x, **attrs)
+    values, flat = (ctx.bb.get_item(out, i, name=f"{node.name}_{i}") for i in range(2))
+    # tcc's indices count over the whole tensor, torch's within each channel's plane
+    plane = 1
+    for d in ctx.shape_of(x)[2:]:
+        plane = plane * d
+    return [values, ctx.emit("floor_mod", flat, ctx.tensor(plane, "int64"))]
+
+
+@converter("aten.max_pool2d_with_indices_backward.default",
+           "aten.max_pool3d_with_indices_backward.default")
+def _max_pool_backward(ctx, node):
+    """Each output gradient added at the input position its maximum came from."""
+    grad, x, indices = node.arg(0, "grad_output"), node.arg(1, "self"), node.arg(7, "indices")
+    shape = list(ctx.shape_of(x))
+    spatial = 3 if "pool3d" in node.target else 2
+    lead = shape[:-spatial]  # (N, C), or (C) for an input without a batch axis
+    flat_grad = ctx.emit("reshape", grad, shape=[*lead, -1])
+    flat_idx = ctx.emit("reshape", indices, shape=[*lead, -1])
+    zeros = ctx.emit("full", shape=[*lead, _product(shape[-spatial:])], value=0,
+                     dtype=ctx.dtype_of(grad))
+    summed = ctx.emit("scatter_elements", zeros, flat_idx, flat_grad, axis=len(lead),
+                      reduction="add")
+    return ctx.emit("reshape", summed, shape=shape)
+
+
+def _product(dims):
+    out = 1
+    for d in dims:
+        out = out * d
+    return out
+
+
+@converter("aten.grid_sampler_2d.default", "aten.grid_sampler_3d.default")
+def _grid_sampler(ctx, node):
+    x, grid = node.arg(0, "input"), node.arg(1, "grid")
+    modes = {0: "linear", 1: "nearest", 2: "cubic"}
+    paddings = {0: "zeros", 1: "border", 2: "reflection"}
+    mode, padding = node.arg(2, "interpolation_mode"), node.arg(3, "padding_mode")
+    if mode not in modes or padding not in paddings:
+        raise node.error(f"grid sampling mode {mode} with padding {padding} is not supported")
+    return ctx.emit("grid_sample", x, grid, mode=modes[mode], padding_mode=paddings[padding],
+                    align_corners=bool(node.arg(4, "align_corners")))
 
 
 @converter("aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool1d.default",
@@ -215,6 +298,8 @@ def _dropout(ctx, node):
 def _cumsum(ctx, node):
     x = ctx.tensor(node.arg(0, "self"), ctx.out_dtype(node))
     axis = node.arg(1, "dim")
+    if ctx.ndim_of(x) == 0:
+        return x
     return ctx.emit("cumsum", x, axis=axis + ctx.ndim_of(x) if axis < 0 else axis)
 
 

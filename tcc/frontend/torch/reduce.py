@@ -56,6 +56,8 @@ def _max_min_dim(ctx, node):
     """(values, indices) along one dimension."""
     x, dim, keepdim = node.arg(0, "self"), node.arg(1, "dim"), bool(node.arg(2, "keepdim", False))
     is_max = node.target == "aten.max.dim"
+    if ctx.ndim_of(x) == 0:  # a scalar is its own maximum, at index 0
+        return [x, ctx.emit("full", shape=[], value=0, dtype="int64")]
     axis = _axes(ctx, x, [dim])[0]
     values = ctx.emit("reduce_max" if is_max else "reduce_min", x, axes=[axis], keepdims=keepdim)
     indices = ctx.emit("argmax" if is_max else "argmin", x, axis=axis, keepdims=keepdim)
@@ -85,6 +87,8 @@ def _argmax(ctx, node):
 def _any_all(ctx, node):
     """any as the max, all as the min, of the operand as 0/1 integers."""
     x = ctx.cast(ctx.cast(node.arg(0, "self"), "bool"), "int32")
+    if ctx.ndim_of(x) == 0:
+        return ctx.cast(x, "bool")
     default = node.target.endswith(".default")
     dims = None if default else node.arg(1, "dim")
     keepdim = False if default else bool(node.arg(2, "keepdim", False))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tcc.frontend.torch.base import converter
 from tcc.ir.expr import PrimExpr, prove_equal
+from tcc.ir.graph import Expr
 from tcc.ir.ops.slicing import slice_length, slice_start
 
 SLICE_END = 2**63 - 1  # what torch writes for an open end
@@ -136,8 +137,12 @@ def _unbind(ctx, node):
 
 @converter("aten.index_select.default")
 def _index_select(ctx, node):
-    x = node.arg(0, "self")
-    return ctx.emit("gather", x, node.arg(2, "index"), axis=_axis(node.arg(1, "dim"), ctx.ndim_of(x)))
+    def convert():
+        x = node.arg(0, "self")
+        index = ctx.emit("reshape", node.arg(2, "index"), shape=[-1])
+        return ctx.emit("gather", x, index, axis=_axis(node.arg(1, "dim"), ctx.ndim_of(x)))
+
+    return _on_vectors(ctx, node, convert)
 
 
 @converter("aten.embedding.default")
@@ -147,9 +152,12 @@ def _embedding(ctx, node):
 
 @converter("aten.gather.default")
 def _gather(ctx, node):
-    x = node.arg(0, "self")
-    return ctx.emit("gather_elements", x, node.arg(2, "index"),
-                    axis=_axis(node.arg(1, "dim"), ctx.ndim_of(x)))
+    def convert():
+        x = node.arg(0, "self")
+        return ctx.emit("gather_elements", x, ctx.cast(node.arg(2, "index"), "int64"),
+                        axis=_axis(node.arg(1, "dim"), ctx.ndim_of(x)))
+
+    return _on_vectors(ctx, node, convert)
 
 
 @converter("aten.index.Tensor")
@@ -264,3 +272,144 @@ def _getitem(ctx, node):
     if value is None:
         raise node.error(f"result {i} of {node.fx.args[0].name!r} is not computed by tcc")
     return value
+
+
+# scatter_reduce's reductions: tcc's name, and the value a position starts from when its own
+# value is left out (include_self=False)
+_SCATTER_REDUCTIONS = {"sum": ("add", 0.0), "prod": ("mul", 1.0), "amax": ("max", float("-inf")),
+                       "amin": ("min", float("inf"))}
+
+
+@converter("aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default",
+           "aten.scatter.reduce", "aten.scatter.value_reduce")
+def _scatter(ctx, node):
+    return _on_vectors(ctx, node, lambda: _scatter_elements(ctx, node))
+
+
+def _on_vectors(ctx, node, convert):
+    """`convert()` with 0-d operands seen as 1-element vectors (tcc's scatters need an axis),
+    its result made 0-d again."""
+    if ctx.ndim_of(node.arg(0, "self")) > 0:
+        return convert()
+    node.args = tuple(ctx.emit("reshape", a, shape=[1]) if isinstance(a, Expr) and ctx.ndim_of(a) == 0
+                      else a for a in node.args)
+    return ctx.emit("reshape", convert(), shape=[])
+
+
+def _scatter_elements(ctx, node):
+    x, index = node.arg(0, "self"), node.arg(2, "index")
+    axis = _axis(node.arg(1, "dim"), ctx.ndim_of(x))
+    src = node.arg(3, "src")
+    if not isinstance(src, Expr):  # scatter.value: one value everywhere the index points
+        src = ctx.emit("broadcast_to", ctx.tensor(src, ctx.dtype_of(x)), shape=list(ctx.shape_of(index)))
+    reduction = "add" if node.target == "aten.scatter_add.default" else "none"
+    if node.target.startswith("aten.scatter.") and "reduce" in node.target:
+        reduction = {"add": "add", "multiply": "mul"}[node.kwargs.get("reduce", node.arg(4, "reduce"))]
+    return ctx.emit("scatter_elements", x, index, ctx.tensor(src, ctx.dtype_of(x)), axis=axis,
+                    reduction=reduction)
+
+
+@converter("aten.scatter_reduce.two")
+def _scatter_reduce(ctx, node):
+    return _on_vectors(ctx, node, lambda: _scatter_reduce_tensors(ctx, node))
+
+
+def _scatter_reduce_tensors(ctx, node):
+    x, index, src = node.arg(0, "self"), node.arg(2, "index"), node.arg(3, "src")
+    axis = _axis(node.arg(1, "dim"), ctx.ndim_of(x))
+    reduce, include_self = node.arg(4, "reduce"), node.kwargs.get("include_self", True)
+    dtype = ctx.dtype_of(x)
+    if reduce == "mean":  # the sum over the scattered values (and self), by their count
+        total = _scatter_reduce_as(ctx, x, index, src, axis, "sum", include_self)
+        ones = ctx.emit("full", shape=list(ctx.shape_of(index)), value=1, dtype=dtype)
+        base = ctx.emit("full", shape=list(ctx.shape_of(x)), value=1 if include_self else 0, dtype=dtype)
+        count = ctx.emit("scatter_elements", base, index, ones, axis=axis, reduction="add")
+        count = ctx.emit("maximum", count, ctx.tensor(1, dtype))
+        mean = ctx.emit("div", total, count)
+        if dtype.startswith(("int", "uint")):
+            mean = ctx.emit("div", ctx.emit("sub", total, ctx.emit("floor_mod", total, count)), count)
+        return mean
+    if reduce not in _SCATTER_REDUCTIONS:
+        raise node.error(f"scatter_reduce with reduce={reduce!r} is not supported")
+    return _scatter_reduce_as(ctx, x, index, src, axis, reduce, include_self)
+
+
+def _scatter_reduce_as(ctx, x, index, src, axis, reduce, include_self):
+    op, start = _SCATTER_REDUCTIONS[reduce]
+    if not include_self:  # the scattered positions start from the reduction's identity
+        fill = ctx.emit("broadcast_to", ctx.tensor(start, ctx.dtype_of(x)), shape=list(ctx.shape_of(index)))
+        x = ctx.emit("scatter_elements", x, index, fill, axis=axis, reduction="none")
+    return ctx.emit("scatter_elements", x, index, src, axis=axis, reduction=op)
+
+
+@converter("aten.index_put.default")
+def _index_put(ctx, node):
+    """x[i0, i1, ...] = values (accumulate: +=) for integer index tensors on the leading axes."""
+    x, indices, values = node.arg(0, "self"), list(node.arg(1, "indices")), node.arg(2, "values")
+    accumulate = bool(node.arg(3, "accumulate", False))
+    if any(i is None for i in indices) or any(ctx.dtype_of(i) == "bool" for i in indices):
+        raise node.error("index_put is supported with integer index tensors on the leading axes")
+    shapes = [ctx.shape_of(i) for i in indices]
+    idx_shape = max(shapes, key=len)
+    if not all(len(s) == len(idx_shape) and all(a == b for a, b in zip(s, idx_shape)) for s in shapes):
+        idx_shape = list(ctx.shape(torch_broadcast(ctx, indices)))
+    stacked = [ctx.emit("expand_dims", ctx.emit("broadcast_to", ctx.tensor(i, "int64"),
+                                                 shape=list(idx_shape)), axes=[len(idx_shape)])
+               for i in indices]
+    where = stacked[0] if len(stacked) == 1 else ctx.emit("concat", *stacked, axis=len(idx_shape))
+    rest = list(ctx.shape_of(x))[len(indices):]
+    updates = ctx.emit("broadcast_to", ctx.tensor(values, ctx.dtype_of(x)), shape=[*idx_shape, *rest])
+    return ctx.emit("scatter_nd", x, where, updates, reduction="add" if accumulate else "none")
+
+
+def torch_broadcast(ctx, tensors):
+    """The broadcast shape of graph values, as torch computes it (a meta tensor)."""
+    import torch
+
+    metas = [torch.empty([d if isinstance(d, int) else 2 for d in ctx.shape_of(t)], device="meta")
+             for t in tensors]
+    return torch.broadcast_tensors(*metas)[0]
+
+
+@converter("aten.diagonal.default")
+def _diagonal(ctx, node):
+    """The diagonal as a strided slice of the two axes flattened into one, moved last."""
+    x = node.arg(0, "self")
+    n = ctx.ndim_of(x)
+    offset = node.arg(1, "offset", 0)
+    d1, d2 = _axis(node.arg(2, "dim1", 0), n), _axis(node.arg(3, "dim2", 1), n)
+    shape = ctx.shape_of(x)
+    rows, cols = shape[d1], shape[d2]
+    if not (isinstance(rows, int) and isinstance(cols, int)):
+        raise node.error("diagonal of symbolic sizes is not supported")
+    others = [a for a in range(n) if a not in (d1, d2)]
+    moved = ctx.emit("transpose", x, axes=[*others, d1, d2])
+    flat = ctx.emit("reshape", moved, shape=[shape[a] for a in others] + [rows * cols])
+    length = ctx.out_shape(node)[-1]
+    if length == 0:
+        return ctx.emit("full", shape=list(ctx.out_shape(node)), value=0, dtype=ctx.dtype_of(x))
+    first = offset if offset >= 0 else -offset * cols
+    return ctx.emit("strided_slice", flat, begin=[first], end=[SLICE_END], axes=[len(others)],
+                    strides=[cols + 1], lengths=[length])
+
+
+@converter("aten.sort.default", "aten.sort.stable")
+def _sort(ctx, node):
+    x = node.arg(0, "self")
+    if node.target == "aten.sort.stable":
+        dim, descending = node.kwargs.get("dim", -1), node.kwargs.get("descending", False)
+    else:
+        dim, descending = node.arg(1, "dim", -1), node.arg(2, "descending", False)
+    axis = _axis(dim, ctx.ndim_of(x)) if ctx.ndim_of(x) else 0
+    if ctx.ndim_of(x) == 0:
+        return [x, ctx.emit("full", shape=[], value=0, dtype="int64")]
+    out = ctx.emit("topk", x, k=ctx.shape_of(x)[axis], axis=axis, largest=bool(descending), sorted=True)
+    return [ctx.bb.get_item(out, i, name=f"{node.name}_{i}") for i in range(2)]
+
+
+@converter("aten.topk.default")
+def _topk(ctx, node):
+    x, k = node.arg(0, "self"), node.arg(1, "k")
+    axis = _axis(node.arg(2, "dim", -1), max(ctx.ndim_of(x), 1))
+    out = ctx.emit("topk", x, k=k, axis=axis, largest=bool(node.arg(3, "largest", True)), sorted=True)
+    return [ctx.bb.get_item(out, i, name=f"{node.name}_{i}") for i in range(2)]
