@@ -237,9 +237,13 @@ def main(argv=None) -> int:
               f"{statistics.median(t_py):9.2f} ({min(t_py):.1f}-{max(t_py):.1f}) "
               f"{calls:8d}{off}  {slowest}", flush=True)
     if ratios:
-        geomean = float(np.exp(np.mean(np.log(ratios))))
-        print(f"geomean tcc/ort over {len(ratios)} models: {geomean:.2f} (worst {max(ratios):.2f})")
+        print(f"geomean tcc/ort over {len(ratios)} models: {geomean(ratios):.2f} "
+              f"(worst {max(ratios):.2f})")
     return 0
+
+
+def geomean(ratios) -> float:
+    return float(np.exp(np.mean(np.log(ratios))))
 
 
 if __name__ == "__main__":

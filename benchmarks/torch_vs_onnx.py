@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
 from export_corpus import MODELS, PROGRAMS, default_dir, example_inputs  # noqa: E402
 
-from benchmarks.models import alternating, c_runtime  # noqa: E402
+from benchmarks.models import alternating, c_runtime, geomean  # noqa: E402
 
 SIZES = {"batch": 2, "seq": 64, "frames": 16000}
 
@@ -110,8 +110,8 @@ def main(argv=None) -> int:
                   f"{mp:9.3f} ({min(t_prog):.3f}-{max(t_prog):.3f}) "
                   f"{mo:9.3f} ({min(t_onnx):.3f}-{max(t_onnx):.3f}) {mp / mo:12.2f}", flush=True)
     if ratios:
-        geomean = float(np.exp(np.mean(np.log(ratios))))
-        print(f"geomean program/ONNX over {len(ratios)} pairs: {geomean:.2f} (worst {max(ratios):.2f})")
+        print(f"geomean program/ONNX over {len(ratios)} pairs: {geomean(ratios):.2f} "
+              f"(worst {max(ratios):.2f})")
     return 0
 
 

@@ -32,7 +32,9 @@ class Unsupported(Exception):
 
 
 def _reason(e: BaseException) -> str:
-    return str(e).splitlines()[0] if str(e) else type(e).__name__
+    from tcc.frontend.torch.importer import first_line
+
+    return first_line(e)
 
 
 def tcc_backend(gm, example_inputs, **_options):

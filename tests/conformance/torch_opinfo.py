@@ -191,7 +191,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import tcc.frontend.torch  # noqa: F401  (a broken import fails here once, not per sample)
 
-    cases = collect(args.filter, args.sample)
+    every = collect(args.filter)
+    cases = harness.every_kth(every, args.sample)
     t0 = time.perf_counter()
     results = harness.run_cases(cases, args.mode, jobs=args.jobs, timeout=args.timeout,
                                 run=run_case)
@@ -203,7 +204,7 @@ def main(argv=None) -> int:
     harness.print_summary(summary)
     print(f"{len(cases)} samples in {time.perf_counter() - t0:.0f} s")
     if args.json:
-        args.json.write_text(json.dumps(summary, indent=1))
+        args.json.write_text(json.dumps({**summary, "total": len(every)}, indent=1))
     return 0
 
 

@@ -1,9 +1,10 @@
-"""A `torch.export.ExportedProgram` -> IRModule with one graph function, `main`.
+"""A `torch.export.ExportedProgram` -> IRModule with one graph function, `main`
+(`from_graph`: the same for a core ATen FX graph, as torch.compile's backend gets one).
 
 The program is first brought to the core ATen op set (`run_decompositions`), so that each
-converter handles one small, stable op (KEPT_WHOLE lists the exceptions). Parameters, buffers and lifted constants become
-named module constants; the user inputs become the function's parameters, named as in the
-program's signature. Each symbol of a dynamic dimension becomes one size variable, named
+converter handles one small, stable op (KEPT_WHOLE lists the exceptions). Parameters,
+buffers and lifted constants become named module constants; the user inputs become the
+function's parameters, named as in the program's signature. Each symbol of a dynamic dimension becomes one size variable, named
 after the first input dimension it sizes (`x_dim0`), and every size torch computed from
 those symbols is the same expression of the variables (tcc.frontend.torch.symbolic), so a
 `view` after shape arithmetic is a symbolic reshape.
@@ -52,8 +53,14 @@ KEPT_WHOLE = ("aten.scaled_dot_product_attention.default",)
 
 
 def overload(torch, name: str):
-    _, op, overload = name.split(".")
-    return getattr(getattr(torch.ops.aten, op), overload)
+    """The OpOverload a registry name ("aten.add.Tensor") names."""
+    _, op, variant = name.split(".")
+    return getattr(getattr(torch.ops.aten, op), variant)
+
+
+def first_line(e: BaseException) -> str:
+    """An exception's message as one line (torch's run over many)."""
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 def require_torch():
@@ -140,7 +147,7 @@ class ImportContext:
     def tensor(self, value, dtype: str | None = None) -> Expr:
         """`value` (a graph value, a Python number or a size) as a graph value, cast to
         `dtype` when given."""
-        if isinstance(value, (bool, int, float)) and not isinstance(value, np.ndarray):
+        if isinstance(value, (bool, int, float)):
             kind = "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else "float32"
             want = dtype or kind
             return self.constant(np.array(value, dtype="float32" if want == "bfloat16" else want), want)
@@ -181,9 +188,9 @@ def load_program(path):
     try:
         return torch.export.load(path)
     except Exception as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise FrontendError(f"{path}: not a program saved by torch.export.save "
-                            f"({type(e).__name__}: {first}); save it with torch.export.save(ep, path)") from None
+                            f"({type(e).__name__}: {first_line(e)}); save it with "
+                            "torch.export.save(ep, path)") from None
 
 
 def decomposed(ep):
@@ -196,9 +203,8 @@ def decomposed(ep):
     try:
         return ep.run_decompositions(table)
     except Exception as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise FrontendError(f"the program's ops could not be decomposed to core ATen "
-                            f"({type(e).__name__}: {first})") from None
+                            f"({type(e).__name__}: {first_line(e)})") from None
 
 
 def _as_program(program_or_path):

@@ -166,16 +166,20 @@ def _avg_pool(ctx, node):
     return _unbatched(ctx, node, node.arg(0, "self"), lambda x: _avg_pool_batched(ctx, node, x))
 
 
-def _avg_pool_batched(ctx, node, x):
-    nd = ctx.ndim_of(x) - 2
+def _window(node, nd: int) -> dict:
+    """A pool's kernel, strides (the kernel when absent) and padding as tcc's attributes."""
     kernel = _per_axis(node.arg(1, "kernel_size"), nd)
     stride = list(node.arg(2, "stride", []) or kernel)
     padding = _per_axis(node.arg(3, "padding", [0]), nd)
+    return dict(kernel=kernel, strides=_per_axis(stride, nd), padding=padding * 2)
+
+
+def _avg_pool_batched(ctx, node, x):
+    nd = ctx.ndim_of(x) - 2
     ceil_mode, include_pad = node.arg(4, "ceil_mode", False), node.arg(5, "count_include_pad", True)
     if node.arg(6, "divisor_override") is not None:
         raise node.error("avg_pool with divisor_override is not supported")
-    return ctx.emit(f"avg_pool{nd}d", x, kernel=kernel, strides=_per_axis(stride, nd),
-                    padding=padding * 2, ceil_mode=bool(ceil_mode),
+    return ctx.emit(f"avg_pool{nd}d", x, **_window(node, nd), ceil_mode=bool(ceil_mode),
                     count_include_pad=bool(include_pad))
 
 
@@ -187,12 +191,8 @@ def _max_pool(ctx, node):
 
 def _max_pool_batched(ctx, node, x):
     nd = ctx.ndim_of(x) - 2
-    kernel = _per_axis(node.arg(1, "kernel_size"), nd)
-    stride = list(node.arg(2, "stride", []) or kernel)
-    padding = _per_axis(node.arg(3, "padding", [0]), nd)
-    dilation = _per_axis(node.arg(4, "dilation", [1]), nd)
-    attrs = dict(kernel=kernel, strides=_per_axis(stride, nd), padding=padding * 2,
-                 dilation=dilation, ceil_mode=bool(node.arg(5, "ceil_mode", False)))
+    attrs = dict(**_window(node, nd), dilation=_per_axis(node.arg(4, "dilation", [1]), nd),
+                 ceil_mode=bool(node.arg(5, "ceil_mode", False)))
     if "with_indices" not in node.target:
         return ctx.emit(f"max_pool{nd}d", x, **attrs)
     if 1 not in node.used_results():
