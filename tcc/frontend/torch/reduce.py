@@ -45,6 +45,8 @@ _reduce("reduce_min", "aten.amin.default")
 def _prod(ctx, node):
     dtype = ctx.out_dtype(node)
     x = ctx.tensor(node.arg(0, "self"), dtype)
+    if ctx.ndim_of(x) == 0:  # a scalar is its own product
+        return x
     if node.target == "aten.prod.default":
         return ctx.emit("reduce_prod", x, axes=_axes(ctx, x, None), keepdims=False)
     return ctx.emit("reduce_prod", x, axes=_axes(ctx, x, node.arg(1, "dim")),
@@ -75,6 +77,8 @@ def _max_min_all(ctx, node):
 def _argmax(ctx, node):
     x, dim, keepdim = node.arg(0, "self"), node.arg(1, "dim"), bool(node.arg(2, "keepdim", False))
     op = "argmax" if node.target == "aten.argmax.default" else "argmin"
+    if ctx.ndim_of(x) == 0:  # a scalar's only index
+        return ctx.emit("full", shape=[], value=0, dtype="int64")
     if dim is None:  # over the flattened tensor
         x = ctx.emit("reshape", x, shape=[-1])
         y = ctx.emit(op, x, axis=0, keepdims=False)

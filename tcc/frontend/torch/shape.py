@@ -60,6 +60,8 @@ def _expand(ctx, node):
 def _squeeze(ctx, node):
     x = node.arg(0, "self")
     shape, n = ctx.shape_of(x), ctx.ndim_of(x)
+    if n == 0:  # nothing to squeeze; torch takes dim 0 or -1 of a scalar
+        return x
     dims = node.arg(1, "dim")
     dims = list(range(n)) if dims is None else [dims] if isinstance(dims, int) else list(dims)
     axes = [a for a in (_axis(d, n) for d in dims) if isinstance(shape[a], int) and shape[a] == 1]
@@ -410,6 +412,10 @@ def _sort(ctx, node):
 @converter("aten.topk.default")
 def _topk(ctx, node):
     x, k = node.arg(0, "self"), node.arg(1, "k")
+    if ctx.ndim_of(x) == 0:  # a scalar is its own top 1 (k is 0 or 1)
+        return [x, ctx.emit("full", shape=[], value=0, dtype="int64")] if k else [
+            ctx.emit("full", shape=list(ctx.out_shape(node)), value=0, dtype=ctx.dtype_of(x)),
+            ctx.emit("full", shape=list(ctx.out_shape(node)), value=0, dtype="int64")]
     axis = _axis(node.arg(2, "dim", -1), max(ctx.ndim_of(x), 1))
     out = ctx.emit("topk", x, k=k, axis=axis, largest=bool(node.arg(3, "largest", True)), sorted=True)
     return [ctx.bb.get_item(out, i, name=f"{node.name}_{i}") for i in range(2)]
