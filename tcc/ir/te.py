@@ -586,6 +586,10 @@ def _stage(t: Tensor, block_name: str) -> T.Stmt:
     """One compute stage: its loop nest around one block."""
     body = t.body
     reduce_axes = body.axis if isinstance(body, Reduce) else ()
+    if any(isinstance(_REDUCE_EXTENT[r], int) and _REDUCE_EXTENT[r] == 0 for r in reduce_axes):
+        # a reduction over no elements is its identity: a block with no reduction loop to
+        # run its init in (a loop of extent 0 never would)
+        body, reduce_axes = reduce_identity(body.kind, body.dtype), ()
     axes = [(a, E.const(d), T.IterKind.SPATIAL) for a, d in zip(t.axis, t.shape)]
     axes += [(r, E.const(_REDUCE_EXTENT[r]), T.IterKind.REDUCE) for r in reduce_axes]
     loops, iter_vars, mapping = [], [], {}

@@ -44,3 +44,21 @@ def test_light_model_compiled(name):
     shape = [d.dim_value for d in image.type.tensor_type.shape.dim]
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
     check(compiled_fn(model), model, {image.name: x})
+
+
+@pytest.mark.parametrize("op, want", [("ReduceProd", 1.0), ("ReduceSum", 0.0)])
+def test_compiled_reduction_over_an_empty_axis(op, want):
+    """The output of a reduction over no elements is its identity, whatever the memory
+    held before (a pack's arena is reused between runs)."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 0])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+        [helper.make_tensor("axes", TensorProto.INT64, [1], [1])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    fn = compiled_fn(model)
+    for _ in range(2):
+        (y,) = fn({"x": np.zeros((3, 0), np.float32)})
+        np.testing.assert_array_equal(y, np.full(3, want, np.float32))

@@ -179,6 +179,18 @@ def test_reduction_over_two_axes(kind, ref, dtype):
     np.testing.assert_allclose(y, ref(x, axis=(0, 2)), rtol=1e-6)
 
 
+@pytest.mark.parametrize("kind, identity", [("sum", 0.0), ("prod", 1.0), ("max", -np.inf)])
+def test_a_reduction_over_no_elements_writes_its_identity(kind, identity):
+    """A reduction loop of extent 0 never runs, so the init inside it never would: the
+    stage is a plain store of the identity."""
+    X = te.placeholder((4, 0), "float32", "X")
+    r = te.reduce_axis(0, "r")
+    Y = te.compute((4,), lambda i: getattr(te, kind)(X[i, r], axis=r), "Y")
+    func = te.create_prim_func([X, Y])
+    y = run(func, np.zeros((4, 0), "float32"), np.full(4, 7.0, "float32"))  # 7: stale memory
+    np.testing.assert_array_equal(y, np.full(4, identity, "float32"))
+
+
 def test_reduction_identities():
     assert str(te.reduce_identity("max", "float32")) == 'float32("-inf")'
     assert te.reduce_identity("min", "int8").value == 127
