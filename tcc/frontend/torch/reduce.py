@@ -119,7 +119,10 @@ def _var(ctx, node):
         count = count * shape[a]
     centered = ctx.emit("sub", x, ctx.emit("reduce_mean", x, axes=axes, keepdims=True))
     total = ctx.emit("reduce_sum", ctx.emit("mul", centered, centered), axes=axes, keepdims=bool(keepdim))
-    return ctx.emit("div", total, ctx.cast(ctx.tensor(count - correction), dtype))
+    # torch divides by max(N - correction, 0): no elements (or too few) give nan or inf
+    divisor = ctx.cast(ctx.tensor(count - correction), dtype)
+    divisor = ctx.emit("maximum", divisor, ctx.tensor(0, dtype))
+    return ctx.emit("div", total, divisor)
 
 
 @converter("aten.linalg_vector_norm.default")
