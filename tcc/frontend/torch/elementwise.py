@@ -10,6 +10,7 @@ import math
 
 from tcc.frontend.torch.base import converter
 from tcc.frontend.torch.importer import torch_dtype
+from tcc.ir.dtype import INT_DTYPES
 from tcc.ir.expr import PrimExpr
 from tcc.ir.graph import Expr, type_of
 
@@ -99,31 +100,27 @@ _bitwise("bitwise_xor", "logical_xor", "aten.bitwise_xor.Tensor", "aten.bitwise_
 def _add_sub(ctx, node):
     """a + alpha * b, a - alpha * b, and rsub's b - alpha * a."""
     dtype = ctx.out_dtype(node)
-    a, b = ctx.tensor(node.arg(0, "self"), dtype), node.arg(1, "other")
-    alpha = node.kwargs.get("alpha", node.args[2] if len(node.args) > 2 else 1)
-    b = ctx.tensor(b, dtype)
+    a, b = ctx.tensor(node.arg(0, "self"), dtype), ctx.tensor(node.arg(1, "other"), dtype)
+    alpha = node.arg(2, "alpha", 1)
+    op = node.target.split(".")[1]
+    if op == "rsub":
+        a, b = b, a
     if alpha != 1:
         b = ctx.emit("mul", b, ctx.tensor(alpha, dtype))
-    op = node.target.split(".")[1]
-    if op == "add":
-        return ctx.emit("add", a, b)
-    if op == "sub":
-        return ctx.emit("sub", a, b)
-    return ctx.emit("sub", b if alpha == 1 else ctx.tensor(node.arg(1, "other"), dtype),
-                    a if alpha == 1 else ctx.emit("mul", a, ctx.tensor(alpha, dtype)))
+    return ctx.emit("add" if op == "add" else "sub", a, b)
 
 
 @converter("aten.div.Tensor", "aten.div.Scalar", "aten.div.Tensor_mode", "aten.div.Scalar_mode")
 def _div(ctx, node):
-    mode = node.kwargs.get("rounding_mode", node.args[2] if len(node.args) > 2 else None)
+    mode = node.arg(2, "rounding_mode")
     dtype = ctx.out_dtype(node)
     a, b = ctx.tensor(node.arg(0, "self"), dtype), ctx.tensor(node.arg(1, "other"), dtype)
     q = ctx.emit("div", a, b)  # floats: true division; integers: toward zero
     if mode == "floor":
-        if dtype.startswith(("int", "uint")):  # exact: a - (a mod b) is a multiple of b
+        if dtype in INT_DTYPES:  # exact: a - (a mod b) is a multiple of b
             return ctx.emit("div", ctx.emit("sub", a, ctx.emit("floor_mod", a, b)), b)
         return ctx.emit("floor", q)
-    if mode == "trunc" and not dtype.startswith(("int", "uint")):
+    if mode == "trunc" and dtype not in INT_DTYPES:
         return _trunc(ctx, q)
     return q
 
@@ -133,13 +130,10 @@ def _trunc(ctx, x):
     return ctx.emit("mul", ctx.emit("sign", x), ctx.emit("floor", ctx.emit("abs", x)))
 
 
-_UNARY = {
-    "abs": "abs", "neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin",
-    "cos": "cos", "tan": "tan", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu",
-    "erf": "erf", "reciprocal": "reciprocal", "floor": "floor", "ceil": "ceil",
-    "sign": "sign", "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh",
-    "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
-}
+# ATen ops that are tcc ops of the same name
+_UNARY = ("abs", "neg", "exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "sigmoid", "relu",
+          "erf", "reciprocal", "floor", "ceil", "sign", "asin", "acos", "atan", "sinh", "cosh",
+          "asinh", "acosh", "atanh")
 
 
 def _unary(op: str, name: str):
@@ -149,8 +143,8 @@ def _unary(op: str, name: str):
     converter(name)(convert)
 
 
-for _name, _op in _UNARY.items():
-    _unary(_op, f"aten.{_name}.default")
+for _op in _UNARY:
+    _unary(_op, f"aten.{_op}.default")
 
 
 @converter("aten.round.default")
@@ -161,7 +155,7 @@ def _round(ctx, node):
 @converter("aten.trunc.default")
 def _trunc_op(ctx, node):
     x = node.arg(0, "self")
-    return x if ctx.dtype_of(x).startswith(("int", "uint", "bool")) else _trunc(ctx, x)
+    return x if ctx.dtype_of(x) in INT_DTYPES | {"bool"} else _trunc(ctx, x)
 
 
 @converter("aten.rsqrt.default")
@@ -205,8 +199,7 @@ def _isinf(ctx, node):
 
 @converter("aten.gelu.default")
 def _gelu(ctx, node):
-    return ctx.emit("gelu", node.arg(0, "self"), approximate=node.kwargs.get(
-        "approximate", node.args[1] if len(node.args) > 1 else "none"))
+    return ctx.emit("gelu", node.arg(0, "self"), approximate=node.arg(1, "approximate", "none"))
 
 
 @converter("aten.leaky_relu.default")
@@ -288,6 +281,6 @@ def _atan2(ctx, node):
 @converter("aten.round.decimals")
 def _round_decimals(ctx, node):
     dtype = ctx.out_dtype(node)
-    x, decimals = node.arg(0, "self"), node.kwargs.get("decimals", node.arg(1, "decimals", 0))
+    x, decimals = node.arg(0, "self"), node.arg(1, "decimals", 0)
     scale = ctx.tensor(10.0 ** decimals, dtype)
     return ctx.emit("div", ctx.emit("round", ctx.emit("mul", x, scale)), scale)

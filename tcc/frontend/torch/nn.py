@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from tcc.frontend.torch.base import converter
+from tcc.ir.ops.registry import normalize_axis, prod
 
 
 @converter("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
@@ -23,7 +24,7 @@ def _matmul(ctx, node):
 def _addmm(ctx, node):
     """beta * bias + alpha * (a @ b)."""
     bias, a, b = node.arg(0, "self"), node.arg(1, "mat1"), node.arg(2, "mat2")
-    beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+    beta, alpha = node.arg(3, "beta", 1), node.arg(4, "alpha", 1)
     dtype = ctx.out_dtype(node)
     y = ctx.emit("matmul", a, b)
     if alpha != 1:
@@ -200,10 +201,7 @@ def _max_pool_batched(ctx, node, x):
     out = ctx.emit("max_pool_with_indices", x, **attrs)
     values, flat = (ctx.bb.get_item(out, i, name=f"{node.name}_{i}") for i in range(2))
     # tcc's indices count over the whole tensor, torch's within each channel's plane
-    plane = 1
-    for d in ctx.shape_of(x)[2:]:
-        plane = plane * d
-    return [values, ctx.emit("floor_mod", flat, ctx.tensor(plane, "int64"))]
+    return [values, ctx.emit("floor_mod", flat, ctx.tensor(prod(ctx.shape_of(x)[2:]), "int64"))]
 
 
 @converter("aten.max_pool2d_with_indices_backward.default",
@@ -216,18 +214,11 @@ def _max_pool_backward(ctx, node):
     lead = shape[:-spatial]  # (N, C), or (C) for an input without a batch axis
     flat_grad = ctx.emit("reshape", grad, shape=[*lead, -1])
     flat_idx = ctx.emit("reshape", indices, shape=[*lead, -1])
-    zeros = ctx.emit("full", shape=[*lead, _product(shape[-spatial:])], value=0,
+    zeros = ctx.emit("full", shape=[*lead, prod(shape[-spatial:])], value=0,
                      dtype=ctx.dtype_of(grad))
     summed = ctx.emit("scatter_elements", zeros, flat_idx, flat_grad, axis=len(lead),
                       reduction="add")
     return ctx.emit("reshape", summed, shape=shape)
-
-
-def _product(dims):
-    out = 1
-    for d in dims:
-        out = out * d
-    return out
 
 
 @converter("aten.grid_sampler_2d.default", "aten.grid_sampler_3d.default")
@@ -262,7 +253,7 @@ def _adaptive_avg_pool(ctx, node):
 @converter("aten.upsample_nearest2d.vec", "aten.upsample_nearest1d.vec",
            "aten.upsample_nearest3d.vec", "aten.upsample_nearest2d.default")
 def _upsample_nearest(ctx, node):
-    return _resize(ctx, node, mode="nearest", coordinate_transformation_mode="asymmetric",
+    return _resize(ctx, node, 2, mode="nearest", coordinate_transformation_mode="asymmetric",
                    nearest_mode="floor")
 
 
@@ -270,19 +261,21 @@ def _upsample_nearest(ctx, node):
            "aten.upsample_trilinear3d.vec", "aten.upsample_bilinear2d.default")
 def _upsample_linear(ctx, node):
     align = node.arg(2, "align_corners", False)
-    return _resize(ctx, node, mode="linear",
+    return _resize(ctx, node, 3, mode="linear",
                    coordinate_transformation_mode="align_corners" if align else "pytorch_half_pixel")
 
 
-def _resize(ctx, node, **attrs):
+def _resize(ctx, node, factors_at: int, **attrs):
+    """Resize to torch's output size; the `.vec` overloads' scale factors (operand
+    `factors_at`), when given, map the coordinates as torch maps them."""
     x = node.arg(0, "input")
     in_shape, out_shape = ctx.shape_of(x), ctx.out_shape(node)
     if not all(isinstance(d, int) for d in (*in_shape[2:], *out_shape[2:])):
         raise node.error("upsampling of symbolic spatial sizes is not supported")
     scales = [1.0, 1.0] + [o / i for o, i in zip(out_shape[2:], in_shape[2:])]
-    factors = node.kwargs.get("scale_factors", node.args[-1] if len(node.args) > 2 else None)
-    if factors and all(f is not None for f in factors) and not node.kwargs.get("recompute_scale_factor"):
-        scales = [1.0, 1.0] + [float(f) for f in factors]  # torch maps coordinates by them
+    factors = node.arg(factors_at, "scale_factors") if node.target.endswith(".vec") else None
+    if factors and all(f is not None for f in factors):
+        scales = [1.0, 1.0] + [float(f) for f in factors]
     return ctx.emit("resize", x, sizes=list(out_shape), scales=scales, **attrs)
 
 
@@ -300,7 +293,7 @@ def _cumsum(ctx, node):
     axis = node.arg(1, "dim")
     if ctx.ndim_of(x) == 0:
         return x
-    return ctx.emit("cumsum", x, axis=axis + ctx.ndim_of(x) if axis < 0 else axis)
+    return ctx.emit("cumsum", x, axis=normalize_axis(axis, ctx.ndim_of(x), "cumsum"))
 
 
 @converter("aten.tril.default", "aten.triu.default")

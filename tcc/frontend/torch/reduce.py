@@ -7,14 +7,14 @@ An empty or absent list of dimensions means every dimension, as in torch.
 from __future__ import annotations
 
 from tcc.frontend.torch.base import converter
+from tcc.ir.ops._util import normalize_axes
 
 
 def _axes(ctx, x, dims) -> list[int]:
     n = ctx.ndim_of(x)
     if dims is None or (isinstance(dims, (list, tuple)) and not dims):
         return list(range(n))
-    dims = [dims] if isinstance(dims, int) else list(dims)
-    return sorted(d + n if d < 0 else d for d in dims)
+    return sorted(normalize_axes([dims] if isinstance(dims, int) else list(dims), n, "torch"))
 
 
 # overloads that reduce every dimension and take no `dim` operand

@@ -8,15 +8,17 @@ sizes torch computed from other sizes is a reshape to the same symbolic expressi
 from __future__ import annotations
 
 from tcc.frontend.torch.base import converter
+from tcc.ir.dtype import INT_DTYPES
 from tcc.ir.expr import PrimExpr, prove_equal
 from tcc.ir.graph import Expr
+from tcc.ir.ops.registry import broadcast_shapes, normalize_axis
 from tcc.ir.ops.slicing import slice_length, slice_start
 
 SLICE_END = 2**63 - 1  # what torch writes for an open end
 
 
 def _axis(axis: int, ndim: int) -> int:
-    return axis + ndim if axis < 0 else axis
+    return normalize_axis(axis, ndim, "torch")
 
 
 @converter("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
@@ -49,9 +51,12 @@ def _t(ctx, node):
 @converter("aten.expand.default")
 def _expand(ctx, node):
     x = node.arg(0, "self")
-    shape = ctx.out_shape(node)
-    if len(shape) == ctx.ndim_of(x) and all(
-            a is b or a == b for a, b in zip(shape, ctx.shape_of(x))):
+    return _broadcast(ctx, x, ctx.out_shape(node))
+
+
+def _broadcast(ctx, x, shape):
+    """`x` broadcast to `shape`, or `x` itself when it has that shape already."""
+    if len(shape) == ctx.ndim_of(x) and all(prove_equal(a, b) for a, b in zip(shape, ctx.shape_of(x))):
         return x
     return ctx.emit("broadcast_to", x, shape=list(shape))
 
@@ -176,12 +181,17 @@ def _index(ctx, node):
         return ctx.emit("gather", x, indices[used[0]], axis=used[0])
     if used != list(range(len(used))):
         raise node.error("several index tensors are supported only on the leading axes")
-    out = ctx.out_shape(node)
-    idx_shape = out[: len(out) - (ctx.ndim_of(x) - len(used))]
-    stacked = [ctx.emit("expand_dims", ctx.emit("broadcast_to", ctx.tensor(indices[k], "int64"),
-                                                 shape=list(idx_shape)), axes=[len(idx_shape)])
-               for k in used]
-    return ctx.emit("gather_nd", x, ctx.emit("concat", *stacked, axis=len(idx_shape)))
+    return ctx.emit("gather_nd", x, _stacked_indices(ctx, [indices[k] for k in used])[0])
+
+
+def _stacked_indices(ctx, indices):
+    """Integer index tensors broadcast together and stacked on a last axis, as gather_nd and
+    scatter_nd take them, with their broadcast shape."""
+    shape = list(broadcast_shapes([ctx.shape_of(i) for i in indices], "index"))
+    stacked = [ctx.emit("expand_dims", _broadcast(ctx, ctx.tensor(i, "int64"), shape),
+                        axes=[len(shape)]) for i in indices]
+    where = stacked[0] if len(stacked) == 1 else ctx.emit("concat", *stacked, axis=len(shape))
+    return where, shape
 
 
 @converter("aten.constant_pad_nd.default")
@@ -215,22 +225,12 @@ def _flip(ctx, node):
 
 
 @converter("aten.full.default", "aten.empty.memory_format", "aten.empty_strided.default",
-           "aten.zeros.default", "aten.ones.default")
+           "aten.zeros.default", "aten.ones.default", "aten.full_like.default",
+           "aten.zeros_like.default", "aten.ones_like.default", "aten.empty_like.default")
 def _full(ctx, node):
-    kind = node.target.split(".")[1]
+    """A tensor of one value (empty ones too: their contents are undefined) in torch's shape."""
+    kind = node.target.split(".")[1].removesuffix("_like")
     value = node.arg(1, "fill_value") if kind == "full" else 1 if kind == "ones" else 0
-    return _filled(ctx, node, value)
-
-
-@converter("aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default",
-           "aten.empty_like.default")
-def _full_like(ctx, node):
-    kind = node.target.split(".")[1]
-    value = node.arg(1, "fill_value") if kind == "full_like" else 1 if kind == "ones_like" else 0
-    return _filled(ctx, node, value)
-
-
-def _filled(ctx, node, value):
     dtype = ctx.out_dtype(node)
     if isinstance(value, PrimExpr):
         return ctx.emit("broadcast_to", ctx.tensor(value, dtype), shape=list(ctx.out_shape(node)))
@@ -246,12 +246,8 @@ def _scalar_tensor(ctx, node):
 def _arange(ctx, node):
     """start, start + step, ...: as many as torch counted (its count may be simpler than
     the clamped one tcc's arange states, knowing the sizes' ranges)."""
-    args = list(node.args)
-    if node.target == "aten.arange.default":
-        start, step = 0, 1
-    else:
-        start = args[0]
-        step = args[2] if len(args) > 2 else node.kwargs.get("step", 1)
+    start = 0 if node.target == "aten.arange.default" else node.arg(0, "start")
+    step = node.arg(2, "step", 1) if node.target == "aten.arange.start_step" else 1
     dtype = ctx.out_dtype(node)
     (length,) = ctx.out_shape(node)
     return ctx.emit("arange_from", ctx.tensor(start, dtype), ctx.tensor(step, dtype), length=length)
@@ -260,11 +256,7 @@ def _arange(ctx, node):
 @converter("aten.copy.default")
 def _copy(ctx, node):
     """copy(dst, src): src's values in dst's dtype and shape."""
-    src = ctx.tensor(node.arg(1, "src"), ctx.out_dtype(node))
-    shape = ctx.out_shape(node)
-    if len(shape) != ctx.ndim_of(src) or not all(a == b for a, b in zip(shape, ctx.shape_of(src))):
-        src = ctx.emit("broadcast_to", src, shape=list(shape))
-    return src
+    return _broadcast(ctx, ctx.tensor(node.arg(1, "src"), ctx.out_dtype(node)), ctx.out_shape(node))
 
 
 @converter("operator.getitem")
@@ -306,7 +298,7 @@ def _scatter_elements(ctx, node):
         src = ctx.emit("broadcast_to", ctx.tensor(src, ctx.dtype_of(x)), shape=list(ctx.shape_of(index)))
     reduction = "add" if node.target == "aten.scatter_add.default" else "none"
     if node.target.startswith("aten.scatter.") and "reduce" in node.target:
-        reduction = {"add": "add", "multiply": "mul"}[node.kwargs.get("reduce", node.arg(4, "reduce"))]
+        reduction = {"add": "add", "multiply": "mul"}[node.arg(4, "reduce")]
     return ctx.emit("scatter_elements", x, index, ctx.tensor(src, ctx.dtype_of(x)), axis=axis,
                     reduction=reduction)
 
@@ -319,7 +311,7 @@ def _scatter_reduce(ctx, node):
 def _scatter_reduce_tensors(ctx, node):
     x, index, src = node.arg(0, "self"), node.arg(2, "index"), node.arg(3, "src")
     axis = _axis(node.arg(1, "dim"), ctx.ndim_of(x))
-    reduce, include_self = node.arg(4, "reduce"), node.kwargs.get("include_self", True)
+    reduce, include_self = node.arg(4, "reduce"), node.arg(5, "include_self", True)
     dtype = ctx.dtype_of(x)
     if reduce == "mean":  # the sum over the scattered values (and self), by their count
         total = _scatter_reduce_as(ctx, x, index, src, axis, "sum", include_self)
@@ -328,7 +320,7 @@ def _scatter_reduce_tensors(ctx, node):
         count = ctx.emit("scatter_elements", base, index, ones, axis=axis, reduction="add")
         count = ctx.emit("maximum", count, ctx.tensor(1, dtype))
         mean = ctx.emit("div", total, count)
-        if dtype.startswith(("int", "uint")):
+        if dtype in INT_DTYPES:
             mean = ctx.emit("div", ctx.emit("sub", total, ctx.emit("floor_mod", total, count)), count)
         return mean
     if reduce not in _SCATTER_REDUCTIONS:
@@ -351,26 +343,10 @@ def _index_put(ctx, node):
     accumulate = bool(node.arg(3, "accumulate", False))
     if any(i is None for i in indices) or any(ctx.dtype_of(i) == "bool" for i in indices):
         raise node.error("index_put is supported with integer index tensors on the leading axes")
-    shapes = [ctx.shape_of(i) for i in indices]
-    idx_shape = max(shapes, key=len)
-    if not all(len(s) == len(idx_shape) and all(a == b for a, b in zip(s, idx_shape)) for s in shapes):
-        idx_shape = list(ctx.shape(torch_broadcast(ctx, indices)))
-    stacked = [ctx.emit("expand_dims", ctx.emit("broadcast_to", ctx.tensor(i, "int64"),
-                                                 shape=list(idx_shape)), axes=[len(idx_shape)])
-               for i in indices]
-    where = stacked[0] if len(stacked) == 1 else ctx.emit("concat", *stacked, axis=len(idx_shape))
+    where, idx_shape = _stacked_indices(ctx, indices)
     rest = list(ctx.shape_of(x))[len(indices):]
     updates = ctx.emit("broadcast_to", ctx.tensor(values, ctx.dtype_of(x)), shape=[*idx_shape, *rest])
     return ctx.emit("scatter_nd", x, where, updates, reduction="add" if accumulate else "none")
-
-
-def torch_broadcast(ctx, tensors):
-    """The broadcast shape of graph values, as torch computes it (a meta tensor)."""
-    import torch
-
-    metas = [torch.empty([d if isinstance(d, int) else 2 for d in ctx.shape_of(t)], device="meta")
-             for t in tensors]
-    return torch.broadcast_tensors(*metas)[0]
 
 
 @converter("aten.diagonal.default")
@@ -402,20 +378,21 @@ def _sort(ctx, node):
         dim, descending = node.kwargs.get("dim", -1), node.kwargs.get("descending", False)
     else:
         dim, descending = node.arg(1, "dim", -1), node.arg(2, "descending", False)
-    axis = _axis(dim, ctx.ndim_of(x)) if ctx.ndim_of(x) else 0
-    if ctx.ndim_of(x) == 0:
-        return [x, ctx.emit("full", shape=[], value=0, dtype="int64")]
-    out = ctx.emit("topk", x, k=ctx.shape_of(x)[axis], axis=axis, largest=bool(descending), sorted=True)
-    return [ctx.bb.get_item(out, i, name=f"{node.name}_{i}") for i in range(2)]
+    k = ctx.shape_of(x)[_axis(dim, ctx.ndim_of(x))] if ctx.ndim_of(x) else 1
+    return _top(ctx, node, x, k, dim, bool(descending))
 
 
 @converter("aten.topk.default")
 def _topk(ctx, node):
-    x, k = node.arg(0, "self"), node.arg(1, "k")
-    if ctx.ndim_of(x) == 0:  # a scalar is its own top 1 (k is 0 or 1)
-        return [x, ctx.emit("full", shape=[], value=0, dtype="int64")] if k else [
-            ctx.emit("full", shape=list(ctx.out_shape(node)), value=0, dtype=ctx.dtype_of(x)),
-            ctx.emit("full", shape=list(ctx.out_shape(node)), value=0, dtype="int64")]
-    axis = _axis(node.arg(2, "dim", -1), max(ctx.ndim_of(x), 1))
-    out = ctx.emit("topk", x, k=k, axis=axis, largest=bool(node.arg(3, "largest", True)), sorted=True)
+    x = node.arg(0, "self")
+    return _top(ctx, node, x, node.arg(1, "k"), node.arg(2, "dim", -1),
+                bool(node.arg(3, "largest", True)))
+
+
+def _top(ctx, node, x, k, dim, largest: bool):
+    """(values, indices) of the k largest (or smallest) along `dim`, in order. A scalar is
+    its own top element (k = 0 gives no elements, which the importer handles first)."""
+    if ctx.ndim_of(x) == 0:
+        return [x, ctx.emit("full", shape=[], value=0, dtype="int64")]
+    out = ctx.emit("topk", x, k=k, axis=_axis(dim, ctx.ndim_of(x)), largest=largest, sorted=True)
     return [ctx.bb.get_item(out, i, name=f"{node.name}_{i}") for i in range(2)]
