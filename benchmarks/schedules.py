@@ -44,11 +44,11 @@ def matmul_row(n: int, threads: int, runs: int) -> None:
     from models import timed
 
     from tcc.emit.llvm import compile_prim_funcs
-    from tcc.emit.target import parse_target
     from tcc.ir.graph import TensorType
     from tcc.lower.legalize import op_prim_func
     from tcc.lower.rules import schedule_prim_func
     from tcc.rt.kernels import load_cpu_library
+    from tcc.target import parse_target
 
     t = TensorType((n, n), "float32")
     plain = op_prim_func("matmul", [t, t], {})

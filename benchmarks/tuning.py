@@ -468,7 +468,7 @@ def main(argv=None) -> int:
     os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     os.environ.pop("OPENBLAS_CORETYPE", None)  # numpy picks its kernels for this CPU
-    from tcc.emit.target import host_target
+    from tcc.target import host_target
 
     target = host_target()
     print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; threads {args.threads}")

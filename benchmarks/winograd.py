@@ -74,10 +74,10 @@ def pack_runner(model, winograd: bool | None, threads: int):
 
 
 def uses_winograd(model) -> bool:
-    from tcc.emit.target import host_target
     from tcc.frontend.onnx import from_onnx
     from tcc.ir import graph as G
     from tcc.lower.passes import run_pipeline
+    from tcc.target import host_target
 
     mod = run_pipeline(from_onnx(model), target=host_target(), disable=["fuse-ops"])
     return any(isinstance(b.value, G.Call) and b.value.op == "winograd_output_nchwc"

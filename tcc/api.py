@@ -150,8 +150,8 @@ def compile_to_bytes(
     from tcc.emit.cpu_kernels import compile_kernels
     from tcc.emit.object_cache import ObjectCache
     from tcc.emit.pack import pack_bytes
-    from tcc.emit.target import parse_target
     from tcc.emit.vm import compile_module
+    from tcc.target import parse_target
 
     parsed_target = parse_target(target)
     signer = None

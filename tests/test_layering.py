@@ -8,13 +8,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "tcc"
 
 ALLOWED = {
+    "target": {"ir.dtype"},  # bit widths, from the one dtype table
     "ir": set(),
     "frontend": {"ir"},
-    "lower": {"ir"},
-    "tune": {"lower", "emit", "rt", "ir"},
-    "emit": {"lower", "ir", "rt.format"},
+    "lower": {"ir", "target"},
+    "tune": {"lower", "emit", "rt", "ir", "target"},
+    "emit": {"lower", "ir", "target", "rt.format"},
     "rt": set(),
-    "cli": {"ir", "frontend", "lower", "tune", "emit", "rt"},
+    "cli": {"ir", "frontend", "lower", "tune", "emit", "rt", "target"},
 }
 
 

@@ -10,9 +10,9 @@ from rich.console import Console
 
 from tcc import __version__
 from tcc.cli.loading import load_ir
-from tcc.emit.target import parse_target
 from tcc.ir.irfile import save_module
 from tcc.lower.passes import PIPELINE, run_pipeline
+from tcc.target import parse_target
 
 
 def _bindings(mod) -> int:

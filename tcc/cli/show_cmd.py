@@ -60,9 +60,9 @@ def command(file: Path, stats: bool, as_json: bool, sizes: tuple[str, ...], stag
 def _scheduled_text(mod, target: str) -> str:
     """The PrimFuncs of `mod`, legalized and scheduled as `tcc emit` does, as text."""
     from tcc.api import lower
-    from tcc.emit.target import parse_target
     from tcc.ir.printer import print_prim_func
     from tcc.lower.rules import schedule_module
+    from tcc.target import parse_target
 
     scheduled = schedule_module(lower(mod), parse_target(target))
     return "\n\n".join(print_prim_func(n, f) for n, f in scheduled.prim_funcs.items())

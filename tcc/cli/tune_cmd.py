@@ -124,8 +124,8 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
     (docs/tuning.md).
     """
     from tcc.api import load_module, lower
-    from tcc.emit.target import parse_target
     from tcc.lower.passes import run_pipeline
+    from tcc.target import parse_target
     from tcc.tune.database import Database
     from tcc.tune.shapes import kernel_shapes
     from tcc.tune.tuner import Tuner
@@ -146,6 +146,9 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
         from tcc.tune.ray_runner import require_ray
 
         require_ray()
+    if parsed.kind == "cuda":
+        raise TccError(f"--target {target!r}: tcc tune does not measure CUDA kernels yet; "
+                       "tune for --target llvm, or compile for CUDA with the default rules")
     if not parsed.is_host:  # the model runs here once, for its kernels' sizes
         raise TccError(f"--target {target!r}: tcc tune measures kernels on this machine, which "
                        f"is {parse_target('llvm').triple}; tune on a machine of that target")

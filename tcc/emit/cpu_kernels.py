@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from tcc.emit.llvm import CpuModule, ObjectFile, compile_object, compile_prim_funcs, link_objects
 from tcc.emit.object_cache import ObjectCache
 from tcc.emit.support import c_compiler
-from tcc.emit.target import Target, parse_target
 from tcc.forked import available_cores, forked_map
 from tcc.ir import tir as T
 from tcc.ir.module import IRModule
 from tcc.ir.printer import print_prim_func
 from tcc.ir.verify import verify_if_asked
+from tcc.target import Target, parse_target
 
 
 @dataclass(frozen=True)

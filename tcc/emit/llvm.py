@@ -76,12 +76,12 @@ from tcc.emit.llvm_vector import (
     plan_vector,
 )
 from tcc.emit.support import CodegenError, combine_objects, link_shared
-from tcc.emit.target import Target, parse_target
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.errors import InternalError
-from tcc.lower.rules.machine import MIN_PARALLEL_WORK
+from tcc.lower.rules.cpu.machine import MIN_PARALLEL_WORK
 from tcc.lower.schedule.regions import Interval, bounds, const_value
+from tcc.target import Target, parse_target
 
 __all__ = ["CodegenError", "CpuModule", "ObjectFile", "compile_object", "compile_prim_funcs",
            "link_objects"]

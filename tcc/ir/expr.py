@@ -29,6 +29,9 @@ INTRINSICS = frozenset(
         "log1p", "expm1", "atan2", "copysign", "nearbyint", "reinterpret",
     }
 )  # fmt: skip
+# Calls made for their effect, only as the value of an `Evaluate` statement: `syncthreads`
+# is the block-wide GPU barrier (CUDA `__syncthreads()`); a serial run treats it as a no-op.
+BUILTINS = frozenset({"syncthreads"})
 
 
 class PrimExpr:
@@ -167,7 +170,7 @@ class Cast(PrimExpr):
 
 @dataclass(frozen=True, repr=False)
 class Call(PrimExpr):
-    """A math intrinsic (`exp`, `erf`, ...), named in INTRINSICS."""
+    """A math intrinsic (`exp`, `erf`, ...), named in INTRINSICS, or a builtin in BUILTINS."""
 
     name: str
     args: tuple[PrimExpr, ...]

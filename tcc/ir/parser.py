@@ -309,7 +309,7 @@ class Parser:
         if name in DTYPES:
             return self.immediate(node, name)
         arity = _ARITY.get(name)
-        if arity is None and name not in E.INTRINSICS:
+        if arity is None and name not in E.INTRINSICS and name not in E.BUILTINS:
             shown = name or ast.unparse(node.func)
             raise self.error(node, f"unknown function {shown!r} in an expression")
         kwargs = self.kwargs(node, ("dtype",) if arity is None else ())

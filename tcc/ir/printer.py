@@ -33,6 +33,7 @@ RESERVED = (
         "__debug__".split()
     )
     | E.INTRINSICS
+    | E.BUILTINS
     | frozenset(DTYPES)
 )
 
@@ -71,6 +72,8 @@ def call_default_dtype(name: str, args) -> str | None:
     """The dtype an intrinsic call has unless it says otherwise (None: it must say)."""
     if name in ("isnan", "isinf"):
         return "bool"
+    if name == "syncthreads":
+        return "int32"
     return args[0].dtype if args else None
 
 

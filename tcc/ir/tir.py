@@ -149,3 +149,10 @@ def seq(*stmts: Stmt) -> Stmt:
     for s in stmts:
         flat.extend(s.stmts if isinstance(s, SeqStmt) else [s])
     return flat[0] if len(flat) == 1 else SeqStmt(tuple(flat))
+
+
+def syncthreads() -> Evaluate:
+    """The block-wide GPU barrier statement (CUDA `__syncthreads()`), `evaluate(syncthreads())`."""
+    from tcc.ir.expr import Call
+
+    return Evaluate(Call("syncthreads", (), "int32"))

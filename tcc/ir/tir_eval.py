@@ -4,7 +4,8 @@ It exists to check te programs, legalization and schedule primitives without any
 generation: `run_prim_func(func, arrays)` binds the size variables from the arrays' shapes
 (checking every other occurrence), then runs the body, writing the outputs in place.
 
-Semantics it pins down for the backends: every loop kind runs serially (in order); a
+Semantics it pins down for the backends: every loop kind runs serially (in order), so a
+`syncthreads()` barrier does nothing (tcc.ir.gpu_eval runs GPU-bound loops as threads); a
 block's `init` runs when all its reduce iteration variables are 0; a Select evaluates only
 the branch it picks (padding loads out of bounds in the other); integer `//` and `%` round
 toward minus infinity (tir floordiv/floormod); integer casts wrap around; arithmetic runs in
@@ -45,7 +46,11 @@ def run_prim_func(func: T.PrimFunc, arrays: Sequence) -> None:
     parameters); outputs are written in place."""
     env: Env = {}
     _bind_params(func, list(arrays), env)
-    body = _Compiler().stmt(func.body)
+    execute(_Compiler().stmt(func.body), env)
+
+
+def execute(body: StmtFn, env: Env) -> None:
+    """Run a compiled body, turning a variable looked up outside its scope into an error."""
     with np.errstate(all="ignore"):  # int wrap-around and inf/nan are the semantics, not noise
         try:
             body(env)
@@ -61,15 +66,15 @@ def run_prim_func(func: T.PrimFunc, arrays: Sequence) -> None:
 # parameters
 
 
-def _bind_params(func: T.PrimFunc, arrays: list, env: Env) -> None:
+def _bind_params(func: T.PrimFunc, arrays: list, env: Env, who: str = "run_prim_func") -> None:
     names = ", ".join(p.name for p in func.params)
     if len(arrays) != len(func.params):
         raise InputError(
-            f"run_prim_func: expected {len(func.params)} arguments ({names}), got {len(arrays)}"
+            f"{who}: expected {len(func.params)} arguments ({names}), got {len(arrays)}"
         )
     origin: dict[E.Var, str] = {}
     for pos, (p, a) in enumerate(zip(func.params, arrays)):
-        where = f"run_prim_func argument {pos} ({p.name!r})"
+        where = f"{who} argument {pos} ({p.name!r})"
         if isinstance(p, E.Var):
             if isinstance(a, np.ndarray) or not isinstance(a, (int, float, np.generic)):
                 raise InputError(f"{where}: expected a {p.dtype} scalar, got {type(a).__name__}")
@@ -98,7 +103,7 @@ def _bind_params(func: T.PrimFunc, arrays: list, env: Env) -> None:
                 want = int(E.evaluate(d, env))
             except KeyError as e:
                 raise InputError(
-                    f"run_prim_func: size variable {e.args[0]!r} of {p.name!r} "
+                    f"{who}: size variable {e.args[0]!r} of {p.name!r} "
                     "is no plain dimension of any buffer, so it cannot be bound; "
                     "name it alone in some parameter's shape"
                 ) from None
@@ -107,7 +112,7 @@ def _bind_params(func: T.PrimFunc, arrays: list, env: Env) -> None:
                 bound = [f"{v.name} from {origin[v]}" for v in E.free_vars(d) if v in origin]
                 why = f" ({', '.join(bound)})" if bound else ""
                 raise InputError(
-                    f"run_prim_func argument {pos} ({p.name!r}): dimension {axis} "
+                    f"{who} argument {pos} ({p.name!r}): dimension {axis} "
                     f"is {a.shape[axis]}, expected {expected}{why}; pass an array "
                     f"of shape {_dims_text(p.shape, env)}"
                 )
@@ -250,6 +255,9 @@ class _Compiler:
         return lambda env: conv(np.asarray(value(env), src).astype(dst)[()])
 
     def _Call(self, e: E.Call) -> ExprFn:
+        if e.name == "syncthreads":  # a barrier orders threads; run serially it does nothing
+            zero = np.int32(0)
+            return lambda env: zero
         if e.name == "reinterpret":
             (a,) = [self.expr(x) for x in e.args]
             src, dst = to_numpy(e.args[0].dtype), to_numpy(e.dtype)
@@ -343,22 +351,32 @@ class _Compiler:
         return run
 
     def _Block(self, s: T.Block) -> StmtFn:
-        binds = [(iv.var, self.expr(iv.binding), self.expr(iv.extent)) for iv in s.iter_vars]
-        reduce_vars = [iv.var for iv in s.iter_vars if iv.kind == T.IterKind.REDUCE]
+        enter, name = self.block_entry(s), s.name
         init = self.stmt(s.init) if s.init is not None else None
-        body, allocs, name = self.stmt(s.body), s.alloc_buffers, s.name
+        body = self.stmt(s.body)
 
         def run(env):
             try:
-                execute(env)
+                if enter(env) and init is not None:
+                    init(env)
+                body(env)
             except TirEvalError as err:
-                if getattr(err, "block", None) is not None:
+                located = in_block(err, name)
+                if located is err:
                     raise
-                located = TirEvalError(f"block {name!r}: {err}")
-                located.block = name
                 raise located from None
 
-        def execute(env):
+        return run
+
+    def block_entry(self, s: T.Block) -> Callable[[Env], bool]:
+        """A closure that binds the block's iteration variables (checking each against its
+        extent) and allocates its buffers; it returns whether the block's init runs (all
+        its reduce iteration variables are 0)."""
+        binds = [(iv.var, self.expr(iv.binding), self.expr(iv.extent)) for iv in s.iter_vars]
+        reduce_vars = [iv.var for iv in s.iter_vars if iv.kind == T.IterKind.REDUCE]
+        allocs = [self.allocation(buf) for buf in s.alloc_buffers]
+
+        def enter(env) -> bool:
             for var, binding, extent in binds:
                 v, n = int(binding(env)), int(extent(env))
                 if not 0 <= v < n:
@@ -367,13 +385,28 @@ class _Compiler:
                         f"extent [0, {n}); fix its binding or add a predicate"
                     )
                 env[var] = v
-            for buf in allocs:
-                env[buf] = _allocate(buf, env)
-            if init is not None and all(env[v] == 0 for v in reduce_vars):
-                init(env)
-            body(env)
+            for alloc in allocs:
+                alloc(env)
+            return all(env[v] == 0 for v in reduce_vars)
 
-        return run
+        return enter
+
+    def allocation(self, buf: T.Buffer) -> StmtFn:
+        """A closure giving `buf` fresh storage in the environment."""
+
+        def alloc(env):
+            env[buf] = _allocate(buf, env)
+
+        return alloc
+
+
+def in_block(err: TirEvalError, name: str) -> TirEvalError:
+    """`err` located in block `name` (same error class), or `err` itself if already located."""
+    if getattr(err, "block", None) is not None:
+        return err
+    located = type(err)(f"block {name!r}: {err}")
+    located.block = name
+    return located
 
 
 def _allocate(buf: T.Buffer, env: Env) -> np.ndarray:

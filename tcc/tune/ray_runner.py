@@ -41,7 +41,7 @@ class MeasureActor:
     """The remote side (a Ray actor): benches per task, one worker process, this node."""
 
     def __init__(self, target_text: str, repeats: int, timeout: float):
-        from tcc.emit.target import parse_target
+        from tcc.target import parse_target
 
         self.target = parse_target(target_text)
         here = parse_target("llvm")

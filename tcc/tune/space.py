@@ -1,7 +1,7 @@
 """A kernel's design space: the points the default rules reach with other decisions.
 
 A point is the decision each labelled sample of the rules takes (label -> candidate value,
-`tcc.lower.rules.machine.decide`). `realize` schedules the kernel at a point (decisions not
+`tcc.lower.rules.cpu.machine.decide`). `realize` schedules the kernel at a point (decisions not
 named take their default) and gives the schedule, whose trace is what a record stores;
 `sample` draws a point at random; `mutate` changes one decision of a point to another of its
 candidates. The rules' control flow may depend on earlier decisions (a tile width that does

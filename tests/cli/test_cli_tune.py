@@ -58,7 +58,8 @@ def test_a_tune_killed_with_sigkill_resumes_losing_and_repeating_nothing(tmp_pat
 @pytest.mark.parametrize("args, message", [
     (["--budget", "soon"], "--budget 'soon': expected a positive time such as 90s, 10m or 1h"),
     (["--shape", "batch"], "--shape 'batch': expected NAME=DIMS"),
-    (["--target", "cuda"], "cuda"),
+    (["--target", "cuda"], "tcc tune does not measure CUDA kernels yet"),
+    (["--target", "cuda -arch=sm_4"], "bad CUDA arch 'sm_4'"),
     (["--target", "llvm -mtriple=OTHER-unknown-linux-gnu -mcpu=generic"],
      "tcc tune measures kernels on this machine"),
     (["--ray-address", "auto"], "--ray-address is for --runner ray"),

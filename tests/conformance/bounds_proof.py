@@ -21,12 +21,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 def main(argv=None) -> int:
     from tcc.api import _legalized
-    from tcc.emit.target import parse_target
     from tcc.frontend.onnx import from_onnx
     from tcc.ir import tir as T
     from tcc.ir.verify import PRECONDITIONS_ATTR, guard_accesses, unproven_accesses
     from tcc.lower.passes import run_pipeline
     from tcc.lower.rules import schedule_module
+    from tcc.target import parse_target
     from tests.conformance.harness import collect
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -15,10 +15,10 @@ from tcc.api import compile_to_bytes, lower
 from tcc.emit.cpu_kernels import compile_kernels
 from tcc.emit.llvm import compile_prim_funcs
 from tcc.emit.object_cache import ObjectCache
-from tcc.emit.target import host_target
 from tcc.frontend.onnx import from_onnx
 from tcc.lower.passes import run_pipeline
 from tcc.lower.rules import schedule_module
+from tcc.target import host_target
 
 
 def _model():

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from tcc.emit.llvm import CodegenError, build_module, compile_prim_funcs, nest_work
-from tcc.emit.target import parse_target
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.parser import parse_module
-from tcc.lower.rules.machine import MIN_PARALLEL_WORK
+from tcc.lower.rules.cpu.machine import MIN_PARALLEL_WORK
 from tcc.rt.errors import KernelError
 from tcc.rt.kernels import load_cpu_library
+from tcc.target import parse_target
 
 RNG = np.random.default_rng(0)
 

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from tcc.emit.llvm import build_module, compile_prim_funcs
-from tcc.emit.target import TargetError, host_target, parse_target
 from tcc.ir.graph import TensorType
 from tcc.ir.parser import parse_module
 from tcc.lower.legalize import op_prim_func
 from tcc.lower.rules import schedule_prim_func
 from tcc.rt.kernels import load_cpu_library
+from tcc.target import TargetError, host_target, parse_target
 
 HOST = host_target()
 HAS_FMA = HOST.arch == "aarch64" or "+fma" in HOST.features.split(",")

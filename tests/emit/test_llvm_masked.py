@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 from tcc.emit.llvm import build_module, compile_prim_funcs
-from tcc.emit.target import parse_target
 from tcc.ir.graph import TensorType
 from tcc.ir.ops.registry import get_op
 from tcc.ir.parser import parse_module
 from tcc.lower.legalize import op_prim_func
 from tcc.lower.schedule import Schedule
 from tcc.rt.kernels import load_cpu_library
+from tcc.target import parse_target
 
 pytestmark = pytest.mark.skipif(
     sys.platform not in ("linux", "darwin"), reason="guard pages need mmap and mprotect"

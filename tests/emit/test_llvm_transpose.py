@@ -7,15 +7,16 @@ import numpy as np
 import pytest
 
 from tcc.emit.llvm import build_module, compile_prim_funcs
-from tcc.emit.target import parse_target
 from tcc.ir import te
 from tcc.ir import tir as T
 from tcc.ir.graph import TensorType
 from tcc.lower.legalize import op_prim_func
-from tcc.lower.rules import Machine, schedule_prim_func
+from tcc.lower.rules import schedule_prim_func
+from tcc.lower.rules.cpu import Machine
 from tcc.lower.schedule import Schedule
 from tcc.lower.schedule.state import walk
 from tcc.rt.kernels import load_cpu_library
+from tcc.target import parse_target
 
 AVX512 = Machine(vector_bits=512, vector_registers=32, cores=2)
 

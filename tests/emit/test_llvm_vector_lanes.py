@@ -6,8 +6,8 @@ import pytest
 
 from tcc.emit.llvm import build_module
 from tcc.emit.llvm_vector import vector_lanes
-from tcc.emit.target import parse_target
 from tcc.ir.parser import parse_module
+from tcc.target import parse_target
 
 
 @pytest.mark.parametrize(
@@ -52,11 +52,11 @@ def test_a_lane_guarded_remainder_compiles_without_llvm_warnings(capfd):
     LLVM unmarked, instead of with a forced-vectorize hint LLVM refuses with a warning on
     stderr."""
     from tcc.emit.llvm import compile_prim_funcs
-    from tcc.emit.target import parse_target
     from tcc.ir import expr as E
     from tcc.ir.graph import TensorType
     from tcc.lower.legalize import op_prim_func
     from tcc.lower.rules import schedule_prim_func
+    from tcc.target import parse_target
 
     # BERT's key transpose: the sequence, symbolic, becomes the innermost (vector) axis
     n = E.Var("seq")

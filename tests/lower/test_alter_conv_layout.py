@@ -6,7 +6,6 @@ with the pass against onnxruntime."""
 import numpy as np
 import pytest
 
-from tcc.emit.target import Target
 from tcc.frontend.onnx import from_onnx
 from tcc.ir import graph as G
 from tcc.ir.interp import run
@@ -16,13 +15,14 @@ from tcc.ir.printer import print_module
 from tcc.ir.structural import structural_equal
 from tcc.lower.passes import PASSES, PIPELINE, TARGETED, run_pipeline
 from tcc.lower.passes.alter_conv_layout import alter_conv_layout
+from tcc.target import LLVMTarget
 from tests.e2e.test_models import onnxruntime_outputs
 from tests.helpers import call_ops
 from tests.lower.test_fold_batch_norm import random_inputs, with_values
 from tests.models import builders
 from tests.packs import compiled_fn
 
-AVX2 = Target("x86_64-unknown-linux-gnu", "haswell", "+avx,+avx2")
+AVX2 = LLVMTarget("x86_64-unknown-linux-gnu", "haswell", "+avx,+avx2")
 CONV = "strides=[1, 1], padding=[1, 1, 1, 1], dilation=[1, 1]"
 
 
@@ -411,7 +411,7 @@ def main(x: Tensor((1, 16, 2, 2), "float32")) -> Tensor((1, 16, 2, 2), "float32"
     [("+avx,+avx2,+avx512f", 16), ("+avx,+avx2", 8), ("+sse4.2", 4), ("", 4)],
 )
 def test_block_is_the_target_float32_vector_width(features, block):
-    target = Target("x86_64-unknown-linux-gnu", "generic", features)
+    target = LLVMTarget("x86_64-unknown-linux-gnu", "generic", features)
     got = alter_conv_layout(with_values(parse_module(CONV_16)), target)
     (conv,) = [c for c in got["main"].bindings if c.value.op == "conv2d_nchwc"]
     assert conv.var.type.shape[-1] == block
@@ -510,7 +510,7 @@ def test_grouped_conv_blocks_go_down_to_a_quarter_vector(group_out, block):
     """With 16 lanes, a grouped 3 x 3 conv's output block is the largest of 16, 8 and 4
     dividing a group's output channels; none of them dividing keeps it NCHW. Its input
     block divides a group's 8 input channels."""
-    target = Target("x86_64-unknown-linux-gnu", "generic", "+avx,+avx2,+avx512f")
+    target = LLVMTarget("x86_64-unknown-linux-gnu", "generic", "+avx,+avx2,+avx512f")
     o = 4 * group_out
     mod = with_values(parse_module(f'''
 constants = {{"w": Tensor(({o}, 8, 3, 3), "float32")}}

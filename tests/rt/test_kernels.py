@@ -127,7 +127,7 @@ def test_foreign_or_broken_shared_objects():
         load_cpu_library(b"\x7fELF not really")
     import llvmlite.binding as llvm
 
-    from tcc.emit.target import host_target
+    from tcc.target import host_target
 
     mod = llvm.parse_assembly("define i32 @f() {\n  ret i32 0\n}\n")
     mod.triple = host_target().triple

@@ -11,13 +11,13 @@ from onnx import helper
 import tcc.rt
 from tcc.api import StageTimes, compile_to_bytes, lower
 from tcc.cli.main import cli
-from tcc.emit.target import host_target
 from tcc.frontend.onnx import from_onnx
 from tcc.ir.module import IRModule
 from tcc.ir.printer import print_module
 from tcc.lower.passes import run_pipeline
 from tcc.lower.rules import _stages
 from tcc.lower.schedule import Schedule
+from tcc.target import host_target
 from tcc.tune.apply import tuned_prim_funcs
 from tcc.tune.database import Database, Record
 from tcc.tune.tasks import workload_key

@@ -13,11 +13,11 @@ from onnx import TensorProto as TP
 from onnx import helper
 
 from tcc.api import lower
-from tcc.emit.target import parse_target
 from tcc.frontend.onnx import from_onnx
 from tcc.lower.passes import run_pipeline
 from tcc.lower.rules import schedule_prim_func
 from tcc.rt.kernels import load_cpu_library
+from tcc.target import parse_target
 from tcc.tune.apply import replay
 from tcc.tune.measure import Worker, _time_calls, build, concrete_inputs, measure
 from tests.tune.test_apply import _hand_record, _lowered

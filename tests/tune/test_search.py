@@ -7,12 +7,12 @@ import random
 
 import numpy as np
 
-from tcc.lower.rules import Machine
+from tcc.lower.rules.cpu import Machine
 from tcc.tune.cost_model import CostModel
 from tcc.tune.features import LENGTH, features
 from tcc.tune.search import EvolutionarySearch, RandomSearch, TaskSpace, point_key
 from tcc.tune.space import realize, realize_many, sample
-from tests.lower.rules.rules_cases import CASES, kernels
+from tests.lower.rules.cpu.rules_cases import CASES, kernels
 
 AVX512 = Machine(vector_bits=512, vector_registers=32, cores=2)
 

@@ -17,10 +17,10 @@ from onnx import helper
 
 import tcc.rt
 from tcc.api import compile_to_bytes, lower
-from tcc.emit.target import host_target
 from tcc.frontend.onnx import from_onnx
 from tcc.lower.passes import run_pipeline
 from tcc.lower.schedule.trace import Trace
+from tcc.target import host_target
 from tcc.tune.database import Database
 from tcc.tune.measure import Measurement, _time_calls
 from tcc.tune.search import point_key

@@ -20,15 +20,19 @@ Pass = Callable[..., IRModule]
 PASSES: dict[str, Pass] = {}
 # Passes that also take the compile target (`pass_name(mod, target)`); None when unknown.
 TARGETED: set[str] = set()
+# Passes that run only for some target kinds (by name: the kinds); the others run for all.
+TARGET_KINDS: dict[str, tuple[str, ...]] = {}
 
 
 class UnknownPassError(TccError):
     """A pass name (in --disable-pass or --print-after) that no registered pass has."""
 
 
-def register_pass(name: str, needs_target: bool = False) -> Callable[[Pass], Pass]:
+def register_pass(name: str, needs_target: bool = False,
+                  kinds: tuple[str, ...] | None = None) -> Callable[[Pass], Pass]:
     """Register the decorated pass under `name` (kebab-case, unique); with `needs_target`
-    run_pipeline passes it the target as a second argument."""
+    run_pipeline passes it the target as a second argument; with `kinds` it runs only for
+    targets of those kinds (a CPU layout for `llvm`), so a target asks which passes apply."""
 
     def wrap(fn: Pass) -> Pass:
         if name in PASSES:
@@ -36,6 +40,8 @@ def register_pass(name: str, needs_target: bool = False) -> Callable[[Pass], Pas
         PASSES[name] = fn
         if needs_target:
             TARGETED.add(name)
+        if kinds is not None:
+            TARGET_KINDS[name] = kinds
         return fn
 
     return wrap
@@ -90,6 +96,11 @@ def check_pass_name(name: str, option: str = "pass name") -> str:
     return name
 
 
+def _applies(name: str, target) -> bool:
+    kinds = TARGET_KINDS.get(name)
+    return kinds is None or target is None or target.kind in kinds
+
+
 def run_pipeline(
     mod: IRModule,
     disable: Iterable[str] = (),
@@ -99,12 +110,13 @@ def run_pipeline(
 ) -> IRModule:
     """Run PIPELINE on `mod`, skipping the passes in `disable`; after the pass named
     `print_after` (or after every pass for "all") hand the module text to `on_print`.
-    `target` (a tcc.emit.target.Target, or None when not known) goes to the TARGETED passes."""
+    `target` (a tcc.target.Target, or None when not known) goes to the TARGETED passes;
+    a pass kept to other target kinds (TARGET_KINDS) is skipped."""
     skip = {check_pass_name(n, "pass in --disable-pass") for n in disable}
     if print_after is not None and print_after != "all":
         check_pass_name(print_after, "pass in --print-after")
     for name in PIPELINE:
-        if name in skip:
+        if name in skip or not _applies(name, target):
             continue
         mod = PASSES[name](mod, target) if name in TARGETED else PASSES[name](mod)
         verify_if_asked(mod, f"pass {name}", stated=False)

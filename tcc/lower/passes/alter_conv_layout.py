@@ -77,7 +77,7 @@ WINOGRAD_MIN_CHANNELS = 32
 
 
 class VectorTarget(Protocol):
-    """What the pass needs of a target (tcc.emit.target.Target has it)."""
+    """What the pass needs of a target (tcc.target.Target has it)."""
 
     def vector_lanes(self, dtype: str) -> int: ...
 
@@ -462,7 +462,7 @@ def _rewrite(f: G.Function, mod: IRModule, block: int, packed: dict) -> G.Functi
     return dataclasses.replace(f, bindings=tuple(fn.out), ret=G.substitute_vars(f.ret, fn.alias))
 
 
-@register_pass("alter-conv-layout", needs_target=True)
+@register_pass("alter-conv-layout", needs_target=True, kinds=("llvm",))
 def alter_conv_layout(mod: IRModule, target: VectorTarget | None = None) -> IRModule:
     out = IRModule(dict(mod.functions), dict(mod.const_types), dict(mod.const_values))
     if target is None:

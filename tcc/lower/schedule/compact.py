@@ -14,7 +14,9 @@ each thread's own copy.
 The allocation stays above a loop that must carry the buffer's values from one iteration
 to the next: a loop feeding a reduction variable of a block that writes the buffer (it
 accumulates across that loop's iterations), a vectorized or thread-bound loop (its
-iterations share one body), and a loop whose body reads the buffer before writing it.
+iterations share one body; but a GPU thread's "local" buffer goes inside its thread and
+block loops, a block's "shared" buffer inside its block loops, since each has its own),
+and a loop whose body reads the buffer before writing it.
 Otherwise it relies on what the schedule primitives keep: each iteration writes the
 elements it later reads (compute_at, reverse_compute_at, cache_read and cache_write build
 exactly that). A dimension whose box is not a constant smaller than the buffer keeps its
@@ -90,12 +92,22 @@ def _writes_first(found: list[R.Access], loop: T.For) -> bool:
     return init_writes or all(a.kind == "writes" for a in touches)
 
 
+def _private_to(scope: str, loop: T.For) -> bool:
+    """Whether each iteration of a GPU-bound loop has its own copy of a buffer of `scope`:
+    a block's threads each their "local" registers, a grid's blocks each their "shared"
+    memory; so the buffer may be allocated inside such a loop."""
+    tag = loop.thread_tag or ""
+    return (scope == "local" and tag.startswith(("threadIdx", "blockIdx"))) or (
+        scope == "shared" and tag.startswith("blockIdx"))
+
+
 def _home(found: list[R.Access]) -> T.For | None:
     """The innermost loop around every access that may hold the allocation."""
     carrying = _carrying_loops(found)
     candidates: list[T.For] = []
+    scope = found[0].region.buffer.scope
     for loop in _common_loops(found):
-        if loop.kind in _PINNED or id(loop.var) in carrying:
+        if id(loop.var) in carrying or (loop.kind in _PINNED and not _private_to(scope, loop)):
             break
         candidates.append(loop)
     return next((f for f in reversed(candidates) if _writes_first(found, f)), None)

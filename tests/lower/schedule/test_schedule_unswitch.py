@@ -217,7 +217,7 @@ def test_unswitching_keeps_results(rows, cols, fuse, op):
 def test_contraction_tile_with_symbolic_rows_and_columns():
     """The attention-score shape: both output axes symbolic, the register tile unswitched."""
     from tcc.lower.rules import schedule_prim_func
-    from tcc.lower.rules.machine import Machine
+    from tcc.lower.rules.cpu.machine import Machine
 
     s = E.Var("s")
     func = op_prim_func(
@@ -259,7 +259,7 @@ def test_padding_selects_are_lifted_from_interior_tiles():
     the padding select; the column tests stay (every tile's lanes cross the left and right
     border); edge rows keep all four; the results are those of the unscheduled kernel."""
     from tcc.lower.rules import schedule_prim_func
-    from tcc.lower.rules.machine import Machine
+    from tcc.lower.rules.cpu.machine import Machine
 
     types = [TensorType((1, 8, 20, 20), "float32"), TensorType((16, 8, 3, 3), "float32")]
     func = op_prim_func("conv2d", types, {"strides": [1, 1], "padding": [1, 1, 1, 1],

@@ -69,15 +69,15 @@ from tcc.lower.rules.analysis import (
     stride,
     subexprs,
 )
-from tcc.lower.rules.machine import (
+from tcc.lower.rules.cpu.machine import (
     MAX_WHOLE_VECTOR,
     Machine,
-    decide,
-    decide_flag,
     enough_to_share,
     threads_decided,
 )
-from tcc.lower.schedule import BlockRV, LoopRV, Schedule, ScheduleError
+from tcc.lower.rules.decide import decide, decide_flag
+from tcc.lower.rules.epilogue import fold_epilogues
+from tcc.lower.schedule import LoopRV, Schedule, ScheduleError
 from tcc.lower.schedule.state import child_blocks
 
 MAX_ROWS = 8  # unrolled rows of the micro-kernel
@@ -242,20 +242,6 @@ def row_tile(extent: int | None, columns: int, lanes: int, registers: int) -> in
         return extent
     tiles = -(-extent // fit)
     return max(want, -(-extent // tiles))
-
-
-def fold_epilogues(sch: Schedule, write_back: BlockRV, stages: list[str]) -> None:
-    """Fold the stages that follow, in order, into the write-back while each reads what the
-    write-back stores and reverse_compute_inline accepts it (one element per element)."""
-    for name in stages:
-        stored = sch.get(write_back).writes[0].buffer
-        consumer = sch.get_block(name)
-        if not any(r.buffer is stored for r in sch.get(consumer).reads):
-            return
-        try:
-            sch.reverse_compute_inline(consumer)
-        except ScheduleError:
-            return
 
 
 def local_tile(

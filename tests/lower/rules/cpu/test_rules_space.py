@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from tcc.ir.structural import structural_equal
-from tcc.lower.rules import Machine, finish_schedule, schedule_kernel, schedule_prim_func
+from tcc.lower.rules import finish_schedule, schedule_kernel, schedule_prim_func
+from tcc.lower.rules.cpu import Machine
 from tcc.lower.schedule import Schedule
 from tcc.lower.schedule.sampling import Decisions
 from tcc.lower.schedule.trace import Trace

@@ -41,14 +41,14 @@ from tcc.lower.rules.analysis import (
     guarded_load_along,
     stride,
 )
-from tcc.lower.rules.machine import (
+from tcc.lower.rules.cpu.machine import (
     Machine,
-    decide_flag,
     enough_to_share,
     parallelize,
     pieces_for_threads,
     vector_split,
 )
+from tcc.lower.rules.decide import decide_flag
 from tcc.lower.schedule import Schedule
 
 MAX_PERIOD = 8  # positions a select may choose among for its loop to be unrolled

@@ -11,8 +11,9 @@ from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.graph import TensorType
 from tcc.lower.legalize import op_prim_func
-from tcc.lower.rules import UNSCHEDULED, Machine, schedule_prim_func, stage_rules
-from tcc.lower.rules.contraction import row_tile
+from tcc.lower.rules import UNSCHEDULED, schedule_prim_func, stage_rules
+from tcc.lower.rules.cpu import Machine
+from tcc.lower.rules.cpu.contraction import row_tile
 from tcc.lower.schedule import Schedule, ScheduleError
 from tcc.lower.schedule.state import walk
 from tcc.rt.kernels import load_cpu_library

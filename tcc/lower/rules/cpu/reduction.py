@@ -22,13 +22,13 @@ run on threads.
 from __future__ import annotations
 
 from tcc.lower.rules.analysis import Stage, canonical_stage, guarded_load_along, stride
-from tcc.lower.rules.machine import (
+from tcc.lower.rules.cpu.machine import (
     Machine,
-    decide,
     parallelize,
     pieces_for_threads,
     vector_split,
 )
+from tcc.lower.rules.decide import decide
 from tcc.lower.schedule import Schedule
 from tcc.lower.schedule.rfactor import exact_combiner
 

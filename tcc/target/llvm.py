@@ -1,4 +1,4 @@
-"""Compile targets: the `llvm [-mtriple=...] [-mcpu=...] [-mattr=...]` strings and their machines.
+"""The CPU target: `llvm [-mtriple=...] [-mcpu=...] [-mattr=...]` strings and their machines.
 
 `llvm` alone means the host: the process triple, the host CPU and every feature it has, so
 the code uses the vector units of the machine that compiles it (`-mcpu=native` says the same
@@ -20,29 +20,27 @@ from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
-from tcc.errors import TccError
 from tcc.ir.dtype import bit_width
+from tcc.target.base import Target, TargetError
 
 _OPTIONS = ("mtriple", "mcpu", "mattr", "fp-contract")
 
 
-class TargetError(TccError):
-    """A target string that does not parse, or names a machine LLVM cannot generate code for."""
-
-
 @dataclass(frozen=True)
-class Target:
+class LLVMTarget(Target):
     """An LLVM CPU target: triple, CPU name, feature list (`+avx2,-avx512f`), and whether
-    float multiplies and adds may fuse into fused multiply-adds."""
+    float multiplies and adds may fuse into fused multiply-adds. It is its own host."""
 
     triple: str
     cpu: str
     features: str = ""
     fp_contract: bool = True
 
+    kind = "llvm"
+
     @property
-    def kind(self) -> str:
-        return "llvm"
+    def host(self) -> LLVMTarget:
+        return self
 
     @property
     def arch(self) -> str:
@@ -114,11 +112,11 @@ def _same_machine(a: str, b: str) -> bool:
 
 
 @functools.cache
-def host_target() -> Target:
+def host_target() -> LLVMTarget:
     """The machine running this process, with every feature its CPU has."""
     _initialize()
     features = llvm.get_host_cpu_features().flatten()
-    return Target(llvm.get_process_triple(), llvm.get_host_cpu_name(), _sorted_features(features))
+    return LLVMTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(), _sorted_features(features))
 
 
 def _sorted_features(features: str) -> str:
@@ -135,17 +133,9 @@ def _sorted_features(features: str) -> str:
     return ",".join(sign + name for name, sign in sorted(chosen.items()))
 
 
-def parse_target(text: str | Target) -> Target:
-    """Parse `llvm`, `llvm -mtriple=T -mcpu=C -mattr=+a,-b` (a Target passes through)."""
-    if isinstance(text, Target):
-        return text
+def parse_llvm(text: str) -> LLVMTarget:
+    """Parse `llvm`, `llvm -mtriple=T -mcpu=C -mattr=+a,-b`."""
     words = text.split()
-    if not words or words[0] != "llvm":
-        kind = words[0] if words else ""
-        raise TargetError(
-            f"unknown target kind {kind!r} in {text!r}; expected 'llvm' "
-            "(e.g. 'llvm' or 'llvm -mtriple=aarch64-linux-gnu')"
-        )
     opts: dict[str, str] = {}
     for word in words[1:]:
         key, eq, value = word.lstrip("-").partition("=")
@@ -170,6 +160,6 @@ def parse_target(text: str | Target) -> Target:
         )
     cpu = host.cpu if native else opts.get("mcpu", "generic")
     features = ",".join(f for f in (host.features if native else "", opts.get("mattr", "")) if f)
-    target = Target(triple, cpu, _sorted_features(features), contract == "on")
+    target = LLVMTarget(triple, cpu, _sorted_features(features), contract == "on")
     target.target_machine()  # reject unknown triples now, with the message above
     return target

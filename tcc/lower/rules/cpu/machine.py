@@ -1,13 +1,9 @@
-"""The CPU facts the rules size their schedules by, and the steps every rule shares:
-making a decision, running a loop as vector lanes and spreading a loop nest over the cores.
+"""The CPU facts the rules size their schedules by, and the steps every CPU rule shares:
+running a loop as vector lanes and spreading a loop nest over the cores. Each choice a
+tuner may revisit is made with `tcc.lower.rules.decide`.
 
-A rule makes each choice that a tuner may revisit with `decide`: a categorical sample in
-the schedule's trace whose default is what the rule would pick untuned (DESIGN.md §5), so
-the default schedule is one point of the rule's space, and the tuner's `Decisions` pick
-others by the sample's label.
-
-The rules read a target duck-typed (`vector_bits`, `vector_registers`, `num_cores`, as on
-`tcc.emit.target.Target`), so `tcc.lower` stays free of the emit room.
+`Machine.of` reads a target duck-typed (`vector_bits`, `vector_registers`, `num_cores`, as
+on `tcc.target.LLVMTarget`).
 """
 
 from __future__ import annotations
@@ -17,8 +13,8 @@ from dataclasses import dataclass
 from tcc.ir import expr as E
 from tcc.ir.dtype import bit_width
 from tcc.lower.rules.analysis import divisor_at_most
+from tcc.lower.rules.decide import decide, decide_flag
 from tcc.lower.schedule import LoopRV, Schedule
-from tcc.lower.schedule.state import ScheduleError
 
 # Below this many loop iterations a parallel region costs more than it saves.
 MIN_PARALLEL_WORK = 8192
@@ -34,6 +30,8 @@ class Machine:
     vector_registers: int = 32
     cores: int = 1
 
+    kind = "llvm"  # the rule set it is the machine of (tcc.lower.rules.rule_set)
+
     @staticmethod
     def of(target) -> Machine:
         """The machine of a target (anything with vector_bits/vector_registers/num_cores)."""
@@ -44,24 +42,6 @@ class Machine:
     def lanes(self, dtype: str) -> int:
         """Elements of `dtype` in one vector register."""
         return max(1, self.vector_bits // max(8, bit_width(dtype)))
-
-
-def decide(sch: Schedule, label: str, candidates, default: int) -> int:
-    """One of `candidates` (distinct ints, `default` among them), chosen by the schedule's
-    decisions for `label`: the default unless a tuner says otherwise."""
-    options = list(dict.fromkeys(candidates))
-    if default not in options:
-        raise ScheduleError(f"decide: {label}: default {default} is not among {options}")
-    if len(options) == 1:
-        return default
-    probs = [1.0] * len(options)
-    return sch.get(sch.sample_categorical(options, probs, default=options.index(default),
-                                          label=label))
-
-
-def decide_flag(sch: Schedule, label: str, default: bool) -> bool:
-    """A yes/no decision (1/0 in the trace)."""
-    return bool(decide(sch, label, [int(default), int(not default)], int(default)))
 
 
 def vector_tile(extent: int | None, lanes: int) -> int:

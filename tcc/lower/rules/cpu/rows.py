@@ -31,7 +31,12 @@ from __future__ import annotations
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.lower.rules.analysis import Stage, canonical_stage, guarded_load_along
-from tcc.lower.rules.machine import Machine, decide, threads_decided, vector_split
+from tcc.lower.rules.cpu.machine import (
+    Machine,
+    threads_decided,
+    vector_split,
+)
+from tcc.lower.rules.decide import decide
 from tcc.lower.schedule import Schedule, ScheduleError
 from tcc.lower.schedule.state import child_blocks
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from tcc.api import compile_onnx, load_module, lower
-from tcc.emit.target import parse_target
 from tcc.lower.passes import run_pipeline
 from tcc.lower.rules import UNSCHEDULED, rule_coverage
+from tcc.target import parse_target
 from tests.e2e.test_models import onnxruntime_outputs, token_inputs
 from tests.models import builders
 from tests.packs import compiled_fn

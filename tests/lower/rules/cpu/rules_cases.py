@@ -8,11 +8,11 @@ from onnx import TensorProto, helper
 
 from tcc.api import lower
 from tcc.emit.llvm import compile_prim_funcs
-from tcc.emit.target import parse_target
 from tcc.frontend.onnx import from_onnx
 from tcc.ir import tir as T
 from tcc.lower.passes import run_pipeline
 from tcc.rt.kernels import load_cpu_library
+from tcc.target import parse_target
 
 
 def _model(node: str, inputs: dict, output: list, inits: dict | None = None, **attrs):

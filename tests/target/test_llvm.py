@@ -3,7 +3,7 @@
 import llvmlite.binding as llvm
 import pytest
 
-from tcc.emit.target import Target, TargetError, host_target, parse_target
+from tcc.target import LLVMTarget, TargetError, host_target, parse_target
 
 
 def test_plain_llvm_is_the_host_with_its_features():
@@ -27,7 +27,7 @@ def test_canonical_text_round_trips():
 
 def test_cross_target_gets_the_generic_cpu():
     t = parse_target("llvm -mtriple=aarch64-linux-gnu")
-    assert t == Target("aarch64-linux-gnu", "generic", "")
+    assert t == LLVMTarget("aarch64-linux-gnu", "generic", "")
     assert str(t) == "llvm -mtriple=aarch64-linux-gnu -mcpu=generic"
     assert t.arch == "aarch64" and not t.is_host
 
@@ -42,7 +42,7 @@ def test_features_are_sorted_and_the_last_setting_wins():
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("cuda", "unknown target kind 'cuda'"),
+        ("rocm", "unknown target kind 'rocm'"),
         ("", "unknown target kind ''"),
         ("llvm -mcpu", "bad target option '-mcpu'"),
         ("llvm -O3", "bad target option '-O3'"),

@@ -1,0 +1,29 @@
+"""Default CUDA schedule rules (target kind `cuda`), sized by the `CUDATarget`'s limits.
+
+Every stage must end up bound to GPU blocks and threads: a stage left to run serially
+would run on no processor at all, so the last rule, `ThreadPerOutputRule`, applies to
+every canonical stage. Before any rule, `inline_elementwise` folds the elementwise stages
+between others into the stages that read them, so that a fused kernel runs as few
+launches as its reductions need. The driver that applies them is `tcc.lower.rules`.
+"""
+
+from __future__ import annotations
+
+from tcc.lower.rules import RuleSet
+from tcc.lower.rules.cuda.inline import inline_elementwise
+from tcc.lower.rules.cuda.thread_per_output import ThreadPerOutputRule
+
+__all__ = ["RULE_SET"]
+
+
+def _machine(target):
+    """The rules read the CUDATarget itself (archs, threads and shared memory a block)."""
+    return target
+
+
+RULE_SET = RuleSet(
+    kernel_rules=(),
+    stage_rules=(ThreadPerOutputRule(),),
+    machine=_machine,
+    prepare=inline_elementwise,
+)
