@@ -38,6 +38,7 @@ class StageTimes:
     tuned: int = 0  # kernels scheduled by a tuning record
     kernels_cached: int = 0  # kernels whose object code came from the compile cache
     kernels_compiled: int = 0
+    cacheable: bool = True  # whether the target's kernels go through the compile cache
 
 
 def is_torch_program(source) -> bool:
@@ -183,6 +184,15 @@ def compile_to_bytes(
         state["tuned"] = stage(
             "tuning", lambda: _tuned(state["lowered"], str(parsed_target), db, times))
     state["exe"] = stage("vm", lambda: compile_module(state["lowered"], plan=plan_memory))
+    if parsed_target.kind == "cuda":
+        from tcc.emit.cuda import compile_cuda_module
+
+        cuda = stage("kernels", lambda: compile_cuda_module(
+            state["lowered"].prim_funcs, parsed_target, schedule, state["tuned"]))
+        times.kernels_compiled, times.cacheable = len(cuda.kernels), False
+        return stage("pack", lambda: pack_bytes(
+            state["exe"], None, str(parsed_target), state["lowered"].const_values, sign=signer,
+            device_kernels={"cuda": cuda.device_kernels(parsed_target)}))
     built = stage("kernels", lambda: compile_kernels(
         state["lowered"].prim_funcs, parsed_target, schedule, state["tuned"], jobs,
         ObjectCache() if cache else None))

@@ -63,7 +63,7 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
             Console(highlight=False).print(f"  {name:9s} {s * 1000:9.1f} ms")
         if db is not None:
             Console(highlight=False).print(f"  {times.tuned} kernel(s) scheduled by {db}")
-        if cache:
+        if cache and times.cacheable:
             from tcc.emit.object_cache import cache_dir
 
             Console(highlight=False).print(
@@ -73,7 +73,8 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
 
 _target = click.option(
     "--target", default="llvm", show_default=True,
-    help="'llvm' (this CPU) or 'llvm -mtriple=... -mcpu=... -mattr=...'.",
+    help="'llvm' (this CPU), 'llvm -mtriple=... -mcpu=... -mattr=...', or 'cuda' / "
+         "'cuda -arch=sm_80,sm_90' (NVIDIA GPUs; needs tcc[cuda]; docs/target.md).",
 )
 _sign = click.option(
     "--sign", type=click.Path(dir_okay=False, path_type=Path), metavar="KEY",

@@ -14,6 +14,7 @@ import json
 import re
 import tarfile
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from tcc.outfile import write_output
 from tcc.rt.format import (
     BYTECODE,
     BYTECODE_VERSION,
+    DEVICE_KERNELS_FIELD,
     KERNEL_ORIGINS_FIELD,
     KERNELS_DIR,
     MANIFEST,
@@ -45,6 +47,18 @@ class PackWriteError(TccError):
     """The inputs to the pack writer do not fit together (a missing weight or kernel)."""
 
 
+@dataclass(frozen=True)
+class DeviceKernels:
+    """One device's kernel library: the target it was compiled for, its binaries by name
+    (`sm_90`: a cubin, `compute_90`: PTX), the source they came from, and each kernel's
+    launch spec (tcc.emit.cuda.launch_spec)."""
+
+    target: str
+    binaries: Mapping[str, bytes]
+    source: str
+    kernels: Mapping[str, dict]
+
+
 def pack_bytes(
     executable: Executable,
     kernels=None,
@@ -53,15 +67,24 @@ def pack_bytes(
     signatures: Mapping[str, dict] | None = None,
     kernel_origins: Mapping[str, list[str]] | None = None,
     sign: Callable[[bytes], bytes] | None = None,
+    device_kernels: Mapping[str, DeviceKernels] | None = None,
 ) -> bytes:
     """The pack's bytes. `kernels` has `.object_code`, `.shared_object` (or None) and
-    `.symbols` (a CpuModule), or is None for a program without kernels; `signatures` and
+    `.symbols` (a CpuModule), or is None for a program without CPU kernels;
+    `device_kernels` holds the kernels of other devices by kind (`cuda`); `signatures` and
     `kernel_origins` (symbol -> the bindings that call it) default to the executable's own.
     `sign` (tcc.emit.signing.load_signing_key) adds the manifest's signature."""
     weights = dict(weights or {})
     signatures = dict(signatures if signatures is not None else executable.signatures)
     origins = kernel_origins if kernel_origins is not None else executable.kernel_origins
+    devices = dict(device_kernels or {})
     symbols = sorted(kernels.symbols) if kernels is not None else []
+    for kind in sorted(devices):
+        clash = sorted(set(symbols) & set(devices[kind].kernels))
+        if clash:
+            raise PackWriteError(f"kernel {clash[0]!r} is in two kernel libraries; compile each "
+                                 "kernel for one device")
+        symbols = sorted([*symbols, *devices[kind].kernels])
     _check_references(executable, symbols, weights, signatures)
     origins = _checked_origins(origins, symbols)
 
@@ -74,6 +97,7 @@ def pack_bytes(
     if kernels is not None and getattr(kernels, "shared_object", None) is not None:
         so = f"{KERNELS_DIR}{kind}{SHARED_SUFFIX}"
         members[so] = bytes(kernels.shared_object)
+    listed_devices = {kind: _device_members(kind, devices[kind], members) for kind in sorted(devices)}
     blob, index = _weights_blob(weights)
     if index:
         members[WEIGHTS] = blob
@@ -92,6 +116,8 @@ def pack_bytes(
     }
     if origins:  # optional: a pack without it reads the same, with unnamed kernels
         manifest[KERNEL_ORIGINS_FIELD] = origins
+    if listed_devices:  # optional: CPU packs stay as they were
+        manifest[DEVICE_KERNELS_FIELD] = listed_devices
     text = json.dumps(manifest, sort_keys=True, indent=1).encode("utf-8") + b"\n"
     digest = hashlib.sha256(text).hexdigest()
     members[MANIFEST] = text.replace(b'"' + b"0" * 64 + b'"', f'"{digest}"'.encode(), 1)
@@ -100,6 +126,22 @@ def pack_bytes(
         if len(members[SIGNATURE]) != SIGNATURE_BYTES:
             raise PackWriteError(f"the signer gave {len(members[SIGNATURE])} bytes, not an Ed25519 signature")
     return _tar(members)
+
+
+def _device_members(kind: str, library: DeviceKernels, members: dict[str, bytes]) -> dict:
+    """Add a device library's binaries and source to `members`; its manifest entry."""
+    if not library.binaries:
+        raise PackWriteError(f"the {kind} kernel library has no binaries")
+    binaries = {}
+    for name in sorted(library.binaries):
+        suffix = ".ptx" if name.startswith("compute_") else ".cubin"
+        member = f"{KERNELS_DIR}{kind}.{name}{suffix}"
+        members[member] = bytes(library.binaries[name])
+        binaries[name] = member
+    source = f"{KERNELS_DIR}{kind}.cu"
+    members[source] = library.source.encode("utf-8")
+    return {"target": library.target, "binaries": binaries, "source": source,
+            "kernels": {sym: library.kernels[sym] for sym in sorted(library.kernels)}}
 
 
 def write_pack(path, executable: Executable, kernels=None, target: str = "llvm",

@@ -559,42 +559,53 @@ class _FunctionCompiler:
 
     def shape_program(self, dims, what: str) -> tuple[int, ...]:
         """[ndim, then per dimension: word count, postfix words] (docs/vm.md)."""
-        out = [len(dims)]
-        for d in dims:
-            words: list[int] = []
-            self.postfix(d, words, what)
-            out += [len(words), *words]
-        return tuple(out)
+        return shape_program(dims, self.slots, f"function {self.name!r}: {what}")
 
     def postfix(self, d, words: list[int], what: str) -> None:
-        if isinstance(d, int) or isinstance(d, E.IntImm):
-            words += [ShapeOp.PUSH_INT, int(d if isinstance(d, int) else d.value)]
-        elif isinstance(d, E.Var):
-            if d not in self.slots:
-                raise VMCompileError(
-                    f"function {self.name!r}: {what} depends on size variable {d.name!r}, which no "
-                    "input binds; data-dependent shapes are not supported by the VM yet")
-            words += [ShapeOp.PUSH_VAR, self.slots[d]]
-        elif isinstance(d, E.BinOp) and d.op in SHAPE_BINOPS:
-            self.postfix(d.a, words, what)
-            self.postfix(d.b, words, what)
-            words.append(SHAPE_BINOPS[d.op])
-        elif isinstance(d, E.Cmp):
-            a, b, op = (d.b, d.a, _SWAPPED[d.op]) if d.op in _SWAPPED else (d.a, d.b, d.op)
-            self.postfix(a, words, what)
-            self.postfix(b, words, what)
-            words.append(SHAPE_CMPS[op])
-        elif isinstance(d, E.Logic):  # on 0/1 values: and is min, or is max
-            self.postfix(d.a, words, what)
-            self.postfix(d.b, words, what)
-            words.append(ShapeOp.MIN if d.op == "and" else ShapeOp.MAX)
-        elif isinstance(d, E.Not):
-            self.postfix(d.a, words, what)
-            words += [ShapeOp.PUSH_INT, 0, ShapeOp.EQ]
-        elif isinstance(d, E.Select):
-            for part in (d.cond, d.true_value, d.false_value):
-                self.postfix(part, words, what)
-            words.append(ShapeOp.SELECT)
-        else:
-            raise VMCompileError(f"function {self.name!r}: {what} has dimension {format_expr(d)}, "
-                                 "which the VM's shape arithmetic cannot compute")
+        shape_postfix(d, self.slots, words, f"function {self.name!r}: {what}")
+
+
+def shape_program(dims, slots: Mapping[E.Var, int], where: str) -> tuple[int, ...]:
+    """The shape program of `dims`, over size variables at their `slots` ([ndim, then per
+    dimension: word count, postfix words], docs/vm.md); `where` leads its errors."""
+    out = [len(dims)]
+    for d in dims:
+        words: list[int] = []
+        shape_postfix(d, slots, words, where)
+        out += [len(words), *words]
+    return tuple(out)
+
+
+def shape_postfix(d, slots: Mapping[E.Var, int], words: list[int], where: str) -> None:
+    """Append the postfix words of integer expression `d` to `words`."""
+    if isinstance(d, int) or isinstance(d, E.IntImm):
+        words += [ShapeOp.PUSH_INT, int(d if isinstance(d, int) else d.value)]
+    elif isinstance(d, E.Var):
+        if d not in slots:
+            raise VMCompileError(
+                f"{where} depends on size variable {d.name!r}, which no "
+                "input binds; data-dependent shapes are not supported by the VM yet")
+        words += [ShapeOp.PUSH_VAR, slots[d]]
+    elif isinstance(d, E.BinOp) and d.op in SHAPE_BINOPS:
+        shape_postfix(d.a, slots, words, where)
+        shape_postfix(d.b, slots, words, where)
+        words.append(SHAPE_BINOPS[d.op])
+    elif isinstance(d, E.Cmp):
+        a, b, op = (d.b, d.a, _SWAPPED[d.op]) if d.op in _SWAPPED else (d.a, d.b, d.op)
+        shape_postfix(a, slots, words, where)
+        shape_postfix(b, slots, words, where)
+        words.append(SHAPE_CMPS[op])
+    elif isinstance(d, E.Logic):  # on 0/1 values: and is min, or is max
+        shape_postfix(d.a, slots, words, where)
+        shape_postfix(d.b, slots, words, where)
+        words.append(ShapeOp.MIN if d.op == "and" else ShapeOp.MAX)
+    elif isinstance(d, E.Not):
+        shape_postfix(d.a, slots, words, where)
+        words += [ShapeOp.PUSH_INT, 0, ShapeOp.EQ]
+    elif isinstance(d, E.Select):
+        for part in (d.cond, d.true_value, d.false_value):
+            shape_postfix(part, slots, words, where)
+        words.append(ShapeOp.SELECT)
+    else:
+        raise VMCompileError(f"{where} has dimension {format_expr(d)}, "
+                             "which the VM's shape arithmetic cannot compute")

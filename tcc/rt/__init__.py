@@ -43,6 +43,28 @@ def load(path, kernel_library=None, require_signature=None) -> Module:
 def _load_kernels(contents: PackContents):
     if not contents.kernel_symbols:
         return None
+    libraries = []
+    if "cuda" in contents.device_kernels:
+        from tcc.rt.cuda import CudaDriverError, load_cuda_library
+
+        try:
+            libraries.append(load_cuda_library(contents.device_binaries["cuda"],
+                                               contents.device_kernels["cuda"],
+                                               contents.weights.values()))
+        except CudaDriverError as e:
+            raise CudaDriverError(f"{contents.path}: {e}") from None
+    on_devices = {s for kernels in contents.device_kernels.values() for s in kernels}
+    if any(s not in on_devices for s in contents.kernel_symbols):
+        try:
+            libraries.append(_load_cpu_kernels(contents))
+        except BaseException:
+            for lib in libraries:
+                lib.close()
+            raise
+    return libraries[0] if len(libraries) == 1 else _Libraries(libraries)
+
+
+def _load_cpu_kernels(contents: PackContents):
     arch, host = triple_architecture(contents.target), host_architecture()
     if arch is not None and arch != host:
         raise PackError(f"{contents.path}: the pack's kernels are built for {arch}, and this machine "
@@ -53,6 +75,27 @@ def _load_kernels(contents: PackContents):
     from tcc.rt.kernels import load_cpu_library
 
     return load_cpu_library(contents.shared_object)
+
+
+class _Libraries:
+    """A pack's kernel libraries (a device's and the CPU's), called by symbol."""
+
+    def __init__(self, libraries):
+        self._libraries = libraries
+
+    def call(self, symbol: str, arrays) -> None:
+        for lib in self._libraries:
+            if lib.has(symbol):
+                return lib.call(symbol, arrays)
+        raise KernelError(f"no kernel named {symbol!r} in the pack's kernel libraries")
+
+    def set_num_threads(self, n: int) -> None:
+        for lib in self._libraries:
+            lib.set_num_threads(n)
+
+    def close(self) -> None:
+        for lib in self._libraries:
+            lib.close()
 
 
 class Function:

@@ -29,6 +29,8 @@ TAR_BLOCK = 512
 MANIFEST_HASH_FIELD = "manifest_sha256"  # sha256 of the manifest with this value zeroed
 MAX_MANIFEST_BYTES = 16 << 20
 KERNEL_ORIGINS_FIELD = "kernel_origins"  # optional manifest field: symbol -> binding names
+DEVICE_KERNELS_FIELD = "device_kernels"  # optional manifest field: kind -> kernel library
+DEVICE_KINDS = ("cuda",)  # the devices whose kernel libraries this runtime can load
 # The dtypes a pack's tensors (weights, inputs, outputs) may have; tcc/rt/tensor.py maps each
 # to its numpy dtype. Strings and other object dtypes are not among them.
 PLAIN_DTYPES = frozenset(

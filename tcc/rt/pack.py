@@ -26,6 +26,9 @@ from tcc.rt.errors import PackError
 from tcc.rt.format import (
     BUILTINS,
     BYTECODE_VERSION,
+    DEVICE_KERNELS_FIELD,
+    DEVICE_KINDS,
+    KERNEL_DTYPES,
     KERNEL_ORIGINS_FIELD,
     MANIFEST,
     MANIFEST_HASH_FIELD,
@@ -71,6 +74,9 @@ class PackContents:
     shared_object: bytes | None
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     signature: bytes | None = None  # manifest.sig, checked when a public key was given
+    # device kind -> its kernels' launch specs by symbol, and its binaries by name
+    device_kernels: dict[str, dict[str, dict]] = field(default_factory=dict)
+    device_binaries: dict[str, dict[str, bytes]] = field(default_factory=dict)
     _mmap: mmap.mmap | None = None
 
     @property
@@ -184,9 +190,20 @@ def _read(path: str, mm: mmap.mmap, verify) -> PackContents:
     if stray:
         raise _Bad(f"{MANIFEST}: {KERNEL_ORIGINS_FIELD} names kernel {stray[0]!r}, which the "
                    "kernel table lacks")
+    devices = manifest.get(DEVICE_KERNELS_FIELD, {})
+    on_devices = {sym for lib in devices.values() for sym in lib["kernels"]}
+    binaries = {}
+    for kind, lib in devices.items():
+        member(lib["source"])
+        binaries[kind] = {}
+        for name, where in lib["binaries"].items():
+            off, size = member(where)
+            binaries[kind][name] = mm[off : off + size]
+    cpu_symbols = [s for s in symbols if s not in on_devices]
     so = member(kinfo["shared_object"])
     if so is not None:
-        check_shared_object(mm[so[0] : so[0] + so[1]], kinfo["shared_object"], manifest["target"], symbols)
+        check_shared_object(mm[so[0] : so[0] + so[1]], kinfo["shared_object"], manifest["target"],
+                            cpu_symbols)
     weights = _map_weights(mm, member(manifest["weights"]["member"]), manifest["weights"])
     exe.signatures = manifest["entry_functions"]
     exe.kernel_origins = origins
@@ -202,6 +219,8 @@ def _read(path: str, mm: mmap.mmap, verify) -> PackContents:
         shared_object=None if so is None else mm[so[0] : so[0] + so[1]],
         weights=weights,
         signature=signature,
+        device_kernels={kind: lib["kernels"] for kind, lib in devices.items()},
+        device_binaries=binaries,
         _mmap=mm,
     )
 
@@ -326,7 +345,8 @@ def check_manifest(raw: bytes) -> dict:
     _expect(m, dict, "the manifest")
     known = {"format", "format_version", MANIFEST_HASH_FIELD, "target", "bytecode", "kernels",
              "weights", "entry_functions", "members"}
-    missing, unknown = sorted(known - set(m)), sorted(set(m) - known - {KERNEL_ORIGINS_FIELD})
+    optional = {KERNEL_ORIGINS_FIELD, DEVICE_KERNELS_FIELD}
+    missing, unknown = sorted(known - set(m)), sorted(set(m) - known - optional)
     if missing or unknown:
         raise _Bad(f"{MANIFEST} fields are wrong (missing: {missing}, unknown: {unknown})")
     if m["format"] != PACK_FORMAT:
@@ -349,6 +369,7 @@ def check_manifest(raw: bytes) -> dict:
     for s in k["symbols"]:
         _expect(s, str, "a kernel symbol")
     _check_origins(m.get(KERNEL_ORIGINS_FIELD, {}))
+    _check_device_kernels(m.get(DEVICE_KERNELS_FIELD, {}), k["symbols"])
     w = _fields(m["weights"], {"member": (str, type(None)), "alignment": int, "arrays": dict}, "weights")
     if w["alignment"] != WEIGHT_ALIGN:
         raise _Bad(f"weights alignment is {w['alignment']}, expected {WEIGHT_ALIGN}")
@@ -380,6 +401,88 @@ def _check_origins(origins) -> None:
         _expect(names, list, f"{KERNEL_ORIGINS_FIELD} of {sym!r}")
         for name in names:
             _expect(name, str, f"an origin of {sym!r}")
+
+
+_BINARY_NAME = re.compile(r"(sm|compute)_[1-9][0-9]{1,2}\Z")
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}\Z")
+MAX_THREADS_PER_BLOCK = 1024
+
+
+def _check_device_kernels(libraries, symbols: list) -> None:
+    """The optional device_kernels: per device kind its target, binaries, source and each
+    kernel's launch spec (docs/tvmpack.md), every program verified as the bytecode's are."""
+    _expect(libraries, dict, DEVICE_KERNELS_FIELD)
+    table = set(symbols)
+    for kind, lib in libraries.items():
+        what = f"{DEVICE_KERNELS_FIELD}.{kind}"
+        if kind not in DEVICE_KINDS:
+            raise _Bad(f"{MANIFEST}: {what}: this runtime runs no kernels for device {kind!r} "
+                       f"(it knows {', '.join(DEVICE_KINDS)}); use a newer tcc")
+        lib = _fields(lib, {"target": str, "binaries": dict, "source": str, "kernels": dict}, what)
+        if not lib["binaries"]:
+            raise _Bad(f"{MANIFEST}: {what} has no binaries")
+        for name, member in lib["binaries"].items():
+            if not _BINARY_NAME.match(name):
+                raise _Bad(f"{MANIFEST}: {what} has a binary named {name!r}; expected sm_XX or compute_XX")
+            _expect(member, str, f"{what}.binaries.{name}")
+        for sym, spec in lib["kernels"].items():
+            if sym not in table:
+                raise _Bad(f"{MANIFEST}: {what} has kernel {sym!r}, which the kernel table lacks")
+            _check_launch_spec(spec, f"{what} kernel {sym!r}")
+
+
+def _check_launch_spec(spec, where: str) -> None:
+    spec = _fields(spec, {"params": list, "size_vars": list, "bind": list, "writes": list,
+                          "preconditions": list, "workspaces": list, "launches": list}, where)
+    names = spec["size_vars"]
+    for n in names:
+        _expect(n, str, f"{where}: a size variable")
+    ranks = []
+    for i, p in enumerate(spec["params"]):
+        scalar = isinstance(p, dict) and "scalar" in p
+        p = _fields(p, {"dtype": str, "scalar": bool} if scalar else {"dtype": str, "shape": list},
+                    f"{where} parameter {i}")
+        if p["dtype"] not in KERNEL_DTYPES or (scalar and p["scalar"] is not True):
+            raise _Bad(f"{MANIFEST}: {where} parameter {i} has a malformed dtype")
+        if not scalar:
+            _launch_program(p["shape"], len(names), f"{where} parameter {i}")
+        ranks.append(None if scalar else p["shape"][0])
+    if len(spec["bind"]) != len(names):
+        raise _Bad(f"{MANIFEST}: {where} binds {len(spec['bind'])} of {len(names)} size variables")
+    for b in spec["bind"]:
+        if (not isinstance(b, list) or len(b) != 2 or not all(type(x) is int for x in b)
+                or not 0 <= b[0] < len(ranks)
+                or not (b[1] == -1 if ranks[b[0]] is None else 0 <= b[1] < ranks[b[0]])):
+            raise _Bad(f"{MANIFEST}: {where} reads a size variable from a bad place {b!r}")
+    for i in spec["writes"]:
+        if type(i) is not int or not 0 <= i < len(ranks) or ranks[i] is None:
+            raise _Bad(f"{MANIFEST}: {where} writes a bad parameter {i!r}")
+    _launch_program(spec["preconditions"], len(names), f"{where} preconditions")
+    for w in spec["workspaces"]:
+        w = _fields(w, {"name": str, "dtype": str, "count": list}, f"{where} workspace")
+        if w["dtype"] not in KERNEL_DTYPES:
+            raise _Bad(f"{MANIFEST}: {where} workspace {w['name']!r} has a malformed dtype")
+        _launch_program(w["count"], len(names), f"{where} workspace {w['name']!r}", ndim=1)
+    if not spec["launches"]:
+        raise _Bad(f"{MANIFEST}: {where} has no launches")
+    for launch in spec["launches"]:
+        launch = _fields(launch, {"function": str, "grid": list, "block": list}, f"{where} launch")
+        if not _C_IDENTIFIER.match(launch["function"]):
+            raise _Bad(f"{MANIFEST}: {where} launches a function with a malformed name")
+        _launch_program(launch["grid"], len(names), f"{where} grid", ndim=3)
+        block = launch["block"]
+        if (len(block) != 3 or not all(type(b) is int and b >= 1 for b in block)
+                or block[0] * block[1] * block[2] > MAX_THREADS_PER_BLOCK):
+            raise _Bad(f"{MANIFEST}: {where} has a malformed block {block!r}")
+
+
+def _launch_program(prog, slots: int, where: str, ndim: int | None = None) -> None:
+    if not all(type(w) is int for w in prog):
+        raise _Bad(f"{MANIFEST}: {where}: malformed shape program")
+    try:
+        _verify_shape_program(prog, slots, where, ndim)
+    except _Bad as e:
+        raise _Bad(f"{MANIFEST}: {e}") from None
 
 
 def _expect(v, types, what: str) -> None:

@@ -101,3 +101,31 @@ def test_a_shape_against_a_fixed_dimension(files, runtime):
              runtime=runtime)
     assert r.exit_code == 2 and r.output.strip() == (
         "error: --shape x: dim 0 is 100000000, but the input's dim 0 is fixed at 1 (its shape is [1, 3])"), r.output
+
+
+@pytest.mark.parametrize("target, words", [
+    ("cuda -arch=sm_3", "bad CUDA arch 'sm_3'"),
+    ("cuda -max-threads-per-block=4096", "-max-threads-per-block must be a whole number from 1 to 1024"),
+    ("cuda -arch=sm_90 -arch=sm_80", "target option -arch is given twice"),
+    ("rocm", "unknown target kind 'rocm'"),
+])
+def test_a_bad_cuda_target_is_one_line_and_writes_nothing(files, tmp_path, target, words):
+    out = tmp_path / "m.tvmpack"
+    r = CliRunner().invoke(cli, ["compile", str(files / "m.onnx"), "--target", target, "-o", str(out)])
+    assert r.exit_code == 2 and words in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert not out.exists()
+
+
+def test_compiling_for_cuda_without_nvrtc_says_how_to_install_it(files, tmp_path, monkeypatch):
+    from tcc.emit import nvrtc
+
+    monkeypatch.setenv(nvrtc.ENV, str(tmp_path / "libnvrtc.so.12"))
+    nvrtc._library.cache_clear()
+    try:
+        out = tmp_path / "m.tvmpack"
+        r = CliRunner().invoke(cli, ["compile", str(files / "m.onnx"), "--target", "cuda", "-o", str(out)])
+    finally:
+        monkeypatch.undo()
+        nvrtc._library.cache_clear()
+    assert r.exit_code == 2 and nvrtc.INSTALL_HINT in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1 and not out.exists()

@@ -1,0 +1,329 @@
+"""Running a pack's CUDA kernels: the CUDA driver API (`libcuda`) through ctypes.
+
+`load_cuda_library(binaries, kernels)` opens device 0, loads the cubin built for its
+arch (a cubin for sm_XY runs on devices XZ with Z >= Y) or, failing that, the PTX when the
+device is at least as new as it, and gives a library with the CPU kernel library's
+interface: `call(symbol, arrays)` on numpy arrays. A call copies the arrays to device
+memory (weights once, the first time they are used: they are the pack's read-only
+mapping), evaluates each launch's grid from the arrays' shapes (the shape work stays on the
+host), launches the kernel's launches in order on one stream, and copies back the arrays
+the kernel writes. Device buffers are kept in a pool by size, so a run after the first
+allocates nothing. Tensors stay on the host between kernels: correct everywhere, and the
+copies are what device-resident arenas remove (docs/cuda.md, "Not yet").
+
+`$TCC_CUDA_DRIVER` names the driver library instead of `libcuda.so.1`; the tests point it
+at a stand-in that runs kernels on the CPU. No driver, no device, or a device the pack has
+no code for is a `CudaDriverError` with a one-line message.
+
+Depends on numpy, ctypes and the standard library only, like the rest of tcc.rt.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from tcc.rt.errors import KernelError, PackError
+from tcc.rt.tensor import numpy_dtype
+from tcc.rt.vm import eval_shape
+
+__all__ = ["CudaDriverError", "load_cuda_library", "pick_binary"]
+
+ENV = "TCC_CUDA_DRIVER"
+LIBRARY = "libcuda.so.1"
+_COMPUTE_CAPABILITY_MAJOR, _COMPUTE_CAPABILITY_MINOR = 75, 76
+_ALIGN = 256  # device allocations are rounded up to this, so the pool reuses them
+
+
+class CudaDriverError(PackError):
+    """No CUDA driver or device to run a pack's CUDA kernels on, or the driver refused."""
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    """Every driver function used, with its signature, in one place."""
+    p, i, u, sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_size_t
+    pp, ip = ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int)
+    u64p = ctypes.POINTER(ctypes.c_uint64)
+    signatures = {
+        "cuInit": (u,),
+        "cuDriverGetVersion": (ip,),
+        "cuDeviceGetCount": (ip,),
+        "cuDeviceGet": (ip, i),
+        "cuDeviceGetAttribute": (ip, i, i),
+        "cuDevicePrimaryCtxRetain": (pp, i),
+        "cuDevicePrimaryCtxRelease_v2": (i,),
+        "cuCtxSetCurrent": (p,),
+        "cuModuleLoadData": (pp, p),
+        "cuModuleUnload": (p,),
+        "cuModuleGetFunction": (pp, p, ctypes.c_char_p),
+        "cuMemAlloc_v2": (u64p, sz),
+        "cuMemFree_v2": (ctypes.c_uint64,),
+        "cuMemcpyHtoDAsync_v2": (ctypes.c_uint64, p, sz, p),
+        "cuMemcpyDtoHAsync_v2": (p, ctypes.c_uint64, sz, p),
+        "cuStreamCreate": (pp, u),
+        "cuStreamDestroy_v2": (p,),
+        "cuStreamSynchronize": (p,),
+        "cuLaunchKernel": (p, u, u, u, u, u, u, u, p, pp, pp),
+        "cuGetErrorName": (i, ctypes.POINTER(ctypes.c_char_p)),
+    }
+    for name, argtypes in signatures.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int
+
+
+class _Driver:
+    """The driver library, initialized, with results turned into CudaDriverErrors."""
+
+    def __init__(self, path: str):
+        try:
+            self.lib = ctypes.CDLL(path)
+            _declare(self.lib)
+        except (OSError, AttributeError) as e:
+            raise CudaDriverError(
+                f"no CUDA driver found: {path} cannot be loaded ({e}); run CUDA packs on a "
+                "machine with an NVIDIA GPU and its driver, or compile with --target llvm"
+            ) from None
+        self.check(self.lib.cuInit(0), "cuInit", "no CUDA driver found: the driver did not start")
+
+    def name(self, result: int) -> str:
+        text = ctypes.c_char_p()
+        if self.lib.cuGetErrorName(result, ctypes.byref(text)) == 0 and text.value:
+            return text.value.decode("ascii", "replace")
+        return f"CUDA error {result}"
+
+    def check(self, result: int, call: str, what: str = "") -> None:
+        if result != 0:
+            lead = what or f"the CUDA driver failed in {call}"
+            raise CudaDriverError(f"{lead} ({call}: {self.name(result)})")
+
+
+def _driver() -> _Driver:
+    return _Driver(os.environ.get(ENV) or LIBRARY)
+
+
+def pick_binary(binaries: Mapping[str, object], arch: int) -> str | None:
+    """The binary for a device of compute capability `arch` (90 for sm_90): the cubin of
+    the newest arch with the same major version at most the device's, else the newest PTX
+    no newer than the device (the driver compiles it), else None."""
+    cubins = [int(k[3:]) for k in binaries if k.startswith("sm_")]
+    same = [a for a in cubins if a // 10 == arch // 10 and a <= arch]
+    if same:
+        return f"sm_{max(same)}"
+    ptx = [int(k[8:]) for k in binaries if k.startswith("compute_") and int(k[8:]) <= arch]
+    return f"compute_{max(ptx)}" if ptx else None
+
+
+class _Pool:
+    """Device buffers by rounded size, kept between calls and freed on close."""
+
+    def __init__(self, driver: _Driver):
+        self._driver, self._free, self._all = driver, {}, []
+
+    def take(self, nbytes: int) -> int:
+        size = max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
+        free = self._free.get(size)
+        if free:
+            return free.pop()
+        ptr = ctypes.c_uint64()
+        result = self._driver.lib.cuMemAlloc_v2(ctypes.byref(ptr), size)
+        self._driver.check(result, "cuMemAlloc_v2", f"out of GPU memory allocating {size} bytes")
+        self._all.append((ptr.value, size))
+        return ptr.value
+
+    def give(self, ptr: int, nbytes: int) -> None:
+        size = max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
+        self._free.setdefault(size, []).append(ptr)
+
+    def close(self) -> None:
+        for ptr, _ in self._all:
+            self._driver.lib.cuMemFree_v2(ptr)
+        self._all, self._free = [], {}
+
+
+class CudaLibrary:
+    """A pack's CUDA kernels loaded on device 0. Use `call`, then `close()`."""
+
+    def __init__(self, binaries: Mapping[str, bytes], kernels: Mapping[str, dict],
+                 constants: Iterable[np.ndarray] = (), device: int = 0):
+        self._kernels = dict(kernels)
+        self._drv = drv = _driver()
+        count = ctypes.c_int()
+        drv.check(drv.lib.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount",
+                  "no CUDA device found")
+        if count.value <= device:
+            raise CudaDriverError(f"no CUDA device found: the driver sees {count.value} devices; "
+                                  "run CUDA packs on a machine with an NVIDIA GPU")
+        self._device = dev = ctypes.c_int()
+        drv.check(drv.lib.cuDeviceGet(ctypes.byref(dev), device), "cuDeviceGet")
+        self.arch = self._attribute(_COMPUTE_CAPABILITY_MAJOR) * 10 + self._attribute(
+            _COMPUTE_CAPABILITY_MINOR)
+        chosen = pick_binary(binaries, self.arch)
+        if chosen is None:
+            have = ", ".join(sorted(binaries))
+            raise CudaDriverError(
+                f"the pack has CUDA code for {have} and this GPU is sm_{self.arch}; compile "
+                f"again with --target 'cuda -arch=sm_{self.arch}'")
+        self.binary = chosen
+        self._ctx = ctypes.c_void_p()
+        drv.check(drv.lib.cuDevicePrimaryCtxRetain(ctypes.byref(self._ctx), dev.value),
+                  "cuDevicePrimaryCtxRetain")
+        drv.check(drv.lib.cuCtxSetCurrent(self._ctx), "cuCtxSetCurrent")
+        image = bytes(binaries[chosen]) + (b"\0" if chosen.startswith("compute_") else b"")
+        self._image = ctypes.create_string_buffer(image, len(image))
+        self._module = ctypes.c_void_p()
+        drv.check(drv.lib.cuModuleLoadData(ctypes.byref(self._module), self._image),
+                  "cuModuleLoadData", f"the GPU driver cannot load the pack's {chosen} code")
+        self._stream = ctypes.c_void_p()
+        drv.check(drv.lib.cuStreamCreate(ctypes.byref(self._stream), 0), "cuStreamCreate")
+        self._functions: dict[str, ctypes.c_void_p] = {}
+        self._pool = _Pool(drv)
+        # The pack's weights (read-only, mapped for the module's life) by address and size:
+        # their device copies are made once.
+        self._keep = [c for c in constants if c.nbytes]
+        self._constants = {(c.ctypes.data, c.nbytes) for c in self._keep}
+        self._uploaded: dict[tuple[int, int], int] = {}
+        self._open = True
+
+    def _attribute(self, which: int) -> int:
+        out = ctypes.c_int()
+        self._drv.check(self._drv.lib.cuDeviceGetAttribute(ctypes.byref(out), which,
+                                                            self._device.value),
+                        "cuDeviceGetAttribute")
+        return out.value
+
+    def _function(self, name: str) -> ctypes.c_void_p:
+        fn = self._functions.get(name)
+        if fn is None:
+            fn = ctypes.c_void_p()
+            self._drv.check(self._drv.lib.cuModuleGetFunction(
+                ctypes.byref(fn), self._module, name.encode()), "cuModuleGetFunction",
+                f"the pack's CUDA code has no function {name!r}; rebuild the pack")
+            self._functions[name] = fn
+        return fn
+
+    def has(self, symbol: str) -> bool:
+        return symbol in self._kernels
+
+    def set_num_threads(self, n: int) -> None:
+        """Host threads do not run CUDA kernels: accepted and ignored."""
+
+    def call(self, symbol: str, arrays: Sequence[np.ndarray]) -> None:
+        """Run kernel `symbol` on `arrays` (inputs then outputs, written in place)."""
+        if not self._open:
+            raise KernelError(f"cannot call kernel {symbol!r}: the kernel library is closed")
+        spec = self._kernels.get(symbol)
+        if spec is None:
+            raise KernelError(f"no CUDA kernel named {symbol!r}; check the pack's kernel table")
+        arrays = [np.asarray(a) for a in arrays]
+        sizes = _bind_sizes(symbol, spec, arrays)
+        drv, stream = self._drv, self._stream
+        taken: list[tuple[int, int]] = []
+        pointers: list[int] = []
+        try:
+            for i, a in enumerate(arrays):
+                pointers.append(self._upload(a, i in spec["writes"], taken))
+            for ws in spec["workspaces"]:
+                (count,) = eval_shape(ws["count"], sizes, spec["size_vars"])
+                nbytes = count * numpy_dtype(ws["dtype"]).itemsize
+                ptr = self._pool.take(nbytes) if nbytes else 0
+                if nbytes:
+                    taken.append((ptr, nbytes))
+                pointers.append(ptr)
+            params = [ctypes.c_uint64(p) for p in pointers]
+            params += [ctypes.c_int64(s) for s in sizes]
+            argv = (ctypes.c_void_p * len(params))(
+                *[ctypes.cast(ctypes.byref(p), ctypes.c_void_p) for p in params])
+            for launch in spec["launches"]:
+                grid = eval_shape(launch["grid"], sizes, spec["size_vars"])
+                if min(grid) <= 0:
+                    continue  # an empty tensor: nothing to compute
+                bx, by, bz = launch["block"]
+                drv.check(drv.lib.cuLaunchKernel(
+                    self._function(launch["function"]), *grid, bx, by, bz, 0, stream, argv,
+                    None), "cuLaunchKernel", f"{symbol}: launching {launch['function']} failed")
+            for i in spec["writes"]:
+                a = arrays[i]
+                if a.nbytes:
+                    drv.check(drv.lib.cuMemcpyDtoHAsync_v2(a.ctypes.data, pointers[i], a.nbytes,
+                                                           stream), "cuMemcpyDtoHAsync_v2")
+            drv.check(drv.lib.cuStreamSynchronize(stream), "cuStreamSynchronize",
+                      f"{symbol}: the kernel failed on the GPU")
+        finally:
+            for ptr, nbytes in taken:
+                self._pool.give(ptr, nbytes)
+
+    def _upload(self, a: np.ndarray, written: bool, taken: list) -> int:
+        """The device copy of `a`: one of the pack's weights is copied once and kept; any
+        other array is copied into a pooled buffer for this call."""
+        if not a.nbytes:
+            return 0
+        if not a.flags.c_contiguous:
+            raise KernelError("a CUDA kernel's argument must be C-contiguous")
+        key = (a.ctypes.data, a.nbytes)
+        constant = not written and key in self._constants
+        if constant and key in self._uploaded:
+            return self._uploaded[key]
+        ptr = self._pool.take(a.nbytes)
+        drv = self._drv
+        drv.check(drv.lib.cuMemcpyHtoDAsync_v2(ptr, a.ctypes.data, a.nbytes, self._stream),
+                  "cuMemcpyHtoDAsync_v2")
+        if constant:
+            self._uploaded[key] = ptr
+        else:
+            taken.append((ptr, a.nbytes))
+        return ptr
+
+    def close(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        drv = self._drv
+        drv.lib.cuStreamSynchronize(self._stream)
+        self._pool.close()
+        self._uploaded.clear()
+        drv.lib.cuStreamDestroy_v2(self._stream)
+        drv.lib.cuModuleUnload(self._module)
+        drv.lib.cuDevicePrimaryCtxRelease_v2(self._device.value)
+
+    def __enter__(self) -> CudaLibrary:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _bind_sizes(symbol: str, spec: dict, arrays: list[np.ndarray]) -> list[int]:
+    """The kernel's size variables, read off the arrays (shapes, and the values of scalar
+    parameters), with every dtype, dimension and precondition checked as the CPU kernels
+    check them: a GPU kernel given the wrong shapes would read out of bounds."""
+    params, names = spec["params"], spec["size_vars"]
+    if len(arrays) != len(params):
+        raise KernelError(f"{symbol}: expected {len(params)} arguments, got {len(arrays)}")
+    for i, (a, p) in enumerate(zip(arrays, params)):
+        rank = 0 if p.get("scalar") else p["shape"][0]
+        if a.dtype != numpy_dtype(p["dtype"]) or a.ndim != rank:
+            raise KernelError(f"{symbol}: argument {i} is {a.dtype} of rank {a.ndim}; the kernel "
+                              f"takes {p['dtype']} of rank {rank}")
+    sizes = [int(arrays[i]) if axis < 0 else arrays[i].shape[axis] for i, axis in spec["bind"]]
+    for i, (a, p) in enumerate(zip(arrays, params)):
+        if not p.get("scalar"):
+            want = eval_shape(p["shape"], sizes, names)
+            if a.shape != want:
+                raise KernelError(f"{symbol}: argument {i} has shape {a.shape}; the kernel "
+                                  f"takes {want}")
+    failed = [k for k, ok in enumerate(eval_shape(spec["preconditions"], sizes, names)) if not ok]
+    if failed:
+        values = ", ".join(f"{n} = {v}" for n, v in zip(names, sizes))
+        raise KernelError(f"{symbol}: these sizes ({values}) break the kernel's precondition "
+                          f"{failed[0]}; check the input shapes")
+    return sizes
+
+
+def load_cuda_library(binaries: Mapping[str, bytes], kernels: Mapping[str, dict],
+                      constants: Iterable[np.ndarray] = ()) -> CudaLibrary:
+    """A pack's CUDA kernels (its `device_kernels["cuda"]`, docs/tvmpack.md) on device 0;
+    `constants` are the pack's weights, copied to the device once."""
+    return CudaLibrary(binaries, kernels, constants)

@@ -1,0 +1,109 @@
+"""The CUDA code generator: the kernels of real models translate and compile with NVRTC for
+sm_80 and sm_90 (no GPU needed), the source is deterministic, what it cannot translate is a
+one-line error, and the generated code computes what the reference evaluator does (run on
+this CPU through a C++ shim)."""
+
+
+import numpy as np
+import pytest
+
+from tcc.api import load_module, lower
+from tcc.emit.cuda import CudaCodegenError, compile_cuda_module, cuda_kernels
+from tcc.emit.nvrtc import nvrtc_available
+from tcc.ir import tir as T
+from tcc.ir.tir_eval import run_prim_func
+from tcc.lower.passes import run_pipeline
+from tcc.lower.rules import schedule_prim_func
+from tcc.target import parse_target
+from tests.emit import cuda_on_host
+from tests.lower.rules.cpu.rules_cases import kernels, random_arguments
+from tests.models.builders import bert_encoder, gpt2_decoder, light_model
+
+CUDA = parse_target("cuda -arch=sm_80,sm_90")
+needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC is not installed (pip install 'tcc[cuda]')")
+needs_cxx = pytest.mark.skipif(cuda_on_host.cxx() is None, reason="no C++ compiler to run CUDA C on the host")
+
+MODELS = {"bert": bert_encoder, "gpt2": gpt2_decoder,
+          **{n: (lambda n=n: light_model(n)) for n in ("squeezenet", "shufflenet", "resnet50")}}
+
+
+def _lowered(model):
+    return lower(run_pipeline(load_module(model), target=CUDA))
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_kernel_of_the_model_set_compiles_for_sm80_and_sm90(name):
+    mod = _lowered(MODELS[name]())
+    built = compile_cuda_module(mod.prim_funcs, CUDA)
+    assert sorted(built.binaries) == ["compute_90.ptx", "sm_80", "sm_90"]
+    for arch in ("sm_80", "sm_90"):
+        cubin = built.binaries[arch]
+        assert cubin[:4] == b"\x7fELF" and int.from_bytes(cubin[18:20], "little") == 190  # EM_CUDA
+    assert set(built.kernels) == set(mod.prim_funcs)
+    ptx = built.binaries["compute_90.ptx"].decode()
+    for kernel in built.kernels.values():
+        for launch in kernel.launches:
+            assert f".visible .entry {launch.symbol}(" in ptx
+
+
+def test_the_source_is_the_same_every_time():
+    funcs = {n: schedule_prim_func(f, CUDA) for n, f in _lowered(bert_encoder()).prim_funcs.items()}
+    first, _ = cuda_kernels(funcs)
+    again, _ = cuda_kernels({n: funcs[n] for n in reversed(list(funcs))})
+    assert first == again
+
+
+def test_a_parallel_loop_is_a_one_line_error():
+    (func,) = kernels("add_broadcast").values()
+    from tcc.lower.rules.cpu import Machine
+
+    cpu = schedule_prim_func(func, Machine(cores=2))
+    assert any(isinstance(s, T.For) and s.kind is T.ForKind.PARALLEL for s in _loops(cpu.body))
+    with pytest.raises(CudaCodegenError, match="parallel, a CPU loop kind; bind it to blockIdx"):
+        cuda_kernels({"k": cpu})
+
+
+def test_a_float16_kernel_needs_no_header_unless_it_uses_half():
+    funcs = {n: schedule_prim_func(f, CUDA) for n, f in kernels("add_broadcast").items()}
+    source, _ = cuda_kernels(funcs)
+    assert "cuda_fp16.h" not in source
+
+
+def _loops(s):
+    if isinstance(s, T.For):
+        yield s
+        yield from _loops(s.body)
+    elif isinstance(s, T.SeqStmt):
+        for c in s.stmts:
+            yield from _loops(c)
+    elif isinstance(s, T.Block):
+        yield from _loops(s.body)
+    elif isinstance(s, T.IfThenElse):
+        yield from _loops(s.then_case)
+        if s.else_case is not None:
+            yield from _loops(s.else_case)
+    elif isinstance(s, T.Allocate):
+        yield from _loops(s.body)
+
+
+@needs_cxx
+@pytest.mark.parametrize("case", ["add_broadcast", "transpose", "matmul", "dense_trans_b",
+                                  "conv_pad", "conv_stride2", "max_pool", "avg_pool",
+                                  "reduce_mean", "reduce_max_all", "softmax", "layer_norm"])
+def test_the_generated_code_computes_what_the_kernel_means(case, tmp_path):
+    """Each launch's blocks and threads run one after another on this CPU: the GPU's result
+    for thread-per-output schedules, whose threads share nothing."""
+    funcs = kernels(case)
+    scheduled = {n: schedule_prim_func(f, CUDA) for n, f in funcs.items()}
+    source, cuda = cuda_kernels(scheduled)
+    lib = cuda_on_host.build(source, tmp_path)
+    for name, func in funcs.items():
+        args = random_arguments(func, seed=3)
+        want, got = [a.copy() for a in args], [a.copy() for a in args]
+        run_prim_func(func, want)
+        cuda_on_host.run(lib, cuda[name], got)
+        for w, g in zip(want, got):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+

@@ -1,0 +1,225 @@
+"""CUDA packs without a GPU: `tcc compile --target cuda` writes them, tcc.rt.cuda runs them
+through a stand-in for the driver (tests/rt/fake_libcuda.c, which runs the pack's own CUDA
+source compiled for this CPU, thread after thread), and the results match onnxruntime. No
+driver, no device, or a device the pack has no code for is a one-line error, and damage to
+the launch specs is a PackError naming the file."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+import tcc.rt
+from tcc.api import compile_to_bytes
+from tcc.cli.main import cli
+from tcc.emit.nvrtc import nvrtc_available
+from tcc.rt.cuda import pick_binary
+from tcc.rt.errors import KernelError, PackError
+from tests.emit import cuda_on_host
+from tests.rt.test_pack import expect_error, rewrite
+
+pytestmark = [
+    pytest.mark.skipif(not nvrtc_available(), reason="NVRTC is not installed (pip install 'tcc[cuda]')"),
+    pytest.mark.skipif(cuda_on_host.cxx() is None, reason="no C++ compiler for the stand-in driver"),
+]
+
+
+def _model() -> onnx.ModelProto:
+    """A small CNN head and a normalized projection: convolution with padding, pooling, a
+    whole-map mean, a matrix product with bias, softmax and layer norm, over a symbolic
+    batch."""
+    rng = np.random.default_rng(0)
+
+    def const(name, *shape):
+        return onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "cw", "cb"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["p"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "gw", "gb"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
+        helper.make_node("LayerNormalization", ["logits", "ls", "lb"], ["normed"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes, "head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 5]),
+         helper.make_tensor_value_info("normed", TensorProto.FLOAT, ["batch", 5])],
+        [const("cw", 4, 3, 3, 3), const("cb", 4), const("gw", 4, 5), const("gb", 5),
+         const("ls", 5), const("lb", 5)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The model, its CUDA pack, the stand-in driver and the pack's kernels built for it."""
+    folder = tmp_path_factory.mktemp("cuda")
+    model = _model()
+    onnx.save(model, folder / "m.onnx")
+    data = compile_to_bytes(folder / "m.onnx", "cuda -arch=sm_80,sm_90")
+    (folder / "m.tvmpack").write_bytes(data)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        source = tf.extractfile("kernels/cuda.cu").read().decode()
+    return {"folder": folder, "model": model, "pack": folder / "m.tvmpack", "data": data,
+            "driver": cuda_on_host.build_fake_driver(folder),
+            "kernels": cuda_on_host.build_packed(source, folder)}
+
+
+@pytest.fixture
+def driver(built, monkeypatch, tmp_path):
+    """The stand-in driver in place, logging to a file of this test's own."""
+    log = tmp_path / "driver.log"
+    monkeypatch.setenv("TCC_CUDA_DRIVER", str(built["driver"]))
+    monkeypatch.setenv("TCC_FAKE_CUDA_KERNELS", str(built["kernels"]))
+    monkeypatch.setenv("TCC_FAKE_CUDA_LOG", str(log))
+    monkeypatch.delenv("TCC_FAKE_CUDA_ARCH", raising=False)
+    monkeypatch.delenv("TCC_FAKE_CUDA_DEVICES", raising=False)
+    return log
+
+
+def _reference(model, x):
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})
+
+
+def test_the_pack_holds_a_cubin_per_arch_ptx_and_the_source_and_is_deterministic(built, tmp_path):
+    with tarfile.open(fileobj=io.BytesIO(built["data"])) as tf:
+        names = tf.getnames()
+        manifest = json.loads(tf.extractfile("manifest.json").read())
+    assert {"kernels/cuda.sm_80.cubin", "kernels/cuda.sm_90.cubin",
+            "kernels/cuda.compute_90.ptx", "kernels/cuda.cu"} <= set(names)
+    assert not any(n.endswith((".o", ".so")) for n in names)
+    library = manifest["device_kernels"]["cuda"]
+    assert library["target"] == manifest["target"]
+    assert library["target"].startswith("cuda -arch=sm_80,sm_90")
+    assert sorted(library["kernels"]) == manifest["kernels"]["symbols"]
+    onnx.save(built["model"], tmp_path / "again.onnx")
+    assert compile_to_bytes(tmp_path / "again.onnx", "cuda -arch=sm_80,sm_90") == built["data"]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_cuda_pack_runs_through_the_driver_and_matches_onnxruntime(built, driver, batch):
+    x = np.random.default_rng(batch).standard_normal((batch, 3, 8, 8)).astype(np.float32)
+    with tcc.rt.load(built["pack"]) as m:
+        got = m.main(x)
+        again = m.main(x)  # the second run reuses the pooled buffers and uploaded weights
+    for g, a, want in zip(got, again, _reference(built["model"], x)):
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(g, a)
+    log = driver.read_text().splitlines()
+    assert log[0] == "load cubin"
+    launched = {line.split()[1] for line in log if line.startswith("launch ")}
+    with tarfile.open(fileobj=io.BytesIO(built["data"])) as tf:
+        spec = json.loads(tf.extractfile("manifest.json").read())["device_kernels"]["cuda"]
+    assert launched == {launch["function"] for k in spec["kernels"].values()
+                        for launch in k["launches"]}
+
+
+def test_one_pack_runs_at_two_batch_sizes_and_through_the_cli(built, driver, tmp_path):
+    for batch in (2, 5):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 8, 8)).astype(np.float32)
+        np.save(tmp_path / "x.npy", x)
+        r = CliRunner().invoke(cli, ["run", str(built["pack"]), "--input", f"x={tmp_path / 'x.npy'}",
+                                     "--output-dir", str(tmp_path / f"out{batch}")])
+        assert r.exit_code == 0, r.output
+        want = _reference(built["model"], x)
+        for name, w in zip(("probs", "normed"), want):
+            np.testing.assert_allclose(np.load(tmp_path / f"out{batch}" / f"{name}.npy"), w,
+                                       rtol=1e-4, atol=1e-5)
+
+
+def test_a_gpu_newer_than_every_cubin_runs_the_ptx(built, driver, monkeypatch):
+    monkeypatch.setenv("TCC_FAKE_CUDA_ARCH", "120")
+    x = np.ones((1, 3, 8, 8), np.float32)
+    with tcc.rt.load(built["pack"]) as m:
+        got = m.main(x)
+    assert driver.read_text().splitlines()[0] == "load ptx"
+    np.testing.assert_allclose(got[0], _reference(built["model"], x)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_the_binary_for_a_gpu_is_its_generations_newest_cubin_else_ptx():
+    have = {"sm_80": b"", "sm_86": b"", "sm_90": b"", "compute_90": b""}
+    assert pick_binary(have, 80) == "sm_80"
+    assert pick_binary(have, 87) == "sm_86"  # a cubin runs on later minor versions
+    assert pick_binary(have, 90) == "sm_90"
+    assert pick_binary(have, 100) == "compute_90"  # a new major version: the driver JITs PTX
+    assert pick_binary(have, 75) is None
+    assert pick_binary({"sm_90": b""}, 100) is None
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"TCC_CUDA_DRIVER": "/nonexistent/libcuda.so.1"}, "no CUDA driver found: /nonexistent/libcuda.so.1"),
+    ({"TCC_FAKE_CUDA_DEVICES": "0"}, "no CUDA device found"),
+    ({"TCC_FAKE_CUDA_ARCH": "75"}, "this GPU is sm_75; compile again with --target 'cuda -arch=sm_75'"),
+])
+def test_no_driver_no_device_or_no_code_for_the_gpu_is_one_line_exit_2(built, driver, monkeypatch,
+                                                                       tmp_path, env, words):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(PackError, match=words) as info:
+        tcc.rt.load(built["pack"])
+    assert str(info.value).startswith(str(built["pack"])) and "\n" not in str(info.value)
+    r = CliRunner().invoke(cli, ["run", str(built["pack"]), "--random-inputs", "--shape", "batch=1"])
+    assert r.exit_code == 2 and words in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_a_kernel_given_the_wrong_shapes_refuses_before_launching(built, driver):
+    from tcc.rt.cuda import load_cuda_library
+    from tcc.rt.pack import read_pack
+
+    with read_pack(built["pack"]) as contents:
+        specs = contents.device_kernels["cuda"]
+        symbol = next(s for s, k in specs.items()  # softmax's: (batch, 5) -> (batch, 5)
+                      if [p["shape"][0] for p in k["params"]] == [2, 2])
+        with load_cuda_library(contents.device_binaries["cuda"], specs) as lib:
+            a = np.zeros((2, 5), np.float32)
+            with pytest.raises(KernelError, match=f"{symbol}: argument 1 has shape"):
+                lib.call(symbol, [a, np.zeros((3, 5), np.float32)])
+            with pytest.raises(KernelError, match="expected 2 arguments"):
+                lib.call(symbol, [a])
+    assert not any(line.startswith("launch") for line in driver.read_text().splitlines())
+
+
+def _edit_spec(edit):
+    def edit_manifest(m):
+        spec = m["device_kernels"]["cuda"]
+        edit(spec, next(iter(spec["kernels"].values())))
+    return edit_manifest
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda lib, k: k["launches"][0].update(block=[2048, 1, 1]), "has a malformed block"),
+    (lambda lib, k: k["launches"][0].update(grid=[2, 2, 0, 1, 2, 0, 1]), "grid: malformed shape program"),
+    (lambda lib, k: k["launches"][0].update(grid=[3, 2, 1, 7, 2, 0, 1, 2, 0, 1]),
+     "pushes a bad operand"),
+    (lambda lib, k: k.update(bind=[[0, 9]]), "reads a size variable from a bad place"),
+    (lambda lib, k: k.update(writes=[99]), "writes a bad parameter"),
+    (lambda lib, k: k["launches"][0].update(function="x; rm"), "malformed name"),
+    (lambda lib, k: lib["binaries"].update(sm_x="kernels/cuda.sm_80.cubin"), "binary named 'sm_x'"),
+    (lambda lib, k: lib["kernels"].update(stray=k), "kernel 'stray', which the kernel table lacks"),
+])
+def test_damaged_launch_specs_are_pack_errors(built, tmp_path, edit, match):
+    expect_error(tmp_path, rewrite(built["data"], edit_manifest=_edit_spec(edit)), match)
+
+
+def test_a_device_kind_this_runtime_does_not_know_is_a_pack_error(built, tmp_path):
+    def edit(m):
+        m["device_kernels"]["rocm"] = m["device_kernels"]["cuda"]
+    expect_error(tmp_path, rewrite(built["data"], edit_manifest=edit), "no kernels for device 'rocm'")
+
+
+def test_the_c_runtime_says_in_one_line_that_it_does_not_run_gpu_kernels(built, tmp_path):
+    r = CliRunner().invoke(cli, ["run", str(built["pack"]), "--random-inputs", "--shape",
+                                 "batch=1", "--runtime", "c"])
+    assert r.exit_code == 2 and "does not run yet" in r.output, r.output
