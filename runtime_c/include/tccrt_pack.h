@@ -19,6 +19,7 @@
 #define TCCRT_MANIFEST_HASH_FIELD "manifest_sha256"
 #define TCCRT_MAX_MANIFEST_BYTES (16 << 20)
 #define TCCRT_KERNEL_ORIGINS_FIELD "kernel_origins"
+#define TCCRT_DEVICE_KERNELS_FIELD "device_kernels" /* optional: GPU kernel libraries by kind */
 #define TCCRT_SIGNATURE "manifest.sig" /* optional: the Ed25519 signature of manifest.json */
 #define TCCRT_SIGNATURE_BYTES 64
 

@@ -99,8 +99,8 @@ static const char *const KNOWN[] = {"bytecode", "entry_functions", "format", "fo
 static tccrt_status_t check_top_fields(const tccrt_pack_t *pack, const tccrt_json_t *m) {
   char missing[256] = "", unknown[256] = "";
   size_t nk = sizeof KNOWN / sizeof KNOWN[0];
-  if (tccrt_json_get(m, "device_kernels"))
-    return BAD("%s: the pack holds GPU kernels (" TCCRT_MANIFEST " device_kernels), which this "
+  if (tccrt_json_get(m, TCCRT_DEVICE_KERNELS_FIELD))
+    return BAD("%s: the pack holds GPU kernels (" TCCRT_MANIFEST " " TCCRT_DEVICE_KERNELS_FIELD "), which this "
                "runtime does not run yet; run it with tcc.rt (tcc run --runtime python)",
                pack->path);
   for (size_t i = 0; i < nk; i++)

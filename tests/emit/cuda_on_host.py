@@ -32,6 +32,9 @@ static tcc_dim3 threadIdx, blockIdx;
 extern "C" void tcc_set_ids(unsigned bx, unsigned by, unsigned bz,
                             unsigned tx, unsigned ty, unsigned tz) {
   blockIdx = {bx, by, bz}; threadIdx = {tx, ty, tz}; }
+extern "C" { void (*tcc_barrier)(void) = 0; }
+static inline void __syncthreads() { if (tcc_barrier) tcc_barrier(); }
+#define __shared__ static
 #define __global__
 #define __device__
 #define __forceinline__ inline

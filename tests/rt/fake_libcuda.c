@@ -3,8 +3,12 @@
  * tcc.rt.cuda loads it through $TCC_CUDA_DRIVER. Device memory is host memory (filled with
  * 0xff bytes, NaN as floats, so a read of what no kernel wrote shows); a module is the host
  * library $TCC_FAKE_CUDA_KERNELS, built by tests/emit/cuda_on_host.py from the pack's CUDA
- * source, whatever image the loader passes; a launch runs every block and thread one after
- * another through that library's `<function>_packed(void **params)`. The device's compute
+ * source, whatever image the loader passes; a launch runs the blocks one after another, and
+ * the threads of a block as coroutines (ucontext) through that library's
+ * `<function>_packed(void **params)`: each runs to its next `__syncthreads()` (the
+ * library's `tcc_barrier` hook, set here), and when all wait, the next phase starts, as
+ * on a GPU; a barrier that some threads of a block never reach fails the launch. `__shared__`
+ * arrays are the library's statics, one set for the block that runs. The device's compute
  * capability is $TCC_FAKE_CUDA_ARCH (default 90), its count $TCC_FAKE_CUDA_DEVICES
  * (default 1). Each module load ("load cubin" / "load ptx") and launch ("launch NAME GX GY
  * GZ BX BY BZ") is appended to $TCC_FAKE_CUDA_LOG when set.
@@ -14,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ucontext.h>
 
 typedef int CUresult;
 enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, INVALID_IMAGE = 200,
@@ -21,7 +26,7 @@ enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, INVALI
 
 typedef void (*packed_fn)(void **);
 typedef void (*set_ids_fn)(unsigned, unsigned, unsigned, unsigned, unsigned, unsigned);
-struct function { char name[256]; packed_fn run; set_ids_fn set_ids; };
+struct function { char name[256]; packed_fn run; set_ids_fn set_ids; void (**barrier)(void); };
 struct module { void *lib; };
 
 static int started;
@@ -87,7 +92,8 @@ CUresult cuModuleGetFunction(void **out, void *module, const char *name) {
   struct function *f = calloc(1, sizeof *f);
   f->run = (packed_fn)dlsym(m->lib, packed);
   f->set_ids = (set_ids_fn)dlsym(m->lib, "tcc_set_ids");
-  if (!f->run || !f->set_ids) { free(f); return NOT_FOUND; }
+  f->barrier = (void (**)(void))dlsym(m->lib, "tcc_barrier");
+  if (!f->run || !f->set_ids || !f->barrier) { free(f); return NOT_FOUND; }
   snprintf(f->name, sizeof f->name, "%s", name);
   *out = f;  /* leaked on purpose: a test process loads a handful */
   return OK;
@@ -111,6 +117,24 @@ CUresult cuStreamCreate(void **stream, unsigned flags) { (void)flags; *stream = 
 CUresult cuStreamDestroy_v2(void *stream) { (void)stream; return OK; }
 CUresult cuStreamSynchronize(void *stream) { (void)stream; return OK; }
 
+/* The threads of the block being run: one context each, and where each one stands. */
+enum { RUNNING, WAITING, DONE };
+#define STACK_BYTES (256 * 1024)
+static ucontext_t scheduler, *contexts;
+static int *states, current;
+static struct function *running;
+static void **running_params;
+
+static void thread_main(void) {
+  running->run(running_params);
+  states[current] = DONE;
+}
+
+static void barrier(void) {
+  states[current] = WAITING;
+  swapcontext(&contexts[current], &scheduler);
+}
+
 CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned shared, void *stream, void **params,
                         void **extra) {
@@ -119,16 +143,48 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, u
   if (!gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024) return INVALID_VALUE;
   unsigned dims[6] = {gx, gy, gz, bx, by, bz};
   note("launch %s", f->name, dims);
-  for (unsigned z = 0; z < gz; z++)
-    for (unsigned y = 0; y < gy; y++)
-      for (unsigned x = 0; x < gx; x++)
-        for (unsigned tz = 0; tz < bz; tz++)
-          for (unsigned ty = 0; ty < by; ty++)
-            for (unsigned tx = 0; tx < bx; tx++) {
-              f->set_ids(x, y, z, tx, ty, tz);
-              f->run(params);
-            }
-  return OK;
+  int n = (int)(bx * by * bz);
+  char *stacks = malloc((size_t)n * STACK_BYTES);
+  contexts = malloc(sizeof *contexts * (size_t)n);
+  states = malloc(sizeof *states * (size_t)n);
+  if (!stacks || !contexts || !states) return OUT_OF_MEMORY;
+  running = f;
+  running_params = params;
+  *f->barrier = barrier;
+  CUresult status = OK;
+  for (unsigned z = 0; z < gz && status == OK; z++)
+    for (unsigned y = 0; y < gy && status == OK; y++)
+      for (unsigned x = 0; x < gx && status == OK; x++) {
+        for (int i = 0; i < n; i++) {
+          getcontext(&contexts[i]);
+          contexts[i].uc_stack.ss_sp = stacks + (size_t)i * STACK_BYTES;
+          contexts[i].uc_stack.ss_size = STACK_BYTES;
+          contexts[i].uc_link = &scheduler;
+          makecontext(&contexts[i], thread_main, 0);
+          states[i] = RUNNING;
+        }
+        for (;;) {  /* one phase: every live thread runs to its next barrier or its end */
+          int waiting = 0, done = 0;
+          for (int i = 0; i < n; i++) {
+            if (states[i] == DONE) { done++; continue; }
+            current = i;
+            states[i] = RUNNING;
+            f->set_ids(x, y, z, (unsigned)i % bx, (unsigned)i / bx % by, (unsigned)i / (bx * by));
+            swapcontext(&scheduler, &contexts[i]);
+            if (states[i] == WAITING) waiting++; else done++;
+          }
+          if (!waiting) break;
+          if (done) {  /* some threads finished while others wait at a barrier */
+            note("barrier not reached by every thread in %s", f->name, NULL);
+            status = INVALID_VALUE;
+            break;
+          }
+        }
+      }
+  free(stacks);
+  free(contexts);
+  free(states);
+  return status;
 }
 
 CUresult cuGetErrorName(CUresult result, const char **name) {

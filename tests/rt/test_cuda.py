@@ -61,11 +61,26 @@ def _model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """The model, its CUDA pack, the stand-in driver and the pack's kernels built for it."""
-    folder = tmp_path_factory.mktemp("cuda")
-    model = _model()
+def _reductions() -> onnx.ModelProto:
+    """Long reductions, which the cross-thread rule gives a block of threads per output
+    (partials in shared memory, a barrier): softmax and layer norm over rows of 320, and a
+    global average pool over 14 x 14 maps."""
+    rng = np.random.default_rng(1)
+    scale, bias = (onnx.numpy_helper.from_array(rng.standard_normal(320).astype(np.float32), n)
+                   for n in ("ls", "lb"))
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["probs"], axis=-1),
+         helper.make_node("LayerNormalization", ["x", "ls", "lb"], ["normed"], axis=-1),
+         helper.make_node("GlobalAveragePool", ["maps"], ["pooled"])],
+        "reductions",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6, 320]),
+         helper.make_tensor_value_info("maps", TensorProto.FLOAT, ["batch", 3, 14, 14])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("probs", "normed", "pooled")],
+        [scale, bias])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _build(folder, model) -> dict:
     onnx.save(model, folder / "m.onnx")
     data = compile_to_bytes(folder / "m.onnx", "cuda -arch=sm_80,sm_90")
     (folder / "m.tvmpack").write_bytes(data)
@@ -74,6 +89,17 @@ def built(tmp_path_factory):
     return {"folder": folder, "model": model, "pack": folder / "m.tvmpack", "data": data,
             "driver": cuda_on_host.build_fake_driver(folder),
             "kernels": cuda_on_host.build_packed(source, folder)}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The model, its CUDA pack, the stand-in driver and the pack's kernels built for it."""
+    return _build(tmp_path_factory.mktemp("cuda"), _model())
+
+
+@pytest.fixture(scope="module")
+def reductions(tmp_path_factory):
+    return _build(tmp_path_factory.mktemp("cuda-reductions"), _reductions())
 
 
 @pytest.fixture
@@ -88,9 +114,9 @@ def driver(built, monkeypatch, tmp_path):
     return log
 
 
-def _reference(model, x):
+def _reference(model, x, **more):
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, {"x": x})
+    return session.run(None, {"x": x, **more})
 
 
 def test_the_pack_holds_a_cubin_per_arch_ptx_and_the_source_and_is_deterministic(built, tmp_path):
@@ -124,6 +150,21 @@ def test_a_cuda_pack_runs_through_the_driver_and_matches_onnxruntime(built, driv
         spec = json.loads(tf.extractfile("manifest.json").read())["device_kernels"]["cuda"]
     assert launched == {launch["function"] for k in spec["kernels"].values()
                         for launch in k["launches"]}
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_blocks_of_threads_sharing_memory_run_phase_by_phase_and_match(reductions, monkeypatch,
+                                                                       driver, batch):
+    monkeypatch.setenv("TCC_FAKE_CUDA_KERNELS", str(reductions["kernels"]))
+    rng = np.random.default_rng(batch)
+    x = rng.standard_normal((batch, 6, 320)).astype(np.float32)
+    maps = rng.standard_normal((batch, 3, 14, 14)).astype(np.float32)
+    with tcc.rt.load(reductions["pack"]) as m:
+        got = m.main(x, maps)
+    for g, want in zip(got, _reference(reductions["model"], x, maps=maps)):
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-5)
+    blocks = [line.split() for line in driver.read_text().splitlines() if line.startswith("launch")]
+    assert any(int(b[5]) > 1 and int(b[2]) == batch * 6 for b in blocks)  # a block per row
 
 
 def test_one_pack_runs_at_two_batch_sizes_and_through_the_cli(built, driver, tmp_path):

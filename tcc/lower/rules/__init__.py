@@ -37,6 +37,7 @@ from tcc.ir.module import IRModule
 from tcc.ir.verify import verify_if_asked
 from tcc.lower.rules.decide import decide, decide_flag
 from tcc.lower.schedule import Schedule, ScheduleError, compact_buffers, unswitch_guards
+from tcc.lower.schedule.barriers import insert_barriers
 from tcc.lower.schedule.sampling import Decisions
 from tcc.lower.schedule.state import child_blocks
 
@@ -149,8 +150,9 @@ def finish_schedule(func: T.PrimFunc) -> T.PrimFunc:
     """A scheduled `func` with its buffers compacted: once every stage is scheduled, since
     the primitives expect buffers allocated in blocks (a micro-kernel's local tile becomes
     registers); then tiles cut by a split that does not divide get a guard-free copy for all
-    but the last."""
-    return unswitch_guards(compact_buffers(func))
+    but the last, and a GPU block's threads wait where they share memory (insert_barriers;
+    nothing changes in a CPU kernel)."""
+    return insert_barriers(unswitch_guards(compact_buffers(func)))
 
 
 def stage_rules(func: T.PrimFunc, target) -> list[str]:

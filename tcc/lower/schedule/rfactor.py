@@ -12,7 +12,11 @@ A block `B` reducing into `buf[idx]` becomes two:
 That regroups the reduction, so it is allowed only where the result cannot depend on the
 grouping: `min` and `max` of any type (the backend's are NaN-propagating and order -0 below
 +0, so they are exactly associative and commutative) and integer `add` and `mul` (two's
-complement). A float sum or product is refused, since regrouping changes its rounding.
+complement). A float sum or product is refused, since regrouping changes its rounding,
+unless the caller asks for `regroup`: the GPU's cross-thread reductions do, the one
+documented change of summation order among the default rules (docs/schedule.md). The
+partial results live in a buffer of the output's scope, or of `storage_scope` ("shared"
+for partials that the threads of a GPU block combine).
 The chosen loop must start at 0, have a constant extent and drive reduction variables
 only; each loop around the block drives spatial variables or reduction variables, not
 both; no other block of the same loop nest may read the result before it is combined.
@@ -31,7 +35,7 @@ from tcc.ir.dtype import is_int
 from tcc.ir.printer import format_expr
 from tcc.lower.schedule import regions as R
 from tcc.lower.schedule.blocks import error, merged, require_scope, single_store
-from tcc.lower.schedule.cache import fresh_buffer_name, top_level
+from tcc.lower.schedule.cache import STORAGE_SCOPES, fresh_buffer_name, top_level
 from tcc.lower.schedule.reduction import feeding_kinds
 from tcc.lower.schedule.regions import iter_loads, point_region
 from tcc.lower.schedule.rewrite import substitute_expr, substitute_stmt
@@ -43,16 +47,17 @@ _EXACT_ANY = ("min", "max")
 _EXACT_INT = ("add", "mul")
 
 
-def exact_combiner(block: T.Block) -> str | None:
+def exact_combiner(block: T.Block, regroup: bool = False) -> str | None:
     """The op of a reduction block whose update is `buf[idx] = op(buf[idx], value)` (either
-    operand order) with an op that regroups exactly; None for any other block."""
+    operand order) with an op that regroups exactly (or, with `regroup`, a float add or
+    mul too); None for any other block."""
     store = block.body
     if block.init is None or not isinstance(store, T.BufferStore):
         return None
     value = store.value
     if not isinstance(value, E.BinOp):
         return None
-    if value.op not in _EXACT_ANY and not (value.op in _EXACT_INT and is_int(value.dtype)):
+    if value.op not in _EXACT_ANY and not (value.op in _EXACT_INT and (regroup or is_int(value.dtype))):
         return None
     if _update_operand(store) is None:
         return None
@@ -109,7 +114,8 @@ def _check_loops(block: T.Block, loops: list[T.For], loop: T.For) -> list[T.For]
     return reducing
 
 
-def rfactor(func: T.PrimFunc, block_loc: Located, loop_loc: Located) -> tuple[T.PrimFunc, str]:
+def rfactor(func: T.PrimFunc, block_loc: Located, loop_loc: Located, regroup: bool = False,
+            storage_scope: str | None = None) -> tuple[T.PrimFunc, str]:
     """Make the reduction `block` keep one partial result per iteration of `loop` in a new
     buffer (block `<name>_rf`, in its place), combined into its output by the block itself
     in a loop nest right after. Returns the function and the partial block's name."""
@@ -117,7 +123,10 @@ def rfactor(func: T.PrimFunc, block_loc: Located, loop_loc: Located) -> tuple[T.
     loop: T.For = loop_loc.stmt
     scope = require_scope("rfactor", func, block_loc)
     store = single_store("rfactor", block)
-    op = exact_combiner(block)
+    if storage_scope is not None and storage_scope not in STORAGE_SCOPES:
+        raise error("rfactor", block, f"unknown storage scope {storage_scope!r}; use one of "
+                                      f"{', '.join(STORAGE_SCOPES)}")
+    op = exact_combiner(block, regroup)
     if op is None:
         raise error(
             "rfactor", block,
@@ -157,7 +166,7 @@ def rfactor(func: T.PrimFunc, block_loc: Located, loop_loc: Located) -> tuple[T.
 
     lanes = R.const_value(loop.extent)
     partial = T.Buffer(fresh_buffer_name(scope, func, f"{buf.name}_rf"), (*buf.shape, lanes),
-                       buf.dtype, buf.scope)
+                       buf.dtype, storage_scope or buf.scope)
     rf_name = unique_name(f"{block.name}_rf", scope.names())
 
     # the partial block: B's spatial variables, one for `loop`, and one reduction variable

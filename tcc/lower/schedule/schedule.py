@@ -325,13 +325,18 @@ class Schedule:
         return self._record("decompose_reduction", [block, loop], {}, BlockRV(name))
 
     @instruction
-    def rfactor(self, block: BlockRV, loop: LoopRV) -> BlockRV:
+    def rfactor(self, block: BlockRV, loop: LoopRV, regroup: bool = False,
+                storage_scope: str | None = None) -> BlockRV:
         """Keep one partial result of a reduction per iteration of `loop`, combined by the
-        block after its loop nest; returns the block computing the partial results."""
+        block after its loop nest; returns the block computing the partial results.
+        `regroup` allows a float sum or product (whose rounding then changes);
+        `storage_scope` places the partial results ("shared": a GPU block's threads')."""
         block_loc = self._block("rfactor", block)
         loop_loc = self._loop("rfactor", loop)
-        self._func, name = rfactor.rfactor(self._func, block_loc, loop_loc)
-        return self._record("rfactor", [block, loop], {}, BlockRV(name))
+        self._func, name = rfactor.rfactor(self._func, block_loc, loop_loc, regroup, storage_scope)
+        attrs = {**({"regroup": True} if regroup else {}),
+                 **({"storage_scope": storage_scope} if storage_scope is not None else {})}
+        return self._record("rfactor", [block, loop], attrs, BlockRV(name))
 
     # -- sampling ---------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """Default CUDA schedule rules (target kind `cuda`), sized by the `CUDATarget`'s limits.
 
 Every stage must end up bound to GPU blocks and threads: a stage left to run serially
-would run on no processor at all, so the last rule, `ThreadPerOutputRule`, applies to
-every canonical stage. Before any rule, `inline_elementwise` folds the elementwise stages
+would run on one thread of one block, so the last rule, `ThreadPerOutputRule`, applies to
+every canonical stage; `CrossThreadReductionRule` comes first, for reductions of many
+values into few outputs. Before any rule, `inline_elementwise` folds the elementwise stages
 between others into the stages that read them, so that a fused kernel runs as few
 launches as its reductions need. The driver that applies them is `tcc.lower.rules`.
 """
@@ -10,6 +11,7 @@ launches as its reductions need. The driver that applies them is `tcc.lower.rule
 from __future__ import annotations
 
 from tcc.lower.rules import RuleSet
+from tcc.lower.rules.cuda.cross_thread import CrossThreadReductionRule
 from tcc.lower.rules.cuda.inline import inline_elementwise
 from tcc.lower.rules.cuda.thread_per_output import ThreadPerOutputRule
 
@@ -23,7 +25,7 @@ def _machine(target):
 
 RULE_SET = RuleSet(
     kernel_rules=(),
-    stage_rules=(ThreadPerOutputRule(),),
+    stage_rules=(CrossThreadReductionRule(), ThreadPerOutputRule()),
     machine=_machine,
     prepare=inline_elementwise,
 )

@@ -61,11 +61,11 @@ class ThreadPerOutputRule:
         sch.bind(blocks, "blockIdx.x")
         sch.bind(lanes, "threadIdx.x")
         if stage.reduce:
-            _accumulate_in_registers(sch, block, lanes)
+            accumulate_in_registers(sch, block, lanes)
         return sch
 
 
-def _accumulate_in_registers(sch: Schedule, block: str, thread) -> None:
+def accumulate_in_registers(sch: Schedule, block: str, thread) -> None:
     """A thread's reduction accumulates in a local buffer (a register once compacted),
     written back after its loop with the elementwise stages after it folded in."""
     stages = [b.name for b in child_blocks(sch.func.body)]
