@@ -3,8 +3,6 @@ schedule; a candidate that computes something else, crashes or hangs is recorded
 and the measurement goes on."""
 
 import functools
-import os
-import signal
 import time
 
 import numpy as np
@@ -20,6 +18,7 @@ from tcc.rt.kernels import load_cpu_library
 from tcc.target import parse_target
 from tcc.tune.apply import replay
 from tcc.tune.measure import Worker, _time_calls, build, concrete_inputs, measure
+from tests.tune.failing_work import crash_on, hang_on
 from tests.tune.test_apply import _hand_record, _lowered
 
 
@@ -64,26 +63,13 @@ def test_a_candidate_with_another_result_is_recorded_as_failed():
     assert result.error.startswith("wrong result: argument 2: "), result.error
 
 
-def _crash(bad, shared, arrays, repeats, threads, baseline=None):
-    """Kills its worker on the candidate `bad`, as the kernel of a candidate gone wrong might."""
-    if shared == bad:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return _time_calls(shared, arrays, repeats, threads, baseline)
-
-
-def _hang(bad, shared, arrays, repeats, threads, baseline=None):
-    if shared == bad:
-        time.sleep(60)
-    return _time_calls(shared, arrays, repeats, threads, baseline)
-
-
 def test_a_crashing_or_hanging_candidate_is_a_failed_measurement_and_the_next_one_runs():
     func, target = _task()
     default = _default(func, target)
     hand = replay(func, _hand_record(func, target).trace)
     bad = build(hand, target)
-    for hook, words in ((_crash, "crash: the worker died (signal SIGKILL)"),
-                        (_hang, "timeout: still running after 2 s; killed")):
+    for hook, words in ((crash_on, "crash: the worker died (signal SIGKILL)"),
+                        (hang_on, "timeout: still running after 2 s; killed")):
         start = time.perf_counter()
         base, (failed, after) = measure(default, [hand, default], {"n": 4}, target,
                                         timeout=2.0, work=functools.partial(hook, bad))

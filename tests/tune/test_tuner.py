@@ -5,10 +5,7 @@ records it writes applied by `tcc compile --db` to a pack that computes the same
 from __future__ import annotations
 
 import functools
-import os
 import random
-import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +19,12 @@ from tcc.lower.passes import run_pipeline
 from tcc.lower.schedule.trace import Trace
 from tcc.target import host_target
 from tcc.tune.database import Database
-from tcc.tune.measure import Measurement, _time_calls
+from tcc.tune.measure import Measurement
 from tcc.tune.search import point_key
 from tcc.tune.shapes import kernel_shapes
 from tcc.tune.space import decisions_of
 from tcc.tune.tuner import Tuner
+from tests.tune.failing_work import fail_on_call
 
 
 def _model():
@@ -104,18 +102,6 @@ def test_a_tune_records_every_measurement_and_a_resumed_one_measures_nothing_twi
     assert_tuned_pack_computes_what_the_untuned_does(tmp_path, target, tmp_path / "t.db")
 
 
-def _fail_on_call(counter: str, how: str, shared, arrays, repeats, threads, baseline=None):
-    """`_time_calls`, except that the call the counter file counts down to crashes or hangs
-    its worker, as the kernel of a candidate gone wrong might."""
-    left = int(Path(counter).read_text())
-    Path(counter).write_text(str(left - 1))
-    if left == 0:
-        if how == "crash":
-            os.kill(os.getpid(), signal.SIGKILL)
-        time.sleep(60)
-    return _time_calls(shared, arrays, repeats, threads, baseline)
-
-
 def test_crashing_and_hanging_candidates_are_recorded_as_failed_and_the_tune_goes_on(tmp_path):
     lowered, target, sizes = _setup(tmp_path)
     for how, words in (("crash", "crash: the worker died (signal SIGKILL)"),
@@ -123,7 +109,7 @@ def test_crashing_and_hanging_candidates_are_recorded_as_failed_and_the_tune_goe
         counter = tmp_path / f"{how}.count"
         counter.write_text("4")  # the defaults (2 tasks) pass, then the third candidate fails
         db = Database(tmp_path / f"{how}.db")
-        work = functools.partial(_fail_on_call, str(counter), how)
+        work = functools.partial(fail_on_call, str(counter), how)
         Tuner(lowered, target, db, sizes, batch=4, jobs=1, timeout=2.0, work=work).run(10)
         failed = [r for r in db.records if r.status == "failed"]
         assert [r.error for r in failed] == [words]
