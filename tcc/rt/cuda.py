@@ -3,13 +3,12 @@
 `load_cuda_library(binaries, kernels)` opens device 0, loads the cubin built for its
 arch (a cubin for sm_XY runs on devices XZ with Z >= Y) or, failing that, the PTX when the
 device is at least as new as it, and gives a library with the CPU kernel library's
-interface: `call(symbol, arrays)` on numpy arrays. A call copies the arrays to device
-memory (weights once, the first time they are used: they are the pack's read-only
-mapping), evaluates each launch's grid from the arrays' shapes (the shape work stays on the
-host), launches the kernel's launches in order on one stream, and copies back the arrays
-the kernel writes. Device buffers are kept in a pool by size, so a run after the first
-allocates nothing. Tensors stay on the host between kernels: correct everywhere, and the
-copies are what device-resident arenas remove (docs/cuda.md, "Not yet").
+interface, `call(symbol, arrays)`, that is also the VM's device (docs/cuda.md): the VM
+keeps its tensors in GPU memory as `DeviceArray`s, so a kernel call only evaluates each
+launch's grid from the shapes (the shape work stays on the host), checks the arguments and
+launches on one stream. A host array given to a kernel (a scalar the VM made, a slice a
+scan took) is copied over for the call, and back when the kernel writes it. Device buffers
+are kept in a pool by size, so a run after the first allocates nothing.
 
 `$TCC_CUDA_DRIVER` names the driver library instead of `libcuda.so.1`; the tests point it
 at a stand-in that runs kernels on the CPU. No driver, no device, or a device the pack has
@@ -21,6 +20,7 @@ Depends on numpy, ctypes and the standard library only, like the rest of tcc.rt.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -63,6 +63,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "cuMemFree_v2": (ctypes.c_uint64,),
         "cuMemcpyHtoDAsync_v2": (ctypes.c_uint64, p, sz, p),
         "cuMemcpyDtoHAsync_v2": (p, ctypes.c_uint64, sz, p),
+        "cuMemcpyDtoDAsync_v2": (ctypes.c_uint64, ctypes.c_uint64, sz, p),
         "cuStreamCreate": (pp, u),
         "cuStreamDestroy_v2": (p,),
         "cuStreamSynchronize": (p,),
@@ -143,8 +144,66 @@ class _Pool:
         self._all, self._free = [], {}
 
 
+class DeviceBuffer:
+    """Device memory from the library's pool, given back when the last array over it goes."""
+
+    __slots__ = ("ptr", "nbytes", "_lib", "__weakref__")
+
+    def __init__(self, lib: CudaLibrary, nbytes: int):
+        self._lib, self.nbytes = lib, nbytes
+        self.ptr = lib._pool.take(nbytes) if nbytes else 0
+
+    def view(self, offset: int, shape, dtype) -> DeviceArray:
+        """A tensor at byte `offset` of this buffer (an arena's planned tensor)."""
+        return DeviceArray(self, self.ptr + offset, shape, dtype)
+
+    def __del__(self):
+        lib = self._lib
+        if self.nbytes and lib is not None and lib._open:
+            lib._pool.give(self.ptr, self.nbytes)
+
+
+class DeviceArray:
+    """A C-contiguous tensor in GPU memory: `shape` and `dtype` as numpy's, the data at
+    `ptr` inside `buffer`. `np.asarray(x)` copies it to the host (after the kernels
+    launched before it finish); `reshape` is a view, `copy` a copy on the device."""
+
+    __slots__ = ("buffer", "ptr", "shape", "dtype")
+    is_device_array = True
+
+    def __init__(self, buffer: DeviceBuffer, ptr: int, shape, dtype):
+        self.buffer, self.ptr = buffer, ptr
+        self.shape, self.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: math.prod(self.shape))
+    nbytes = property(lambda self: self.size * self.dtype.itemsize)
+
+    def reshape(self, shape) -> DeviceArray:
+        return DeviceArray(self.buffer, self.ptr, shape, self.dtype)
+
+    def copy(self) -> DeviceArray:
+        lib = self.buffer._lib
+        out = lib.empty(self.shape, self.dtype)
+        if self.nbytes:
+            lib._drv.check(lib._drv.lib.cuMemcpyDtoDAsync_v2(out.ptr, self.ptr, self.nbytes,
+                                                              lib._stream), "cuMemcpyDtoDAsync_v2")
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.buffer._lib.to_host(self)
+        return out if dtype is None else out.astype(dtype)
+
+    def __repr__(self):
+        return f"<tcc.rt.cuda.DeviceArray {self.dtype.name}{list(self.shape)}>"
+
+
 class CudaLibrary:
-    """A pack's CUDA kernels loaded on device 0. Use `call`, then `close()`."""
+    """A pack's CUDA kernels loaded on device 0. Use `call`, then `close()`.
+
+    It is also the VM's device (`device` is itself): `empty`, `from_host`, `to_host` and
+    `constant` give and read DeviceArrays, so a pack's tensors stay in GPU memory from
+    one kernel to the next and only inputs, outputs and what the host reads move."""
 
     def __init__(self, binaries: Mapping[str, bytes], kernels: Mapping[str, dict],
                  constants: Iterable[np.ndarray] = (), device: int = 0):
@@ -185,6 +244,8 @@ class CudaLibrary:
         self._keep = [c for c in constants if c.nbytes]
         self._constants = {(c.ctypes.data, c.nbytes) for c in self._keep}
         self._uploaded: dict[tuple[int, int], int] = {}
+        self._constant_arrays: dict[str, DeviceArray] = {}
+        self.synchronous = False  # wait for every kernel (profiling times each one)
         self._open = True
 
     def _attribute(self, which: int) -> int:
@@ -207,6 +268,51 @@ class CudaLibrary:
     def has(self, symbol: str) -> bool:
         return symbol in self._kernels
 
+    @property
+    def device(self) -> CudaLibrary:
+        return self
+
+    def empty(self, shape, dtype) -> DeviceArray:
+        """An uninitialized device tensor."""
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(int(d) for d in shape) * dtype.itemsize
+        buffer = DeviceBuffer(self, nbytes)
+        return DeviceArray(buffer, buffer.ptr, shape, dtype)
+
+    def buffer(self, nbytes: int) -> DeviceBuffer:
+        """Device memory for an arena of planned tensors."""
+        return DeviceBuffer(self, nbytes)
+
+    def from_host(self, a: np.ndarray) -> DeviceArray:
+        a = np.ascontiguousarray(a)
+        out = self.empty(a.shape, a.dtype)
+        if a.nbytes:
+            self._drv.check(self._drv.lib.cuMemcpyHtoDAsync_v2(out.ptr, a.ctypes.data, a.nbytes,
+                                                                self._stream), "cuMemcpyHtoDAsync_v2")
+            # the copy reads `a` later on the stream: wait, since the caller may drop it
+            self.synchronize()
+        return out
+
+    def to_host(self, x: DeviceArray) -> np.ndarray:
+        out = np.empty(x.shape, x.dtype)
+        if x.nbytes:
+            self._drv.check(self._drv.lib.cuMemcpyDtoHAsync_v2(out.ctypes.data, x.ptr, x.nbytes,
+                                                                self._stream), "cuMemcpyDtoHAsync_v2")
+        self.synchronize()
+        return out
+
+    def constant(self, name: str, a: np.ndarray) -> DeviceArray:
+        """The device copy of weight `name`, made once."""
+        kept = self._constant_arrays.get(name)
+        if kept is None:
+            kept = self._constant_arrays[name] = self.from_host(a)
+        return kept
+
+    def synchronize(self) -> None:
+        """Wait for everything launched so far; a kernel that failed on the GPU says so here."""
+        self._drv.check(self._drv.lib.cuStreamSynchronize(self._stream), "cuStreamSynchronize",
+                        "a kernel failed on the GPU")
+
     def set_num_threads(self, n: int) -> None:
         """Host threads do not run CUDA kernels: accepted and ignored."""
 
@@ -217,14 +323,22 @@ class CudaLibrary:
         spec = self._kernels.get(symbol)
         if spec is None:
             raise KernelError(f"no CUDA kernel named {symbol!r}; check the pack's kernel table")
-        arrays = [np.asarray(a) for a in arrays]
         sizes = _bind_sizes(symbol, spec, arrays)
         drv, stream = self._drv, self._stream
         taken: list[tuple[int, int]] = []
         pointers: list[int] = []
+        back: list[tuple[np.ndarray, int]] = []  # host arrays the kernel writes
         try:
             for i, a in enumerate(arrays):
-                pointers.append(self._upload(a, i in spec["writes"], taken))
+                if spec["params"][i].get("scalar"):
+                    continue
+                if isinstance(a, DeviceArray):
+                    pointers.append(a.ptr)
+                    continue
+                written = i in spec["writes"]
+                pointers.append(self._upload(a, written, taken))
+                if written and a.nbytes:
+                    back.append((a, pointers[-1]))
             for ws in spec["workspaces"]:
                 (count,) = eval_shape(ws["count"], sizes, spec["size_vars"])
                 nbytes = count * numpy_dtype(ws["dtype"]).itemsize
@@ -244,13 +358,11 @@ class CudaLibrary:
                 drv.check(drv.lib.cuLaunchKernel(
                     self._function(launch["function"]), *grid, bx, by, bz, 0, stream, argv,
                     None), "cuLaunchKernel", f"{symbol}: launching {launch['function']} failed")
-            for i in spec["writes"]:
-                a = arrays[i]
-                if a.nbytes:
-                    drv.check(drv.lib.cuMemcpyDtoHAsync_v2(a.ctypes.data, pointers[i], a.nbytes,
-                                                           stream), "cuMemcpyDtoHAsync_v2")
-            drv.check(drv.lib.cuStreamSynchronize(stream), "cuStreamSynchronize",
-                      f"{symbol}: the kernel failed on the GPU")
+            for a, ptr in back:
+                drv.check(drv.lib.cuMemcpyDtoHAsync_v2(a.ctypes.data, ptr, a.nbytes, stream),
+                          "cuMemcpyDtoHAsync_v2")
+            if taken or self.synchronous:  # host memory or pooled buffers are in use
+                self.synchronize()
         finally:
             for ptr, nbytes in taken:
                 self._pool.give(ptr, nbytes)
@@ -307,7 +419,8 @@ def _bind_sizes(symbol: str, spec: dict, arrays: list[np.ndarray]) -> list[int]:
         if a.dtype != numpy_dtype(p["dtype"]) or a.ndim != rank:
             raise KernelError(f"{symbol}: argument {i} is {a.dtype} of rank {a.ndim}; the kernel "
                               f"takes {p['dtype']} of rank {rank}")
-    sizes = [int(arrays[i]) if axis < 0 else arrays[i].shape[axis] for i, axis in spec["bind"]]
+    sizes = [int(np.asarray(arrays[i])) if axis < 0 else arrays[i].shape[axis]
+             for i, axis in spec["bind"]]
     for i, (a, p) in enumerate(zip(arrays, params)):
         if not p.get("scalar"):
             want = eval_shape(p["shape"], sizes, names)

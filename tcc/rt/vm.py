@@ -215,6 +215,9 @@ class VirtualMachine:
         self.weights: Mapping[str, np.ndarray] = contents.weights
         self.signatures: Mapping[str, dict] = contents.signatures
         self.lib = kernel_library
+        # a GPU's kernel library is also a device: tensors the bytecode allocates, the
+        # weights it loads and the inputs live in its memory (tcc.rt.cuda.DeviceArray)
+        self.device = getattr(kernel_library, "device", None)
         index = {f.name: i for i, f in enumerate(self.exe.functions)}
         self._targets = []
         for kind, name in self.exe.table:
@@ -248,13 +251,16 @@ class VirtualMachine:
         if sig is None:
             raise RunInputError(f"no entry function {name!r}; the pack has {sorted(self.signatures)}")
         inputs = self._bind_inputs(name, sig, args, named)
+        if self.device is not None:
+            inputs = [self.device.from_host(a) for a in inputs]
         t0 = time.perf_counter()
         try:
             result = self._invoke(self._index[name], inputs)
         except RecursionError:
             raise PackError(f"bytecode calls of {name!r} nest too deeply to run") from None
         outs = list(result) if len(sig["outputs"]) != 1 else [result]
-        # weights are read-only views of the pack; hand the caller arrays it owns
+        # weights are read-only views of the pack, device arrays are copied to the host
+        # (np.array): hand the caller arrays it owns
         outs = [o if isinstance(o, np.ndarray) and o.flags.writeable else np.array(o) for o in outs]
         if self.profile is not None:
             self.profile.total_seconds += time.perf_counter() - t0
@@ -350,12 +356,14 @@ class VirtualMachine:
         try:
             return VirtualMachine._call(self, fi, frame, vals)
         finally:
+            if self.device is not None:  # launches return at once: time the kernel's work
+                self.device.synchronize()
             self.profile.add(self._keys[fi], time.perf_counter() - t0)
 
     # -- builtins (docs/vm.md lists each) --------------------------------------------------
 
     def _b_match_shape(self, frame: _Frame, x, what: str, dtype: str, pattern):
-        if not isinstance(x, np.ndarray):
+        if not _is_tensor(x):
             raise RunInputError(f"{what}: expected a {dtype} tensor, got {type(x).__name__}")
         if x.dtype != numpy_dtype(dtype):
             raise RunInputError(f"{what}: expected dtype {dtype}, got {x.dtype.name}")
@@ -384,6 +392,7 @@ class VirtualMachine:
                                         f"(from the other {noun}s), got {g}")
 
     def _b_tensor_to_shape(self, frame: _Frame, x, what: str):
+        x = _host(x)
         if not isinstance(x, np.ndarray) or x.dtype.kind not in "iu" or x.ndim > 1:
             got = f"{x.dtype.name} tensor of rank {x.ndim}" if isinstance(x, np.ndarray) else type(x).__name__
             raise RunInputError(f"{what}: expected a 0-d or 1-d integer tensor of sizes, got a {got}")
@@ -419,6 +428,8 @@ class VirtualMachine:
 
     def _b_alloc_tensor(self, frame: _Frame, shape, dtype: str):
         dt = numpy_dtype(dtype)
+        if self.device is not None:
+            return self.device.empty(shape, dt)
         try:
             return np.empty(shape, dt)
         except (ValueError, MemoryError):  # as the C runtime says it (runtime_c/src/tensor.c)
@@ -434,7 +445,7 @@ class VirtualMachine:
                 self._arena_plans.clear()
             pairs = [(lifetimes[2 * k], lifetimes[2 * k + 1]) for k in range(len(sizes))]
             plan = self._arena_plans[key] = plan_arena(sizes, pairs)
-        return Arena(plan.size, plan.offsets, sizes)
+        return Arena(plan.size, plan.offsets, sizes, self.device)
 
     def _b_arena_view(self, frame: _Frame, arena, index: int, shape, dtype: str):
         if not isinstance(arena, Arena) or not isinstance(shape, tuple):
@@ -448,9 +459,13 @@ class VirtualMachine:
             raise PackError(f"bytecode views a {dtype}{list(shape)} tensor in a slot of "
                             f"{arena.sizes[index]} bytes")
         start = arena.offsets[index]
+        if self.device is not None:
+            return arena.data.view(start, shape, dt)
         return arena.data[start : start + nbytes].view(dt).reshape(shape)
 
     def _b_load_constant(self, frame: _Frame, name: str):
+        if self.device is not None:
+            return self.device.constant(name, self.weights[name])
         return self.weights[name]
 
     def _b_reshape(self, frame: _Frame, x, shape):
@@ -459,7 +474,7 @@ class VirtualMachine:
         return x.reshape(shape)
 
     def _b_copy(self, frame: _Frame, x):
-        return np.array(x, copy=True)
+        return np.array(x, copy=True) if isinstance(x, np.ndarray) else x.copy()
 
     def _b_make_tuple(self, frame: _Frame, *fields):
         return tuple(fields)
@@ -468,6 +483,7 @@ class VirtualMachine:
         return t[i]
 
     def _b_read_bool(self, frame: _Frame, x):
+        x = _host(x)
         if x.size != 1:
             raise RunInputError(f"an if_ condition must hold one element, got shape {list(x.shape)}")
         return bool(x.reshape(-1)[0])
@@ -488,6 +504,7 @@ class VirtualMachine:
         return np.array(x.shape[axis], np.int64)
 
     def _b_take(self, frame: _Frame, x, index, axis: int, reverse: int):
+        x = _host(x)
         length, t = x.shape[axis], int(_one(index, "a scan index"))
         if not 0 <= t < length:
             raise RunInputError(f"a scan input has {length} elements along axis {axis}, "
@@ -501,10 +518,10 @@ class VirtualMachine:
         return _Stack()
 
     def _b_stack_push(self, frame: _Frame, acc, x):
-        if not isinstance(acc, _Stack) or not isinstance(x, np.ndarray):
+        if not isinstance(acc, _Stack) or not _is_tensor(x):
             raise PackError("bytecode pushes onto something that is not a stack, or pushes "
                             "something that is not a tensor")
-        acc.items.append(x)
+        acc.items.append(_host(x))
 
     def _b_stack_finish(self, frame: _Frame, acc, axis: int, reverse: int, empty, dtype: str):
         if not isinstance(acc, _Stack) or not isinstance(empty, tuple):
@@ -530,7 +547,11 @@ class Arena:
 
     __slots__ = ("data", "offsets", "sizes")
 
-    def __init__(self, nbytes: int, offsets: tuple[int, ...], sizes: tuple[int, ...]):
+    def __init__(self, nbytes: int, offsets: tuple[int, ...], sizes: tuple[int, ...],
+                 device=None):
+        if device is not None:  # GPU memory (tcc.rt.cuda.DeviceBuffer)
+            self.data, self.offsets, self.sizes = device.buffer(nbytes), offsets, sizes
+            return
         try:
             self.data = aligned_empty(nbytes)
         except (ValueError, MemoryError):
@@ -555,8 +576,19 @@ def _scalar(value: int, dtype: np.dtype) -> np.ndarray:
         raise PackError(f"bytecode makes the value {value}, which {dtype.name} cannot hold") from None
 
 
+def _is_tensor(x) -> bool:
+    """A numpy array or a device array (tcc.rt.cuda.DeviceArray)."""
+    return isinstance(x, np.ndarray) or getattr(x, "is_device_array", False)
+
+
+def _host(x):
+    """`x` in host memory: a device array is copied over, anything else is itself."""
+    return np.asarray(x) if getattr(x, "is_device_array", False) else x
+
+
 def _one(x, what: str):
     """The value of a one-element tensor."""
+    x = _host(x)
     if not isinstance(x, np.ndarray) or x.size != 1:
         shape = list(x.shape) if isinstance(x, np.ndarray) else type(x).__name__
         raise RunInputError(f"{what} must hold one element, got {shape}")

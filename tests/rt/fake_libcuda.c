@@ -11,7 +11,8 @@
  * arrays are the library's statics, one set for the block that runs. The device's compute
  * capability is $TCC_FAKE_CUDA_ARCH (default 90), its count $TCC_FAKE_CUDA_DEVICES
  * (default 1). Each module load ("load cubin" / "load ptx") and launch ("launch NAME GX GY
- * GZ BX BY BZ") is appended to $TCC_FAKE_CUDA_LOG when set.
+ * GZ BX BY BZ") and copy between host and device ("copy to-device" / "copy to-host") is
+ * appended to $TCC_FAKE_CUDA_LOG when set.
  */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -108,10 +109,13 @@ CUresult cuMemAlloc_v2(uint64_t *ptr, size_t n) {
 }
 CUresult cuMemFree_v2(uint64_t ptr) { free((void *)(uintptr_t)ptr); return OK; }
 CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, void *stream) {
-  (void)stream; memcpy((void *)(uintptr_t)dst, src, n); return OK;
+  (void)stream; note("copy %s", "to-device", NULL); memcpy((void *)(uintptr_t)dst, src, n); return OK;
 }
 CUresult cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *stream) {
-  (void)stream; memcpy(dst, (const void *)(uintptr_t)src, n); return OK;
+  (void)stream; note("copy %s", "to-host", NULL); memcpy(dst, (const void *)(uintptr_t)src, n); return OK;
+}
+CUresult cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t n, void *stream) {
+  (void)stream; memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n); return OK;
 }
 CUresult cuStreamCreate(void **stream, unsigned flags) { (void)flags; *stream = (void *)2; return OK; }
 CUresult cuStreamDestroy_v2(void *stream) { (void)stream; return OK; }

@@ -167,6 +167,24 @@ def test_blocks_of_threads_sharing_memory_run_phase_by_phase_and_match(reduction
     assert any(int(b[5]) > 1 and int(b[2]) == batch * 6 for b in blocks)  # a block per row
 
 
+def test_tensors_stay_on_the_device_between_kernels(built, driver):
+    """Only the input goes to the device and the two outputs come back on each run; the
+    weights go over once, on the first; every intermediate stays in GPU memory."""
+    x = np.ones((2, 3, 8, 8), np.float32)
+    with tcc.rt.load(built["pack"]) as m:
+        m.main(x)
+        first = driver.read_text().splitlines()
+        m.main(x)
+        second = driver.read_text().splitlines()[len(first):]
+    from tcc.rt.pack import read_pack
+
+    with read_pack(built["pack"]) as contents:
+        weights = len(contents.weights)
+    assert first.count("copy to-device") == 1 + weights and first.count("copy to-host") == 2
+    assert second.count("copy to-device") == 1 and second.count("copy to-host") == 2
+    assert sum(line.startswith("launch") for line in second) >= 5
+
+
 def test_one_pack_runs_at_two_batch_sizes_and_through_the_cli(built, driver, tmp_path):
     for batch in (2, 5):
         x = np.random.default_rng(batch).standard_normal((batch, 3, 8, 8)).astype(np.float32)
