@@ -26,7 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from tcc.rt.errors import KernelError, PackError
+from tcc.rt.errors import KernelError, PackError, RunInputError
+from tcc.rt.format import KERNEL_DTYPES
 from tcc.rt.tensor import numpy_dtype
 from tcc.rt.vm import eval_shape
 
@@ -163,6 +164,45 @@ class DeviceBuffer:
             lib._pool.give(self.ptr, self.nbytes)
 
 
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                            ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor)))]
+KDL_CUDA = 2
+_DL_NAMES = {dl: name for name, dl in reversed(KERNEL_DTYPES.items())}  # float32 before bfloat16
+
+
+class _Borrowed:
+    """Device memory a DLPack producer (a torch or cupy tensor) lends: its deleter runs
+    when the last array over it goes."""
+
+    __slots__ = ("_lib", "nbytes", "_managed", "_owner")
+
+    def __init__(self, lib: CudaLibrary, managed, owner):
+        self._lib, self.nbytes, self._managed, self._owner = lib, 0, managed, owner
+
+    def __del__(self):
+        m = self._managed
+        if m and m.contents.deleter:
+            m.contents.deleter(m)
+
+
 class DeviceArray:
     """A C-contiguous tensor in GPU memory: `shape` and `dtype` as numpy's, the data at
     `ptr` inside `buffer`. `np.asarray(x)` copies it to the host (after the kernels
@@ -216,6 +256,7 @@ class CudaLibrary:
             raise CudaDriverError(f"no CUDA device found: the driver sees {count.value} devices; "
                                   "run CUDA packs on a machine with an NVIDIA GPU")
         self._device = dev = ctypes.c_int()
+        self.device_id = device
         drv.check(drv.lib.cuDeviceGet(ctypes.byref(dev), device), "cuDeviceGet")
         self.arch = self._attribute(_COMPUTE_CAPABILITY_MAJOR) * 10 + self._attribute(
             _COMPUTE_CAPABILITY_MINOR)
@@ -283,8 +324,40 @@ class CudaLibrary:
         """Device memory for an arena of planned tensors."""
         return DeviceBuffer(self, nbytes)
 
+    def from_dlpack(self, x, what: str) -> DeviceArray:
+        """A tensor on this GPU given through DLPack (`__dlpack__`), without a copy: the
+        producer's work on it is ordered before this library's stream, and its memory is
+        held until the array goes."""
+        device_type, device_id = x.__dlpack_device__()
+        if int(device_type) != KDL_CUDA or int(device_id) != self.device_id:
+            raise RunInputError(f"{what} is on DLPack device {int(device_type)}:{int(device_id)}; "
+                              f"pass a numpy array or a tensor on CUDA device {self.device_id}")
+        capsule = x.__dlpack__(stream=self._stream.value or 1)
+        api = ctypes.pythonapi
+        api.PyCapsule_GetPointer.restype, api.PyCapsule_GetPointer.argtypes = (
+            ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p])
+        api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+        managed = ctypes.cast(api.PyCapsule_GetPointer(capsule, b"dltensor"),
+                              ctypes.POINTER(DLManagedTensor))
+        api.PyCapsule_SetName(capsule, b"used_dltensor")  # ours now: its deleter is ours to run
+        lender = _Borrowed(self, managed, x)
+        t = managed.contents.dl_tensor
+        shape = tuple(t.shape[i] for i in range(t.ndim))
+        name = _DL_NAMES.get((t.dtype.code, t.dtype.bits))
+        if name is None or t.dtype.lanes != 1 or name == "bfloat16":
+            raise RunInputError(f"{what} has DLPack dtype code {t.dtype.code} bits {t.dtype.bits} "
+                              f"lanes {t.dtype.lanes}, which tcc's kernels do not take")
+        if t.strides:
+            expected, compact = 1, True
+            for d in reversed(range(t.ndim)):
+                compact = compact and (shape[d] == 1 or t.strides[d] == expected)
+                expected *= shape[d]
+            if not compact:
+                raise RunInputError(f"{what} is not contiguous; pass x.contiguous()")
+        return DeviceArray(lender, (t.data or 0) + t.byte_offset, shape, numpy_dtype(name))
+
     def from_host(self, a: np.ndarray) -> DeviceArray:
-        a = np.ascontiguousarray(a)
+        a = a if a.flags.c_contiguous else a.copy(order="C")  # (ascontiguousarray: 0-d -> 1-d)
         out = self.empty(a.shape, a.dtype)
         if a.nbytes:
             self._drv.check(self._drv.lib.cuMemcpyHtoDAsync_v2(out.ptr, a.ctypes.data, a.nbytes,

@@ -252,7 +252,8 @@ class VirtualMachine:
             raise RunInputError(f"no entry function {name!r}; the pack has {sorted(self.signatures)}")
         inputs = self._bind_inputs(name, sig, args, named)
         if self.device is not None:
-            inputs = [self.device.from_host(a) for a in inputs]
+            inputs = [a if getattr(a, "is_device_array", False) else self.device.from_host(a)
+                      for a in inputs]
         t0 = time.perf_counter()
         try:
             result = self._invoke(self._index[name], inputs)
@@ -284,6 +285,9 @@ class VirtualMachine:
             raise RunInputError(f"{name!r} takes {len(specs)} inputs ({', '.join(want)}), got {len(args)}")
         arrays = []
         for spec, a in zip(specs, args):
+            if self.device is not None and _on_a_gpu(a):  # stays where it is: no copy
+                arrays.append(self.device.from_dlpack(a, f"input {spec['name']!r} of {name!r}"))
+                continue
             try:
                 arrays.append(as_array(a))
             except (TypeError, ValueError, BufferError) as e:
@@ -574,6 +578,17 @@ def _scalar(value: int, dtype: np.dtype) -> np.ndarray:
         return np.array(value, dtype)
     except OverflowError:
         raise PackError(f"bytecode makes the value {value}, which {dtype.name} cannot hold") from None
+
+
+def _on_a_gpu(x) -> bool:
+    """A DLPack tensor (torch, cupy) in GPU memory: not a numpy array, and a DLPack device
+    other than the CPU (1)."""
+    if isinstance(x, np.ndarray) or not hasattr(x, "__dlpack_device__"):
+        return False
+    try:
+        return int(x.__dlpack_device__()[0]) != 1
+    except Exception:  # a malformed producer: as_array reports it
+        return False
 
 
 def _is_tensor(x) -> bool:

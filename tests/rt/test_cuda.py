@@ -6,6 +6,7 @@ the launch specs is a PackError naming the file."""
 
 from __future__ import annotations
 
+import ctypes
 import io
 import json
 import tarfile
@@ -183,6 +184,68 @@ def test_tensors_stay_on_the_device_between_kernels(built, driver):
     assert first.count("copy to-device") == 1 + weights and first.count("copy to-host") == 2
     assert second.count("copy to-device") == 1 and second.count("copy to-host") == 2
     assert sum(line.startswith("launch") for line in second) >= 5
+
+
+class _GpuTensor:
+    """A DLPack producer claiming CUDA device 0 for a numpy array's memory, as torch does
+    for a tensor on the GPU: the stand-in driver's device memory is host memory."""
+
+    def __init__(self, a: np.ndarray, device=(2, 0), strides=None):
+        from tcc.rt.cuda import DLManagedTensor
+
+        self.array, self.device, self.deleted = a, device, []
+        self._shape = (ctypes.c_int64 * a.ndim)(*a.shape)
+        self._strides = None if strides is None else (ctypes.c_int64 * a.ndim)(*strides)
+        self._managed = DLManagedTensor()
+        t = self._managed.dl_tensor
+        t.data, t.ndim, t.shape = a.ctypes.data, a.ndim, self._shape
+        t.device.device_type, t.device.device_id = device
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = 2, 32, 1
+        if self._strides is not None:
+            t.strides = self._strides
+        deleter_type = DLManagedTensor._fields_[2][1]
+        self._deleter = deleter_type(lambda m: self.deleted.append(True))
+        self._managed.deleter = self._deleter
+        self.streams = []
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, stream=None):
+        self.streams.append(stream)
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(ctypes.addressof(self._managed), b"dltensor", None)
+
+
+def test_a_gpu_tensor_goes_in_through_dlpack_without_a_copy(built, driver):
+    x = np.random.default_rng(7).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    tensor = _GpuTensor(x)
+    with tcc.rt.load(built["pack"]) as m:
+        m.main(x)  # the weights go over on the first run
+        before = len(driver.read_text().splitlines())
+        got = m.main(tensor)
+        log = driver.read_text().splitlines()[before:]
+    assert log.count("copy to-device") == 0 and log.count("copy to-host") == 2
+    for g, want in zip(got, _reference(built["model"], x)):
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-5)
+    assert tensor.streams and all(s not in (None, 0) for s in tensor.streams)
+    import gc
+
+    gc.collect()
+    assert tensor.deleted  # the producer's memory was handed back
+
+
+@pytest.mark.parametrize("device, strides, words", [
+    ((2, 1), None, "is on DLPack device 2:1; pass a numpy array or a tensor on CUDA device 0"),
+    ((2, 0), (1, 2, 6, 48), "is not contiguous; pass x.contiguous()"),
+])
+def test_a_gpu_tensor_on_another_gpu_or_not_contiguous_is_one_line(built, driver, device,
+                                                                   strides, words):
+    x = np.zeros((2, 3, 8, 8), np.float32)
+    with tcc.rt.load(built["pack"]) as m:
+        with pytest.raises(tcc.rt.RunInputError, match=words):
+            m.main(_GpuTensor(x, device, strides))
 
 
 def test_one_pack_runs_at_two_batch_sizes_and_through_the_cli(built, driver, tmp_path):
