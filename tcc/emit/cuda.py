@@ -489,8 +489,9 @@ def launch_spec(kernel: CudaKernel) -> dict:
     slots = {v: i for i, v in enumerate(kernel.size_vars)}
     where = f"CUDA kernel {kernel.name!r}"
 
-    def program(exprs) -> list[int]:
-        return list(shape_program([E.simplify(E.as_dim(e)) for e in exprs], slots, where))
+    def program(exprs, conditions: bool = False) -> list[int]:
+        exprs = [E.simplify(e if conditions else E.as_dim(e)) for e in exprs]
+        return list(shape_program(exprs, slots, where))
 
     params, bind = [], {}
     for i, p in enumerate(kernel.params):
@@ -512,7 +513,7 @@ def launch_spec(kernel: CudaKernel) -> dict:
         "bind": [bind[v] for v in kernel.size_vars],
         "writes": [i for i, p in enumerate(kernel.params)
                    if not isinstance(p, E.Var) and id(p) in kernel.written],
-        "preconditions": program(kernel.preconditions),
+        "preconditions": program(kernel.preconditions, conditions=True),
         "workspaces": [{"name": n, "dtype": dt, "count": program([c])}
                        for n, dt, c in kernel.workspaces],
         "launches": [{"function": launch.symbol, "grid": program(launch.grid),

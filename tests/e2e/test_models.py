@@ -38,8 +38,16 @@ def import_through_file(model: onnx.ModelProto, tmp_path):
     return irfile.load_module(path)
 
 
-def onnxruntime_outputs(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+def onnxruntime_outputs(model: onnx.ModelProto, feeds: dict, as_written: bool = False) -> list[np.ndarray]:
+    """onnxruntime's outputs; with `as_written`, of the graph as written, without its graph
+    optimizations (which fuse a quantized model's QuantizeLinear/DequantizeLinear pairs into
+    integer kernels whose rounding depends on the CPU: on one without AVX-512 VNNI they
+    came out up to 14 quantization steps from the graph's own float arithmetic)."""
+    options = ort.SessionOptions()
+    if as_written:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
 
 
