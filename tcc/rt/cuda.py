@@ -37,6 +37,7 @@ ENV = "TCC_CUDA_DRIVER"
 LIBRARY = "libcuda.so.1"
 _COMPUTE_CAPABILITY_MAJOR, _COMPUTE_CAPABILITY_MINOR = 75, 76
 _ALIGN = 256  # device allocations are rounded up to this, so the pool reuses them
+_NO_DEVICE = 100  # CUDA_ERROR_NO_DEVICE
 
 
 class CudaDriverError(PackError):
@@ -88,7 +89,12 @@ class _Driver:
                 f"no CUDA driver found: {path} cannot be loaded ({e}); run CUDA packs on a "
                 "machine with an NVIDIA GPU and its driver, or compile with --target llvm"
             ) from None
-        self.check(self.lib.cuInit(0), "cuInit", "no CUDA driver found: the driver did not start")
+        result = self.lib.cuInit(0)
+        if result == _NO_DEVICE:
+            raise CudaDriverError("no CUDA device found: the driver sees no GPU (cuInit: "
+                                  "CUDA_ERROR_NO_DEVICE); run CUDA packs on a machine with an "
+                                  "NVIDIA GPU, or compile with --target llvm")
+        self.check(result, "cuInit", "no CUDA driver found: the driver did not start")
 
     def name(self, result: int) -> str:
         text = ctypes.c_char_p()
@@ -286,7 +292,6 @@ class CudaLibrary:
         self._constants = {(c.ctypes.data, c.nbytes) for c in self._keep}
         self._uploaded: dict[tuple[int, int], int] = {}
         self._constant_arrays: dict[str, DeviceArray] = {}
-        self.synchronous = False  # wait for every kernel (profiling times each one)
         self._open = True
 
     def _attribute(self, which: int) -> int:
@@ -434,7 +439,7 @@ class CudaLibrary:
             for a, ptr in back:
                 drv.check(drv.lib.cuMemcpyDtoHAsync_v2(a.ctypes.data, ptr, a.nbytes, stream),
                           "cuMemcpyDtoHAsync_v2")
-            if taken or self.synchronous:  # host memory or pooled buffers are in use
+            if taken:  # host memory or pooled buffers for this call only: wait for them
                 self.synchronize()
         finally:
             for ptr, nbytes in taken:

@@ -10,7 +10,8 @@
  * on a GPU; a barrier that some threads of a block never reach fails the launch. `__shared__`
  * arrays are the library's statics, one set for the block that runs. The device's compute
  * capability is $TCC_FAKE_CUDA_ARCH (default 90), its count $TCC_FAKE_CUDA_DEVICES
- * (default 1). Each module load ("load cubin" / "load ptx") and launch ("launch NAME GX GY
+ * (default 1); with $TCC_FAKE_CUDA_NO_GPU set, cuInit fails as a driver without a GPU
+ * does. Each module load ("load cubin" / "load ptx") and launch ("launch NAME GX GY
  * GZ BX BY BZ") and copy between host and device ("copy to-device" / "copy to-host") is
  * appended to $TCC_FAKE_CUDA_LOG when set.
  */
@@ -48,7 +49,12 @@ static int env_int(const char *name, int fallback) {
   return v ? atoi(v) : fallback;
 }
 
-CUresult cuInit(unsigned flags) { (void)flags; started = 1; return OK; }
+CUresult cuInit(unsigned flags) {
+  (void)flags;
+  if (getenv("TCC_FAKE_CUDA_NO_GPU")) return 100;  /* CUDA_ERROR_NO_DEVICE */
+  started = 1;
+  return OK;
+}
 CUresult cuDriverGetVersion(int *v) { *v = 12040; return OK; }
 CUresult cuDeviceGetCount(int *n) {
   if (!started) return NOT_INITIALIZED;

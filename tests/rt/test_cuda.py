@@ -112,6 +112,7 @@ def driver(built, monkeypatch, tmp_path):
     monkeypatch.setenv("TCC_FAKE_CUDA_LOG", str(log))
     monkeypatch.delenv("TCC_FAKE_CUDA_ARCH", raising=False)
     monkeypatch.delenv("TCC_FAKE_CUDA_DEVICES", raising=False)
+    monkeypatch.delenv("TCC_FAKE_CUDA_NO_GPU", raising=False)
     return log
 
 
@@ -283,6 +284,7 @@ def test_the_binary_for_a_gpu_is_its_generations_newest_cubin_else_ptx():
 @pytest.mark.parametrize("env, words", [
     ({"TCC_CUDA_DRIVER": "/nonexistent/libcuda.so.1"}, "no CUDA driver found: /nonexistent/libcuda.so.1"),
     ({"TCC_FAKE_CUDA_DEVICES": "0"}, "no CUDA device found"),
+    ({"TCC_FAKE_CUDA_NO_GPU": "1"}, "no CUDA device found: the driver sees no GPU"),
     ({"TCC_FAKE_CUDA_ARCH": "75"}, "this GPU is sm_75; compile again with --target 'cuda -arch=sm_75'"),
 ])
 def test_no_driver_no_device_or_no_code_for_the_gpu_is_one_line_exit_2(built, driver, monkeypatch,
