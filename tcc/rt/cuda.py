@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from tcc.rt.errors import KernelError, PackError, RunInputError
-from tcc.rt.format import KERNEL_DTYPES
+from tcc.rt.kernels import DL_DTYPE_NAMES, DLTensor
 from tcc.rt.tensor import numpy_dtype
 from tcc.rt.vm import eval_shape
 
@@ -170,20 +170,6 @@ class DeviceBuffer:
             lib._pool.give(self.ptr, self.nbytes)
 
 
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
 class DLManagedTensor(ctypes.Structure):
     pass
 
@@ -191,7 +177,6 @@ class DLManagedTensor(ctypes.Structure):
 DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
                             ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor)))]
 KDL_CUDA = 2
-_DL_NAMES = {dl: name for name, dl in reversed(KERNEL_DTYPES.items())}  # float32 before bfloat16
 
 
 class _Borrowed:
@@ -348,7 +333,7 @@ class CudaLibrary:
         lender = _Borrowed(self, managed, x)
         t = managed.contents.dl_tensor
         shape = tuple(t.shape[i] for i in range(t.ndim))
-        name = _DL_NAMES.get((t.dtype.code, t.dtype.bits))
+        name = DL_DTYPE_NAMES.get((t.dtype.code, t.dtype.bits))
         if name is None or t.dtype.lanes != 1 or name == "bfloat16":
             raise RunInputError(f"{what} has DLPack dtype code {t.dtype.code} bits {t.dtype.bits} "
                               f"lanes {t.dtype.lanes}, which tcc's kernels do not take")

@@ -82,14 +82,15 @@ def dl_dtype(dtype: np.dtype) -> tuple[int, int]:
     return dl
 
 
-_DL_NAMES = {dl: name for name, dl in reversed(KERNEL_DTYPES.items())}  # float32 before bfloat16
+# (code, bits) -> the dtype name kernels report it as (float32 before bfloat16)
+DL_DTYPE_NAMES = {dl: name for name, dl in reversed(KERNEL_DTYPES.items())}
 _DTYPE_IN_MESSAGE = re.compile(r"has dtype code (\d+) bits (\d+) lanes (\d+)")
 
 
 def _name_dtype(m: re.Match) -> str:
     """Kernels report a dtype as DLPack numbers; name it too (float64, int8x4, ...)."""
     code, bits, lanes = (int(g) for g in m.groups())
-    name = _DL_NAMES.get((code, bits), "unknown")
+    name = DL_DTYPE_NAMES.get((code, bits), "unknown")
     name += f"x{lanes}" if lanes != 1 else ""
     return f"has dtype {name} (code {code}, bits {bits}, lanes {lanes})"
 
