@@ -297,6 +297,11 @@ class _Writer:
             if bit_width(source) != bit_width(e.dtype):
                 raise CudaCodegenError(f"reinterpret of {source} as {e.dtype}: widths differ")
             return f"__builtin_bit_cast({_c_type(e.dtype)}, {args[0]})"
+        if e.name == "abs" and e.dtype.startswith("uint"):
+            return args[0]
+        if e.name == "abs" and e.dtype.startswith("int"):  # wraps at the minimum, as LLVM's
+            t = _c_type(e.dtype)
+            return f"(({args[0]}) < 0 ? ({t})(0ULL - (unsigned long long)({args[0]})) : ({args[0]}))"
         if e.name not in _MATH:
             raise CudaCodegenError(f"the CUDA backend has no intrinsic {e.name!r}")
         if e.dtype not in ("float32", "float64"):

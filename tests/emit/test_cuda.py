@@ -107,3 +107,23 @@ def test_the_generated_code_computes_what_the_kernel_means(case, tmp_path):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
 
 
+
+
+@needs_cxx
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
+def test_integer_abs_wraps_at_the_minimum_as_the_cpu_backend_does(dtype, tmp_path):
+    """T5's relative-position buckets take the abs of int64 distances (the corpus export
+    failed to translate before)."""
+    from tcc.ir import expr as E
+    from tcc.ir import te
+
+    a = te.placeholder((8,), dtype, "A")
+    b = te.compute((8,), lambda i: E.Call("abs", (a[i],), dtype), name="B")
+    func = schedule_prim_func(te.create_prim_func([a, b]), CUDA)
+    source, cuda = cuda_kernels({"k": func})
+    lib = cuda_on_host.build(source, tmp_path)
+    info = np.iinfo(dtype)
+    x = np.array([info.min, info.min + 1, -5, -1, 0, 1, 7, info.max], dtype)
+    out = np.zeros_like(x)
+    cuda_on_host.run(lib, cuda["k"], [x, out])
+    np.testing.assert_array_equal(out, np.abs(x))  # numpy wraps too: abs(min) == min
