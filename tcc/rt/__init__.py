@@ -5,6 +5,7 @@
         (y,) = m["main"](x)            # or m.main(x), or m["main"]({"input": x})
         m.signature("main")            # inputs/outputs with symbolic shapes
         rows = m.profile("main", [x], runs=10)   # time per kernel, largest share first
+        outs = m.main.on_device(x)     # a CUDA pack: outputs stay on the GPU (DLPack)
 
 A pack is verified completely when it is opened (tcc.rt.pack); its kernels are loaded from
 the pack's shared object (tcc.rt.kernels) and its bytecode is run by tcc.rt.vm.
@@ -109,6 +110,19 @@ class Function:
         if len(arrays) == 1 and isinstance(arrays[0], dict) and not named:
             arrays, by_name = (), arrays[0]  # a dict by input name, possibly empty
         return self._module._vm().run(self.name, arrays, by_name)
+
+    def on_device(self, *arrays, **named) -> list:
+        """Run as a call does, but leave the outputs in GPU memory: tcc.rt.cuda.DeviceArrays,
+        which torch.from_dlpack and cupy.from_dlpack take without a copy (np.asarray copies
+        one to the host). For a pack whose kernels run on a GPU only."""
+        machine = self._module._vm()
+        if machine.device is None:
+            raise RunInputError(f"{self._module._contents.path}: the pack runs on the CPU; "
+                                "its outputs are numpy arrays (call the function itself)")
+        by_name = named or None
+        if len(arrays) == 1 and isinstance(arrays[0], dict) and not named:
+            arrays, by_name = (), arrays[0]
+        return machine.run(self.name, arrays, by_name, device_outputs=True)
 
     def __repr__(self):
         return f"<tcc.rt.Function {self.name}>"

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from tcc.rt.errors import KernelError, PackError, RunInputError
-from tcc.rt.kernels import DL_DTYPE_NAMES, DLTensor
+from tcc.rt.kernels import DL_DTYPE_NAMES, DLTensor, dl_dtype
 from tcc.rt.tensor import numpy_dtype
 from tcc.rt.vm import eval_shape
 
@@ -225,8 +225,59 @@ class DeviceArray:
         out = self.buffer._lib.to_host(self)
         return out if dtype is None else out.astype(dtype)
 
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return KDL_CUDA, self.buffer._lib.device_id
+
+    def __dlpack__(self, stream=None, **_):
+        """A DLPack capsule of this tensor (torch.from_dlpack, cupy.from_dlpack take it
+        without a copy). The kernels that write it are finished first, whatever `stream`
+        the consumer names; the memory stays until the consumer's deleter call."""
+        self.buffer._lib.synchronize()
+        return _export(self)
+
     def __repr__(self):
         return f"<tcc.rt.cuda.DeviceArray {self.dtype.name}{list(self.shape)}>"
+
+
+# DLPack capsules handed out and not yet released, by the address of their DLManagedTensor:
+# each keeps its array (so its memory) and its shape alive until the consumer's deleter.
+_EXPORTED: dict[int, tuple] = {}
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+_CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+@_DELETER
+def _release(managed) -> None:
+    _EXPORTED.pop(ctypes.addressof(managed.contents), None)
+
+
+@_CAPSULE_DESTRUCTOR
+def _unconsumed(capsule) -> None:
+    """A capsule nobody consumed (its name is still "dltensor"): release it here."""
+    api = ctypes.pythonapi
+    if api.PyCapsule_IsValid(ctypes.c_void_p(capsule), b"dltensor"):
+        address = api.PyCapsule_GetPointer(ctypes.c_void_p(capsule), b"dltensor")
+        _EXPORTED.pop(address, None)
+
+
+def _export(x: DeviceArray):
+    api = ctypes.pythonapi
+    api.PyCapsule_New.restype = ctypes.py_object
+    api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    api.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    managed = DLManagedTensor()
+    shape = (ctypes.c_int64 * max(1, x.ndim))(*x.shape)
+    t = managed.dl_tensor
+    t.data, t.ndim, t.shape, t.byte_offset = x.ptr or None, x.ndim, shape, 0
+    t.device.device_type, t.device.device_id = x.__dlpack_device__()
+    t.dtype.code, t.dtype.bits = dl_dtype(x.dtype)
+    t.dtype.lanes = 1
+    managed.deleter = _release
+    _EXPORTED[ctypes.addressof(managed)] = (managed, shape, x)
+    return api.PyCapsule_New(ctypes.addressof(managed), b"dltensor",
+                             ctypes.cast(_unconsumed, ctypes.c_void_p))
 
 
 class CudaLibrary:
@@ -370,6 +421,11 @@ class CudaLibrary:
         if kept is None:
             kept = self._constant_arrays[name] = self.from_host(a)
         return kept
+
+    def is_constant(self, x) -> bool:
+        """Whether `x` is (a view of) one of the pack's weights on the device."""
+        buffer = getattr(x, "buffer", None)
+        return any(buffer is c.buffer for c in self._constant_arrays.values())
 
     def synchronize(self) -> None:
         """Wait for everything launched so far; a kernel that failed on the GPU says so here."""

@@ -244,9 +244,11 @@ class VirtualMachine:
 
     # -- entry -----------------------------------------------------------------------------
 
-    def run(self, name: str, args: Sequence = (), named: Mapping | None = None) -> list[np.ndarray]:
+    def run(self, name: str, args: Sequence = (), named: Mapping | None = None,
+            device_outputs: bool = False) -> list[np.ndarray]:
         """Run entry function `name` on positional `args` or `named` inputs; returns the
-        outputs in signature order."""
+        outputs in signature order: numpy arrays, or with `device_outputs` (a pack whose
+        kernels run on a device) the device's arrays, which DLPack consumers take."""
         sig = self.signatures.get(name)
         if sig is None:
             raise RunInputError(f"no entry function {name!r}; the pack has {sorted(self.signatures)}")
@@ -262,7 +264,11 @@ class VirtualMachine:
         outs = list(result) if len(sig["outputs"]) != 1 else [result]
         # weights are read-only views of the pack, device arrays are copied to the host
         # (np.array): hand the caller arrays it owns
-        outs = [o if isinstance(o, np.ndarray) and o.flags.writeable else np.array(o) for o in outs]
+        if device_outputs and self.device is not None:  # a weight is the caller's to change
+            outs = [o.copy() if self.device.is_constant(o) else o for o in outs]
+        else:
+            outs = [o if isinstance(o, np.ndarray) and o.flags.writeable else np.array(o)
+                    for o in outs]
         if self.profile is not None:
             self.profile.total_seconds += time.perf_counter() - t0
             self.profile.runs += 1

@@ -10,6 +10,7 @@ import ctypes
 import io
 import json
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -235,6 +236,44 @@ def test_a_gpu_tensor_goes_in_through_dlpack_without_a_copy(built, driver):
 
     gc.collect()
     assert tensor.deleted  # the producer's memory was handed back
+
+
+def test_outputs_stay_on_the_gpu_and_go_back_in_through_dlpack(reductions, driver, monkeypatch):
+    """`on_device` leaves the outputs in GPU memory. Given back as an input (as torch
+    would pass a tensor it took with from_dlpack), one goes through DLPack without a
+    copy either way; np.asarray copies it to the host; every capsule is released."""
+    monkeypatch.setenv("TCC_FAKE_CUDA_KERNELS", str(reductions["kernels"]))
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 6, 320)).astype(np.float32)
+    maps = rng.standard_normal((2, 3, 14, 14)).astype(np.float32)
+    with tcc.rt.load(reductions["pack"]) as m:
+        m.main(x, maps)  # the weights go over on the first run
+        before = len(driver.read_text().splitlines())
+        probs, normed, pooled = m.main.on_device(x, maps)
+        assert probs.__dlpack_device__() == (2, 0) and probs.shape == (2, 6, 320)
+        again = m.main.on_device(probs, maps)  # softmax of the softmax
+        log = driver.read_text().splitlines()[before:]
+        assert log.count("copy to-host") == 0 and log.count("copy to-device") == 3  # x, maps, maps
+        host = np.asarray(probs)
+        want = _reference(reductions["model"], host, maps=maps)
+        for g, w in zip(again, want):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-5)
+        with tcc.rt.load(_cpu_pack(reductions)) as cpu, \
+                pytest.raises(tcc.rt.RunInputError, match="the pack runs on the CPU"):
+            cpu.main.on_device(x, maps)
+    from tcc.rt.cuda import _EXPORTED
+
+    del probs, normed, pooled, again
+    import gc
+
+    gc.collect()
+    assert not _EXPORTED
+
+
+def _cpu_pack(built) -> Path:
+    path = built["folder"] / "cpu.tvmpack"
+    path.write_bytes(compile_to_bytes(built["folder"] / "m.onnx", "llvm"))
+    return path
 
 
 @pytest.mark.parametrize("device, strides, words", [
