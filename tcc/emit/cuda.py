@@ -59,7 +59,8 @@ C_TYPES = {
     "bool": "bool", "int8": "signed char", "int16": "short", "int32": "int",
     "int64": "long long", "uint8": "unsigned char", "uint16": "unsigned short",
     "uint32": "unsigned int", "uint64": "unsigned long long", "float16": "__half",
-    "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double",
+    # tcc holds a bfloat16 value as the float32 it equals (docs/compile.md §3)
+    "bfloat16": "float", "float32": "float", "float64": "double",
 }  # fmt: skip
 
 # Math intrinsics: the float32 function (the float64 one drops the `f`).
@@ -73,9 +74,9 @@ _MATH = {
     "copysign": "copysignf", "nearbyint": "rintf",
 }  # fmt: skip
 
-# cuda_fp16.h and cuda_bf16.h are not among NVRTC's built-in headers: a module with
-# float16 or bfloat16 includes them (HALF_HEADERS), found on the include path NVRTC gets.
-HALF_HEADERS = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
+# cuda_fp16.h is not among NVRTC's built-in headers: a module with float16 values includes
+# it (HALF_HEADERS), from the CUDA runtime wheel's folder (nvrtc.header_options).
+HALF_HEADERS = "#include <cuda_fp16.h>\n"
 PRELUDE = """\
 typedef long long i64;
 __device__ __forceinline__ i64 tcc_floordiv(i64 a, i64 b) {
@@ -304,10 +305,13 @@ class _Writer:
             return f"(({args[0]}) < 0 ? ({t})(0ULL - (unsigned long long)({args[0]})) : ({args[0]}))"
         if e.name not in _MATH:
             raise CudaCodegenError(f"the CUDA backend has no intrinsic {e.name!r}")
+        fn = _MATH[e.name]
+        if e.dtype in ("float16", "bfloat16"):  # in float32, rounded once, as numpy does
+            widened = ", ".join(f"(float)({a})" for a in args)
+            return f"(({_c_type(e.dtype)})({fn}({widened})))"
         if e.dtype not in ("float32", "float64"):
             raise CudaCodegenError(f"{e.name} of {e.dtype}: the CUDA backend computes math "
-                                   "intrinsics in float32 and float64 only")
-        fn = _MATH[e.name]
+                                   "intrinsics on floats only")
         return f"{fn[:-1] if e.dtype == 'float64' else fn}({', '.join(args)})"
 
     def offset(self, buf: T.Buffer, indices) -> str:
@@ -478,7 +482,7 @@ def cuda_kernels(funcs: Mapping[str, T.PrimFunc]) -> tuple[str, dict[str, CudaKe
         lines.extend(body)
         kernels[name] = kernel
     source = "\n".join(lines)
-    half = re.search(r"\b(__half|__nv_bfloat16)\b", source) is not None
+    half = re.search(r"\b__half\b", source) is not None
     return (HALF_HEADERS if half else "") + PRELUDE + "\n" + source, kernels
 
 
@@ -548,7 +552,7 @@ def compile_cuda_module(funcs: Mapping[str, T.PrimFunc], target, schedule: bool 
     """The kernels `funcs` (legalized, by exported name) scheduled for the CUDA `target` by
     the default rules unless `schedule` is False (those in `tuned` as it gives them),
     translated and compiled."""
-    from tcc.emit.nvrtc import compile_for_archs
+    from tcc.emit.nvrtc import compile_for_archs, header_options
     from tcc.lower.rules import schedule_prim_func
 
     tuned = dict(tuned or {})
@@ -563,4 +567,5 @@ def compile_cuda_module(funcs: Mapping[str, T.PrimFunc], target, schedule: bool 
         else:
             scheduled[name] = func
     source, kernels = cuda_kernels(scheduled)
-    return CudaModule(source, compile_for_archs(source, "kernels.cu", target.archs), kernels)
+    binaries = compile_for_archs(source, "kernels.cu", target.archs, header_options(source))
+    return CudaModule(source, binaries, kernels)

@@ -193,7 +193,8 @@ def compile_cuda(source: str, name: str, arch: int, *, ptx: bool = False,
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
-def compile_for_archs(source: str, name: str, archs: Sequence[int]) -> dict[str, bytes]:
+def compile_for_archs(source: str, name: str, archs: Sequence[int],
+                      options: Sequence[str] = ()) -> dict[str, bytes]:
     """The PTX of the newest arch lets a GPU newer than all of them JIT the kernel in the driver.
 
     Keys are `sm_<arch>` in ascending order, then `compute_<highest>.ptx`.
@@ -201,6 +202,35 @@ def compile_for_archs(source: str, name: str, archs: Sequence[int]) -> dict[str,
     wanted = sorted(set(archs))
     if not wanted:
         raise NvrtcError(f"no architecture to compile {name!r} for; name at least one, e.g. 80")
-    out = {f"sm_{arch}": compile_cuda(source, name, arch) for arch in wanted}
-    out[f"compute_{wanted[-1]}.ptx"] = compile_cuda(source, name, wanted[-1], ptx=True)
+    out = {f"sm_{arch}": compile_cuda(source, name, arch, options=options) for arch in wanted}
+    out[f"compute_{wanted[-1]}.ptx"] = compile_cuda(source, name, wanted[-1], ptx=True,
+                                                   options=options)
     return out
+
+
+HEADERS_HINT = ("float16 and bfloat16 kernels include cuda_fp16.h and cuda_bf16.h, which come "
+                "with the CUDA runtime wheel; install it with `pip install 'tcc[cuda]'`")
+
+
+def runtime_include() -> Path | None:
+    """The folder of the CUDA runtime wheel's headers (nvidia-cuda-runtime-cu12), or None."""
+    try:
+        spec = importlib.util.find_spec("nvidia.cuda_runtime")
+    except ImportError:
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        if Path(folder, "include", "cuda_fp16.h").is_file():
+            return Path(folder, "include")
+    return None
+
+
+def header_options(source: str) -> list[str]:
+    """What NVRTC needs beyond the fixed options to compile `source`: the runtime wheel's
+    include folder when it includes the half-precision headers (an NvrtcError saying how
+    to install it when it is missing). The folder's path is no part of the output."""
+    if "#include <cuda_fp16.h>" not in source and "#include <cuda_bf16.h>" not in source:
+        return []
+    folder = runtime_include()
+    if folder is None:
+        raise NvrtcError(HEADERS_HINT)
+    return [f"-I{folder}"]

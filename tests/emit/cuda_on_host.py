@@ -32,6 +32,7 @@ static tcc_dim3 threadIdx, blockIdx;
 extern "C" void tcc_set_ids(unsigned bx, unsigned by, unsigned bz,
                             unsigned tx, unsigned ty, unsigned tz) {
   blockIdx = {bx, by, bz}; threadIdx = {tx, ty, tz}; }
+typedef _Float16 __half;  /* (GCC may keep float intermediates: results within fp16 rounding) */
 extern "C" { void (*tcc_barrier)(void) = 0; }
 static inline void __syncthreads() { if (tcc_barrier) tcc_barrier(); }
 #define __shared__ static
@@ -46,13 +47,18 @@ static inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i
 """
 
 
+def _host_source(source: str) -> str:
+    """The generated source without the CUDA headers the shim stands in for."""
+    return source.replace("#include <cuda_fp16.h>\n", "")
+
+
 def cxx() -> str | None:
     return shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
 
 
 def build(source: str, folder: Path) -> ctypes.CDLL:
     path = folder / "kernels.cpp"
-    path.write_text(SHIM + source)
+    path.write_text(SHIM + _host_source(source))
     lib = folder / "kernels.so"
     subprocess.run([cxx(), "-std=c++17", "-O1", "-fPIC", "-shared", "-ffp-contract=off",
                     "-o", str(lib), str(path)], check=True, capture_output=True, text=True)
@@ -72,7 +78,7 @@ def build_packed(source: str, folder: Path) -> Path:
         args = ", ".join(f"*({t}*)p[{i}]" for i, t in enumerate(types))
         wrappers.append(f'extern "C" void {name}_packed(void **p) {{ {name}({args}); }}')
     path = folder / "kernels.cpp"
-    path.write_text(SHIM + source + "\n" + "\n".join(wrappers) + "\n")
+    path.write_text(SHIM + _host_source(source) + "\n" + "\n".join(wrappers) + "\n")
     lib = folder / "kernels.so"
     subprocess.run([cxx(), "-std=c++17", "-O1", "-fPIC", "-shared", "-ffp-contract=off",
                     "-o", str(lib), str(path)], check=True, capture_output=True, text=True)

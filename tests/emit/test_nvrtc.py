@@ -1,8 +1,6 @@
 """tcc.emit.nvrtc: CUDA C -> cubin / PTX with NVRTC, which needs no GPU (only the tcc[cuda] wheel)."""
 
-import importlib.util
 import struct
-from pathlib import Path
 
 import pytest
 
@@ -171,19 +169,8 @@ def test_fp16_headers_are_not_built_in():
         compile_cuda(HALF, "half.cu", 80)
 
 
-def _cuda_runtime_include() -> Path | None:
-    try:
-        spec = importlib.util.find_spec("nvidia.cuda_runtime")
-    except ImportError:
-        return None
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        if Path(folder, "include", "cuda_fp16.h").is_file():
-            return Path(folder, "include")
-    return None
-
-
 def test_half_and_bfloat16_compile_with_the_cuda_runtime_headers():
-    include = _cuda_runtime_include()
+    include = nvrtc.runtime_include()
     if include is None:
         pytest.skip("cuda_fp16.h comes from nvidia-cuda-runtime-cu12, which is not installed")
     cubin = compile_cuda(HALF, "half.cu", 80, options=[f"-I{include}"])

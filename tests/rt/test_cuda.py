@@ -288,6 +288,39 @@ def test_a_gpu_tensor_on_another_gpu_or_not_contiguous_is_one_line(built, driver
             m.main(_GpuTensor(x, device, strides))
 
 
+def test_a_float16_model_compiles_with_the_runtime_headers_and_matches_the_cpu_target(
+        driver, tmp_path, monkeypatch):
+    """float16 kernels include cuda_fp16.h, from the CUDA runtime wheel; the pack's results
+    match the same model compiled for the CPU within float16 rounding (the stand-in runs
+    __half as GCC's _Float16, which may keep float intermediates)."""
+    from tcc.emit.nvrtc import runtime_include
+
+    if runtime_include() is None:
+        pytest.skip("nvidia-cuda-runtime-cu12 (cuda_fp16.h) is not installed")
+    half = TensorProto.FLOAT16
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("Softmax", ["r"], ["y"], axis=-1), helper.make_node("Exp", ["a"], ["e"])],
+        "half",
+        [helper.make_tensor_value_info("a", half, ["n", 16]),
+         helper.make_tensor_value_info("b", half, [16, 8])],
+        [helper.make_tensor_value_info("y", half, ["n", 8]),
+         helper.make_tensor_value_info("e", half, ["n", 16])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    built = _build(tmp_path, model)
+    monkeypatch.setenv("TCC_FAKE_CUDA_KERNELS", str(built["kernels"]))
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((3, 16)) / 4).astype(np.float16)
+    b = (rng.standard_normal((16, 8)) / 4).astype(np.float16)
+    with tcc.rt.load(built["pack"]) as m:
+        got = m.main(a, b)
+    with tcc.rt.load(_cpu_pack(built)) as cpu:
+        want = cpu.main(a, b)
+    for g, w in zip(got, want):
+        assert g.dtype == np.float16
+        np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=4e-3, atol=1e-3)
+
+
 def test_one_pack_runs_at_two_batch_sizes_and_through_the_cli(built, driver, tmp_path):
     for batch in (2, 5):
         x = np.random.default_rng(batch).standard_normal((batch, 3, 8, 8)).astype(np.float32)
