@@ -71,6 +71,11 @@ def _declare(lib: ctypes.CDLL) -> None:
         "cuStreamSynchronize": (p,),
         "cuLaunchKernel": (p, u, u, u, u, u, u, u, p, pp, pp),
         "cuGetErrorName": (i, ctypes.POINTER(ctypes.c_char_p)),
+        "cuEventCreate": (pp, u),
+        "cuEventRecord": (p, p),
+        "cuEventSynchronize": (p,),
+        "cuEventElapsedTime": (ctypes.POINTER(ctypes.c_float), p, p),
+        "cuEventDestroy_v2": (p,),
     }
     for name, argtypes in signatures.items():
         fn = getattr(lib, name)
@@ -328,6 +333,7 @@ class CudaLibrary:
         self._constants = {(c.ctypes.data, c.nbytes) for c in self._keep}
         self._uploaded: dict[tuple[int, int], int] = {}
         self._constant_arrays: dict[str, DeviceArray] = {}
+        self._events: tuple | None = None  # (start, stop), made on the first timed call
         self._open = True
 
     def _attribute(self, which: int) -> int:
@@ -427,6 +433,25 @@ class CudaLibrary:
         buffer = getattr(x, "buffer", None)
         return any(buffer is c.buffer for c in self._constant_arrays.values())
 
+    def gpu_seconds(self, work) -> float:
+        """Run `work()` (a kernel call) between two CUDA events on the stream; the GPU's
+        time between them, in seconds (`tcc run --profile` shows it per kernel)."""
+        drv = self._drv
+        if self._events is None:
+            events = (ctypes.c_void_p(), ctypes.c_void_p())
+            for e in events:
+                drv.check(drv.lib.cuEventCreate(ctypes.byref(e), 0), "cuEventCreate")
+            self._events = events
+        start, stop = self._events
+        drv.check(drv.lib.cuEventRecord(start, self._stream), "cuEventRecord")
+        work()
+        drv.check(drv.lib.cuEventRecord(stop, self._stream), "cuEventRecord")
+        drv.check(drv.lib.cuEventSynchronize(stop), "cuEventSynchronize",
+                  "a kernel failed on the GPU")
+        ms = ctypes.c_float()
+        drv.check(drv.lib.cuEventElapsedTime(ctypes.byref(ms), start, stop), "cuEventElapsedTime")
+        return ms.value / 1e3
+
     def synchronize(self) -> None:
         """Wait for everything launched so far; a kernel that failed on the GPU says so here."""
         self._drv.check(self._drv.lib.cuStreamSynchronize(self._stream), "cuStreamSynchronize",
@@ -515,6 +540,8 @@ class CudaLibrary:
         drv.lib.cuStreamSynchronize(self._stream)
         self._pool.close()
         self._uploaded.clear()
+        for event in self._events or ():
+            drv.lib.cuEventDestroy_v2(event)
         drv.lib.cuStreamDestroy_v2(self._stream)
         drv.lib.cuModuleUnload(self._module)
         drv.lib.cuDevicePrimaryCtxRelease_v2(self._device.value)

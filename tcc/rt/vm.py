@@ -362,11 +362,18 @@ class VirtualMachine:
     def _timed_call(self, fi: int, frame: _Frame, vals: list):
         if self._kinds[fi] == FuncKind.VM:
             return VirtualMachine._call(self, fi, frame, vals)  # its own calls are timed
+        if self.device is not None and self._kinds[fi] == FuncKind.KERNEL:
+            # launches return at once: a kernel's time is the GPU's, between CUDA events
+            out: list = []
+            seconds = self.device.gpu_seconds(
+                lambda: out.append(VirtualMachine._call(self, fi, frame, vals)))
+            self.profile.add(self._keys[fi], seconds)
+            return out[0]
         t0 = time.perf_counter()
         try:
             return VirtualMachine._call(self, fi, frame, vals)
         finally:
-            if self.device is not None:  # launches return at once: time the kernel's work
+            if self.device is not None:  # a builtin may have launched copies: wait for them
                 self.device.synchronize()
             self.profile.add(self._keys[fi], time.perf_counter() - t0)
 

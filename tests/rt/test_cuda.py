@@ -321,6 +321,24 @@ def test_a_float16_model_compiles_with_the_runtime_headers_and_matches_the_cpu_t
         np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=4e-3, atol=1e-3)
 
 
+def test_the_profile_times_each_kernel_on_the_gpu(built, driver):
+    """A kernel's time is the GPU's between CUDA events around its launches (the stand-in
+    driver's events read the host's clock); every kernel of the pack has a row."""
+    from tcc.rt.pack import read_pack
+
+    x = np.ones((2, 3, 8, 8), np.float32)
+    with tcc.rt.load(built["pack"]) as m:
+        rows = m.profile("main", [x], runs=2)
+    with read_pack(built["pack"]) as contents:
+        symbols = set(contents.device_kernels["cuda"])
+    kernels = {r.name: r for r in rows if r.kind == "kernel"}
+    assert set(kernels) == symbols
+    assert all(r.total_ms > 0 and r.calls == 1 for r in kernels.values())
+    r = CliRunner().invoke(cli, ["run", str(built["pack"]), "--random-inputs", "--shape",
+                                 "x=1,3,8,8", "--profile"])
+    assert r.exit_code == 0 and "softmax_kernel" in r.output, r.output
+
+
 def test_one_pack_runs_at_two_batch_sizes_and_through_the_cli(built, driver, tmp_path):
     for batch in (2, 5):
         x = np.random.default_rng(batch).standard_normal((batch, 3, 8, 8)).astype(np.float32)
