@@ -27,7 +27,9 @@ Statements map as:
   are the workspaces.
 * `evaluate(syncthreads())`: `__syncthreads()`.
 
-Expressions keep the IR's semantics: integer `//` and `%` round toward minus infinity,
+A float16 value is computed with in float32 and rounded to float16 where it is stored or
+cast, as the CPU backend does (its registers hold float16 as float32), so both targets
+give the same bits. Expressions keep the IR's semantics: integer `//` and `%` round toward minus infinity,
 float min/max propagate NaN as numpy's minimum/maximum do, `round` rounds half to even,
 index arithmetic is 64-bit. Names are made unique by counters in emit order, so the same
 input gives the same source.
@@ -46,7 +48,7 @@ from tcc.emit.pack import DeviceKernels
 from tcc.errors import TccError
 from tcc.ir import expr as E
 from tcc.ir import tir as T
-from tcc.ir.dtype import bit_width
+from tcc.ir.dtype import LOW_PRECISION, bit_width
 from tcc.ir.verify import PRECONDITIONS_ATTR
 
 
@@ -61,6 +63,8 @@ C_TYPES = {
     "uint32": "unsigned int", "uint64": "unsigned long long", "float16": "__half",
     # tcc holds a bfloat16 value as the float32 it equals (docs/compile.md §3)
     "bfloat16": "float", "float32": "float", "float64": "double",
+    # the float8, float4 and sub-byte integer types: one code byte a value, as on the CPU
+    **{name: "unsigned char" for name in LOW_PRECISION},
 }  # fmt: skip
 
 # Math intrinsics: the float32 function (the float64 one drops the `f`).
@@ -94,6 +98,19 @@ template <typename F> __device__ __forceinline__ F tcc_fmod_floor(F a, F b) {
 """
 
 _AXES = "xyz"
+# Names a kernel's own may not take: what the source calls (the math functions, the
+# prelude's helpers, CUDA's built-in variables and functions) and C++'s keywords.
+RESERVED = frozenset({
+    *_MATH.values(), *(f[:-1] for f in _MATH.values()), "isnan", "isinf", "exp", "abs",
+    "tcc_floordiv", "tcc_floormod", "tcc_fmin", "tcc_fmax", "tcc_fdiv_floor", "tcc_fmod_floor",
+    "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "__syncthreads", "i64",
+    "auto", "bool", "break", "case", "char", "const", "continue", "default", "delete", "do",
+    "double", "else", "enum", "extern", "false", "float", "for", "goto", "if", "inline",
+    "int", "long", "new", "operator", "register", "return", "short", "signed", "sizeof",
+    "static", "struct", "switch", "template", "this", "true", "typedef", "typename", "union",
+    "unsigned", "void", "volatile", "while", "class", "namespace", "private", "public",
+    "floor", "ceil", "round", "trunc", "min", "max", "half", "float2", "int2", "dim3",
+})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -141,7 +158,14 @@ def _float_literal(value: float, dtype: str) -> str:
     text = repr(single)
     text = text if ("e" in text or "." in text) else text + ".0"
     literal = f"{text}f"
-    return literal if dtype == "float32" else f"(({_c_type(dtype)}){literal})"
+    if dtype == "float16":  # the float16 value, computed with in float32 (see _Writer)
+        return f"((float)(__half)({literal}))"
+    return literal if dtype in ("float32", "bfloat16") else f"(({_c_type(dtype)}){literal})"
+
+
+def _storage_bits(dtype: str) -> int:
+    """Bits a value takes in memory: a low-precision value takes its code byte."""
+    return 8 if dtype in LOW_PRECISION else bit_width(dtype)
 
 
 def _product(dims) -> E.PrimExpr:
@@ -216,7 +240,7 @@ class _Writer:
         base = re.sub(r"[^A-Za-z0-9_]", "_", hint) or "v"
         base = base if base[0].isalpha() or base[0] == "_" else f"v_{base}"
         name, n = base, 0
-        while name in self.used:
+        while name in self.used or name in RESERVED:
             n += 1
             name = f"{base}_{n}"
         self.used.add(name)
@@ -247,8 +271,11 @@ class _Writer:
         if isinstance(e, E.Var):
             return self.name(e)
         if isinstance(e, E.BufferLoad):
-            return f"{self.name(e.buffer)}[{self.offset(e.buffer, e.indices)}]"
+            load = f"{self.name(e.buffer)}[{self.offset(e.buffer, e.indices)}]"
+            return f"((float)({load}))" if e.buffer.dtype == "float16" else load
         if isinstance(e, E.Cast):
+            if e.dtype == "float16":  # rounded to float16, then computed with in float32
+                return f"((float)(__half)({self.expr(e.value)}))"
             return f"(({_c_type(e.dtype)})({self.expr(e.value)}))"
         if isinstance(e, E.Select):
             return f"({self.expr(e.cond)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
@@ -295,9 +322,11 @@ class _Writer:
             return f"({one} / ({one} + {'exp' if e.dtype == 'float64' else 'expf'}(-{args[0]})))"
         if e.name == "reinterpret":
             source = e.args[0].dtype
-            if bit_width(source) != bit_width(e.dtype):
+            if _storage_bits(source) != _storage_bits(e.dtype):
                 raise CudaCodegenError(f"reinterpret of {source} as {e.dtype}: widths differ")
-            return f"__builtin_bit_cast({_c_type(e.dtype)}, {args[0]})"
+            value = f"(__half)({args[0]})" if source == "float16" else args[0]
+            cast = f"__builtin_bit_cast({_c_type(e.dtype)}, {value})"
+            return f"((float)({cast}))" if e.dtype == "float16" else cast
         if e.name == "abs" and e.dtype.startswith("uint"):
             return args[0]
         if e.name == "abs" and e.dtype.startswith("int"):  # wraps at the minimum, as LLVM's
@@ -306,9 +335,8 @@ class _Writer:
         if e.name not in _MATH:
             raise CudaCodegenError(f"the CUDA backend has no intrinsic {e.name!r}")
         fn = _MATH[e.name]
-        if e.dtype in ("float16", "bfloat16"):  # in float32, rounded once, as numpy does
-            widened = ", ".join(f"(float)({a})" for a in args)
-            return f"(({_c_type(e.dtype)})({fn}({widened})))"
+        if e.dtype in ("float16", "bfloat16"):  # values held in float32 (see _Writer)
+            return f"{fn}({', '.join(args)})"
         if e.dtype not in ("float32", "float64"):
             raise CudaCodegenError(f"{e.name} of {e.dtype}: the CUDA backend computes math "
                                    "intrinsics on floats only")
@@ -331,6 +359,8 @@ class _Writer:
         elif isinstance(s, T.BufferStore):
             value = self.expr(s.value)
             self.stored.add(id(s.buffer))
+            if s.buffer.dtype == "float16":
+                value = f"(__half)({value})"
             self.line(depth, f"{self.name(s.buffer)}[{self.offset(s.buffer, s.indices)}] = {value};")
         elif isinstance(s, T.For):
             self.loop(s, depth)

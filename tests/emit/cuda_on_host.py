@@ -32,7 +32,7 @@ static tcc_dim3 threadIdx, blockIdx;
 extern "C" void tcc_set_ids(unsigned bx, unsigned by, unsigned bz,
                             unsigned tx, unsigned ty, unsigned tz) {
   blockIdx = {bx, by, bz}; threadIdx = {tx, ty, tz}; }
-typedef _Float16 __half;  /* (GCC may keep float intermediates: results within fp16 rounding) */
+typedef _Float16 __half;  /* the kernels only convert it (float16 is computed in float) */
 extern "C" { void (*tcc_barrier)(void) = 0; }
 static inline void __syncthreads() { if (tcc_barrier) tcc_barrier(); }
 #define __shared__ static

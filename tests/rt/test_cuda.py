@@ -290,9 +290,10 @@ def test_a_gpu_tensor_on_another_gpu_or_not_contiguous_is_one_line(built, driver
 
 def test_a_float16_model_compiles_with_the_runtime_headers_and_matches_the_cpu_target(
         driver, tmp_path, monkeypatch):
-    """float16 kernels include cuda_fp16.h, from the CUDA runtime wheel; the pack's results
-    match the same model compiled for the CPU within float16 rounding (the stand-in runs
-    __half as GCC's _Float16, which may keep float intermediates)."""
+    """float16 kernels include cuda_fp16.h, from the CUDA runtime wheel, and compute as the
+    CPU target does (in float32, rounded to float16 where stored): the pack's results are
+    the same model's compiled for the CPU within one float16 step (the CPU's exp is its own
+    polynomial, the stand-in's libm's; the stand-in runs __half as GCC's _Float16)."""
     from tcc.emit.nvrtc import runtime_include
 
     if runtime_include() is None:
@@ -318,7 +319,7 @@ def test_a_float16_model_compiles_with_the_runtime_headers_and_matches_the_cpu_t
         want = cpu.main(a, b)
     for g, w in zip(got, want):
         assert g.dtype == np.float16
-        np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=4e-3, atol=1e-3)
+        np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=2e-3, atol=1e-4)
 
 
 def test_the_profile_times_each_kernel_on_the_gpu(built, driver):
