@@ -219,13 +219,18 @@ class _Log:
     def __init__(self, kernel: str):
         self.kernel, self.block, self.thread, self.phase, self.after = kernel, None, None, 0, None
 
-    def read(self, buf: T.Buffer, table: dict, idx: tuple) -> None:
+    def _entry(self, buf: T.Buffer, table: dict, idx: tuple, verb: str) -> _Access:
+        """The element's record, after checking this access against its last writer."""
         e = table.get(idx)
         if e is None:
             e = table[idx] = _Access()
+        if e.writer is not None and self._unordered(e.writer, self.block, self.thread, self.phase):
+            self._race(buf, idx, verb, e.writer, "wrote")
+        return e
+
+    def read(self, buf: T.Buffer, table: dict, idx: tuple) -> None:
+        e = self._entry(buf, table, idx, "reads")
         b, t, p = self.block, self.thread, self.phase
-        if e.writer is not None and self._unordered(e.writer, b, t, p):
-            self._race(buf, idx, "reads", e.writer, "wrote")
         if e.first_reader is None:
             e.first_reader = (b, t)
         elif e.other_block_reader is None and e.first_reader[0] != b:
@@ -236,12 +241,8 @@ class _Log:
             e.readers.append(t)
 
     def write(self, buf: T.Buffer, table: dict, idx: tuple) -> None:
-        e = table.get(idx)
-        if e is None:
-            e = table[idx] = _Access()
+        e = self._entry(buf, table, idx, "writes")
         b, t, p = self.block, self.thread, self.phase
-        if e.writer is not None and self._unordered(e.writer, b, t, p):
-            self._race(buf, idx, "writes", e.writer, "wrote")
         for reader in (e.first_reader, e.other_block_reader):
             if reader is not None and reader[0] != b:
                 self._race(buf, idx, "writes", (*reader, None), "read")
