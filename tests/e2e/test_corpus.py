@@ -6,7 +6,11 @@ reference (rtol 1e-3, atol 1e-4 times the output's largest magnitude; for an out
 quantized model that a DequantizeLinear writes, one quantization step) and each other bit
 for bit. The reference is onnxruntime for an ONNX model (for a quantized one, running the
 graph as written: its fused integer kernels round differently on different CPUs), and for
-a program the program itself, run by torch.
+a program the program itself, run by torch. The outputs of a model with a
+DynamicQuantizeLinear are compared norm-wise instead (relative RMS error at most RTOL): that
+op's scale comes from a tensor's range, so a last-bit difference in it (a layer norm summed
+in another order) flips the rounding of an element near a half step, and the flip moves a
+few elements downstream by more than the element-wise tolerance.
 
 The exports live outside git (`TCC_CORPUS_DIR`, default `~/.cache/tcc/corpus`); `make corpus`
 writes them. Without them the tests skip, saying so.
@@ -46,6 +50,41 @@ def _quantization_steps(model: onnx.ModelProto) -> dict[str, float]:
     return steps
 
 
+def quantizes_dynamically(model: onnx.ModelProto) -> bool:
+    return any(node.op_type == "DynamicQuantizeLinear" for node in model.graph.node)
+
+
+def assert_matches_onnxruntime(got: np.ndarray, want: np.ndarray, what: str,
+                               step: float = 0.0, normwise: bool = False) -> None:
+    """`got` within the corpus tolerance of onnxruntime's `want`: element-wise (atol scaled
+    by the output's largest magnitude, and at least `step`), or with `normwise` as a
+    relative RMS error (see the module docstring)."""
+    assert got.dtype == want.dtype and got.shape == want.shape, (
+        f"{what}: {got.dtype}{got.shape} vs onnxruntime {want.dtype}{want.shape}")
+    if normwise and want.size:
+        error = float(np.sqrt(np.mean((got.astype(np.float64) - want) ** 2)))
+        size = max(float(np.sqrt(np.mean(want.astype(np.float64) ** 2))), ATOL)
+        assert error <= RTOL * size, f"{what}: relative RMS error {error / size:.3g} > {RTOL}"
+        return
+    scale = float(np.max(np.abs(want))) if want.size else 1.0
+    atol = max(ATOL * max(scale, 1.0), step * (1 + 1e-6))
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=atol, err_msg=what)
+
+
+def test_normwise_comparison_allows_a_few_flipped_elements_only():
+    rng = np.random.default_rng(0)
+    want = rng.standard_normal((2, 16, 64)).astype(np.float32)
+    flipped = want.copy()
+    flipped[0, 1, :3] += 3e-3  # a rounding flipped upstream: beyond the element-wise tolerance
+    with pytest.raises(AssertionError):
+        assert_matches_onnxruntime(flipped, want, "flipped")
+    assert_matches_onnxruntime(flipped, want, "flipped", normwise=True)
+    wrong = want.copy()
+    wrong[0] *= 0.99  # one batch element 1% off: a wrong kernel, not a flipped rounding
+    with pytest.raises(AssertionError, match="relative RMS error"):
+        assert_matches_onnxruntime(wrong, want, "wrong", normwise=True)
+
+
 @pytest.fixture(scope="module")
 def crt(tmp_path_factory) -> CRuntime:
     build = build_runtime(tmp_path_factory.mktemp("crt"))
@@ -61,6 +100,7 @@ def test_corpus_model(name, crt):
     model = onnx.load(str(path))
     pack = compiled_pack(model)
     steps = _quantization_steps(model) if spec.get("quantized") else {}
+    normwise = quantizes_dynamically(model)
     import tcc.rt
 
     with tcc.rt.load(pack) as py_module:
@@ -73,14 +113,8 @@ def test_corpus_model(name, crt):
             c_got = c_module.run("main", [feeds[i.name] for i in model.graph.input])
             assert len(got) == len(want) == len(c_got)
             for out, g, c, w in zip(model.graph.output, got, c_got, want):
-                assert g.dtype == w.dtype and g.shape == w.shape, (
-                    f"{out.name}: {g.dtype}{g.shape} vs onnxruntime {w.dtype}{w.shape}")
-                scale = float(np.max(np.abs(w))) if w.size else 1.0
-                atol = ATOL * max(scale, 1.0)
-                if out.name in steps:  # within one quantization step
-                    atol = max(atol, steps[out.name] * (1 + 1e-6))
-                np.testing.assert_allclose(g, w, rtol=RTOL, atol=atol,
-                                           err_msg=f"{name} output {out.name!r} at {sizes}")
+                assert_matches_onnxruntime(g, w, f"{name} output {out.name!r} at {sizes}",
+                                           steps.get(out.name, 0.0), normwise)
                 assert np.array_equal(g, c, equal_nan=True), (
                     f"{name} output {out.name!r}: the C runtime differs from the Python one")
 

@@ -17,7 +17,6 @@ import sys
 import tarfile
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 
@@ -28,7 +27,12 @@ from tests.emit import cuda_on_host
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from export_corpus import MODELS, QUANTIZED, default_dir, example_inputs  # noqa: E402
 
-from tests.e2e.test_corpus import ATOL, RTOL, SIZES, _quantization_steps  # noqa: E402
+from tests.e2e.test_corpus import (  # noqa: E402
+    SIZES,
+    _quantization_steps,
+    assert_matches_onnxruntime,
+    quantizes_dynamically,
+)
 
 pytestmark = [
     pytest.mark.skipif(not nvrtc_available(), reason="NVRTC is not installed (pip install 'tcc[cuda]')"),
@@ -58,6 +62,7 @@ def test_corpus_model_on_cuda(name, driver, tmp_path, monkeypatch):
     monkeypatch.setenv("TCC_CUDA_DRIVER", str(driver))
     monkeypatch.setenv("TCC_FAKE_CUDA_KERNELS", str(cuda_on_host.build_packed(source, tmp_path)))
     steps = _quantization_steps(model) if spec.get("quantized") else {}
+    normwise = quantizes_dynamically(model)
     import tcc.rt
 
     with tcc.rt.load(pack) as module:
@@ -68,11 +73,5 @@ def test_corpus_model_on_cuda(name, driver, tmp_path, monkeypatch):
             got = list(got) if isinstance(got, (list, tuple)) else [got]
             assert len(got) == len(want)
             for out, g, w in zip(model.graph.output, got, want):
-                assert g.dtype == w.dtype and g.shape == w.shape, (
-                    f"{out.name}: {g.dtype}{g.shape} vs onnxruntime {w.dtype}{w.shape}")
-                scale = float(np.max(np.abs(w))) if w.size else 1.0
-                atol = ATOL * max(scale, 1.0)
-                if out.name in steps:
-                    atol = max(atol, steps[out.name] * (1 + 1e-6))
-                np.testing.assert_allclose(g, w, rtol=RTOL, atol=atol,
-                                           err_msg=f"{name} output {out.name!r} at {sizes}")
+                assert_matches_onnxruntime(g, w, f"{name} output {out.name!r} at {sizes}",
+                                           steps.get(out.name, 0.0), normwise)
