@@ -31,8 +31,10 @@ A float16 value is computed with in float32 and rounded to float16 where it is s
 cast, as the CPU backend does (its registers hold float16 as float32), so both targets
 give the same bits. Expressions keep the IR's semantics: integer `//` and `%` round toward minus infinity,
 float min/max propagate NaN as numpy's minimum/maximum do, `round` rounds half to even,
-index arithmetic is 64-bit. Names are made unique by counters in emit order, so the same
-input gives the same source.
+index arithmetic is 64-bit. An integer expression of the size variables alone is computed
+once, at the top of its launch (`const long long s_<k>`), unless it divides by a size
+(which a condition may guard against 0). Names are made unique by counters in emit order,
+so the same input gives the same source.
 """
 
 from __future__ import annotations
@@ -233,10 +235,23 @@ class _Writer:
         self.names: dict[int, str] = {}
         self.used: set[str] = set()
         self.block_dims = block_dims
+        # Integer expressions of the size variables alone are computed once, at the top of
+        # the launch (`prelude`), each named once: the shape arithmetic of a dynamic export
+        # nests min and max of the same sizes many levels deep, and as a tree of text it
+        # grew one BERT kernel to half a megabyte of source.
+        self.size_vars: set[int] = set()
+        self.prelude: list[str] = []
+        self.hoisted: dict[str, str] = {}
+        self.rendered: dict[int, tuple[object, str, bool]] = {}  # id -> (e, text, invariant)
 
     # -- names ------------------------------------------------------------------------------
 
     def bind(self, obj, hint: str) -> str:
+        name = self.fresh(hint)
+        self.names[id(obj)] = name
+        return name
+
+    def fresh(self, hint: str) -> str:
         base = re.sub(r"[^A-Za-z0-9_]", "_", hint) or "v"
         base = base if base[0].isalpha() or base[0] == "_" else f"v_{base}"
         name, n = base, 0
@@ -244,7 +259,6 @@ class _Writer:
             n += 1
             name = f"{base}_{n}"
         self.used.add(name)
-        self.names[id(obj)] = name
         return name
 
     def name(self, obj) -> str:
@@ -258,6 +272,50 @@ class _Writer:
     # -- expressions ------------------------------------------------------------------------
 
     def expr(self, e) -> str:
+        hit = self.rendered.get(id(e))
+        if hit is not None and hit[0] is e and hit[2]:  # (a loop variable may be bound anew)
+            return hit[1]
+        text = self.render(e)
+        invariant = self._invariant(e)
+        if invariant and isinstance(e, (E.BinOp, E.Cmp, E.Logic, E.Not, E.Select, E.Cast)):
+            text = self.hoisted.get(text) or self._hoist(text, e.dtype)
+        # the entry keeps `e` alive, so its id is not reused by a later temporary
+        self.rendered[id(e)] = (e, text, invariant)
+        return text
+
+    def _invariant(self, e) -> bool:
+        """Whether `e` is an integer expression of constants and size variables only, safe
+        to compute before every branch: no load, and no division by a symbolic divisor
+        (which a condition may guard against 0)."""
+        if isinstance(e, (int, E.IntImm)):
+            return True
+        if getattr(e, "dtype", "") not in ("int64", "int32", "bool"):
+            return False
+        if isinstance(e, E.Var):
+            return id(e) in self.size_vars
+        if isinstance(e, E.BinOp):
+            if e.op in ("div", "floordiv", "floormod") and not _constant(e.b):
+                return False
+            children = (e.a, e.b)
+        elif isinstance(e, (E.Cmp, E.Logic)):
+            children = (e.a, e.b)
+        elif isinstance(e, E.Not):
+            children = (e.a,)
+        elif isinstance(e, E.Select):
+            children = (e.cond, e.true_value, e.false_value)
+        elif isinstance(e, E.Cast):
+            children = (e.value,)
+        else:
+            return False
+        return all(isinstance(c, int) or self.rendered[id(c)][2] for c in children)
+
+    def _hoist(self, text: str, dtype: str) -> str:
+        name = self.fresh("s")
+        self.prelude.append(f"  const {_c_type(dtype)} {name} = {text};")
+        self.hoisted[text] = name
+        return name
+
+    def render(self, e) -> str:
         if isinstance(e, int):
             return f"{e}LL"
         if isinstance(e, E.IntImm):
@@ -487,11 +545,13 @@ def _kernel_source(name: str, func: T.PrimFunc) -> tuple[list[str], CudaKernel]:
             params.append(f"{_c_type(buf.dtype)}* {w.bind(buf, buf.name)}")
         for v in size_vars:
             params.append(f"i64 {w.bind(v, v.name)}")
+            w.size_vars.add(id(v))
         w.stmt(stmt, 1)
         written |= w.stored
         total = block[0] * block[1] * block[2]
         lines.append(f'extern "C" __global__ void __launch_bounds__({total}) '
                      f"{symbol}({', '.join(params)}) {{")
+        lines.extend(w.prelude)
         lines.extend(w.lines)
         lines.append("}")
         lines.append("")

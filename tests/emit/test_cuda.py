@@ -127,3 +127,31 @@ def test_integer_abs_wraps_at_the_minimum_as_the_cpu_backend_does(dtype, tmp_pat
     out = np.zeros_like(x)
     cuda_on_host.run(lib, cuda["k"], [x, out])
     np.testing.assert_array_equal(out, np.abs(x))  # numpy wraps too: abs(min) == min
+
+
+@needs_cxx
+def test_size_arithmetic_is_computed_once_and_a_guarded_division_stays_guarded(tmp_path):
+    """Integer expressions of the size variables alone are named once at the top of a launch
+    (a dynamic export's shape arithmetic, min and max of the same sizes nested many levels,
+    printed as a tree was half a megabyte of one BERT kernel); a division by a size stays
+    where its guard is, so m = 0 does not divide by zero."""
+    from tcc.ir import expr as E
+    from tcc.ir import te
+
+    n, m = E.Var("n"), E.Var("m")
+    a = te.placeholder((m,), "int64", "A")
+    size = n
+    for _ in range(5):  # C's min and max name each operand twice: 6**5 copies as text
+        size = E.binop("max", size, E.binop("min", size, 256))
+    quotient = E.select(E.Cmp("ne", m, E.IntImm(0)), E.binop("floordiv", n, m), E.IntImm(0))
+    b = te.compute((n,), lambda i: E.binop("add", E.binop("add", size, quotient), i), name="B")
+    func = schedule_prim_func(te.create_prim_func([a, b]), CUDA)
+    source, cuda = cuda_kernels({"k": func})
+    assert len(source) < 8000
+    assert "const long long s" in source
+    lib = cuda_on_host.build(source, tmp_path)
+    for m_size, n_size in ((0, 5), (3, 300)):
+        out = np.zeros(n_size, np.int64)
+        cuda_on_host.run(lib, cuda["k"], [np.zeros(m_size, np.int64), out])
+        q = n_size // m_size if m_size else 0
+        np.testing.assert_array_equal(out, n_size + q + np.arange(n_size))
