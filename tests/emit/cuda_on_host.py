@@ -71,12 +71,18 @@ _LAUNCH = re.compile(r'^extern "C" __global__ void __launch_bounds__\(\d+\) (\w+
 def build_packed(source: str, folder: Path) -> Path:
     """A host library of `source` (a pack's `kernels/cuda.cu`) for tests/rt/fake_libcuda.c:
     beside each launch `f`, `f_packed(void **params)`, which calls it with the arguments
-    `cuLaunchKernel` is given, as the driver unpacks them on a GPU."""
+    `cuLaunchKernel` is given, as the driver unpacks them on a GPU, and `f_barriers`, 0
+    when `f` has no barrier (its threads then run as plain calls, not coroutines)."""
     wrappers = []
-    for name, params in _LAUNCH.findall(source):
+    launches = list(_LAUNCH.finditer(source))
+    for k, match in enumerate(launches):
+        name, params = match.groups()
         types = [p.rsplit(" ", 1)[0] for p in params.split(", ")] if params else []
         args = ", ".join(f"*({t}*)p[{i}]" for i, t in enumerate(types))
         wrappers.append(f'extern "C" void {name}_packed(void **p) {{ {name}({args}); }}')
+        end = launches[k + 1].start() if k + 1 < len(launches) else len(source)
+        barriers = int("__syncthreads()" in source[match.end():end])
+        wrappers.append(f'extern "C" const int {name}_barriers = {barriers};')
     path = folder / "kernels.cpp"
     path.write_text(SHIM + _host_source(source) + "\n" + "\n".join(wrappers) + "\n")
     lib = folder / "kernels.so"

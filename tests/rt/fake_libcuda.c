@@ -7,7 +7,9 @@
  * the threads of a block as coroutines (ucontext) through that library's
  * `<function>_packed(void **params)`: each runs to its next `__syncthreads()` (the
  * library's `tcc_barrier` hook, set here), and when all wait, the next phase starts, as
- * on a GPU; a barrier that some threads of a block never reach fails the launch. `__shared__`
+ * on a GPU; a barrier that some threads of a block never reach fails the launch. A launch
+whose `<function>_barriers` is 0 has no barrier: its threads run as plain calls, one after
+another, without the coroutines' context switches. `__shared__`
  * arrays are the library's statics, one set for the block that runs. The device's compute
  * capability is $TCC_FAKE_CUDA_ARCH (default 90), its count $TCC_FAKE_CUDA_DEVICES
  * (default 1); with $TCC_FAKE_CUDA_NO_GPU set, cuInit fails as a driver without a GPU
@@ -29,7 +31,9 @@ enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, INVALI
 
 typedef void (*packed_fn)(void **);
 typedef void (*set_ids_fn)(unsigned, unsigned, unsigned, unsigned, unsigned, unsigned);
-struct function { char name[256]; packed_fn run; set_ids_fn set_ids; void (**barrier)(void); };
+struct function {
+  char name[256]; packed_fn run; set_ids_fn set_ids; void (**barrier)(void); int barriers;
+};
 struct module { void *lib; };
 
 static int started;
@@ -102,6 +106,9 @@ CUresult cuModuleGetFunction(void **out, void *module, const char *name) {
   f->set_ids = (set_ids_fn)dlsym(m->lib, "tcc_set_ids");
   f->barrier = (void (**)(void))dlsym(m->lib, "tcc_barrier");
   if (!f->run || !f->set_ids || !f->barrier) { free(f); return NOT_FOUND; }
+  snprintf(packed, sizeof packed, "%s_barriers", name);
+  const int *barriers = (const int *)dlsym(m->lib, packed);
+  f->barriers = barriers ? *barriers : 1;
   snprintf(f->name, sizeof f->name, "%s", name);
   *out = f;  /* leaked on purpose: a test process loads a handful */
   return OK;
@@ -146,6 +153,11 @@ static void barrier(void) {
   swapcontext(&contexts[current], &scheduler);
 }
 
+static void no_barrier(void) {  /* a launch said to have none reached one */
+  fprintf(stderr, "fake libcuda: a barrier in %s, whose _barriers is 0\n", running->name);
+  abort();
+}
+
 CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned shared, void *stream, void **params,
                         void **extra) {
@@ -155,6 +167,18 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, u
   unsigned dims[6] = {gx, gy, gz, bx, by, bz};
   note("launch %s", f->name, dims);
   int n = (int)(bx * by * bz);
+  if (!f->barriers) {
+    running = f;
+    *f->barrier = no_barrier;
+    for (unsigned z = 0; z < gz; z++)
+      for (unsigned y = 0; y < gy; y++)
+        for (unsigned x = 0; x < gx; x++)
+          for (int i = 0; i < n; i++) {
+            f->set_ids(x, y, z, (unsigned)i % bx, (unsigned)i / bx % by, (unsigned)i / (bx * by));
+            f->run(params);
+          }
+    return OK;
+  }
   char *stacks = malloc((size_t)n * STACK_BYTES);
   contexts = malloc(sizeof *contexts * (size_t)n);
   states = malloc(sizeof *states * (size_t)n);
