@@ -14,10 +14,8 @@ import pytest
 from tcc.emit.nvrtc import nvrtc_available
 
 SAMPLE = 80  # cases, every k-th of the sorted list
-# Known not to translate yet: the kernel declares size variables of its own (a sliding
-# window over a cache, its extent read from a tensor), which the CPU backend binds inside
-# the kernel and the CUDA backend does not bind yet.
-KNOWN = {"test_attention_local_window_ext_cache_float16_mask": "unbound variable 'v_n'"}
+# Known not to translate yet: none.
+KNOWN: dict[str, str] = {}
 
 
 def cuda_conformance_kernels(sample: int | None):

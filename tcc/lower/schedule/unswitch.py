@@ -23,8 +23,10 @@ computes exactly what the original does. A test that is constant decides alone: 
 padding window along the vector lanes is cut in every tile) keeps the conjunct where it
 is, true drops it without a copy. Selects in blocks (a convolution's padding) are treated
 like guards, with the block's iteration variables replaced by their bindings; a select
-whose conditions all hold is its first value. A conjunct with no tile variable, or
-depending on a variable bound inside the anchor other than by a loop, is left where it is.
+whose conditions all hold is its first value. A conjunct with no tile variable, one
+depending on a variable bound inside the anchor other than by a loop, or one that reads a
+buffer (a window whose start is a tensor's value: the read is no function of the tile's
+corner, and the anchor's body may write what it reads) is left where it is.
 
 Changes: control flow (the tested copies) and, inside a copy, the guards and select
 conditions its test proves. Preserves: every block, its iterations and their order,
@@ -148,6 +150,12 @@ def _guards(s: T.Stmt, path: list[T.For], bound: set, found: list) -> None:
             _guards(child, path, bound, found)
 
 
+def _reads_memory(e: E.PrimExpr) -> bool:
+    loads = []
+    map_exprs(e, lambda x: loads.append(x) if isinstance(x, E.BufferLoad) else None)
+    return bool(loads)
+
+
 def _select_conditions(s: T.Stmt) -> list[E.PrimExpr]:
     """The conditions of the selects in the stores of `s` (not inside nested blocks)."""
     found: list[E.PrimExpr] = []
@@ -175,6 +183,8 @@ def _unswitch(loop: T.For, body: T.Stmt, scope: list[T.For]) -> T.Stmt:
     proven: dict[E.PrimExpr, E.PrimExpr | None] = {}  # conjunct -> its test (None: always)
     for terms, in_loops, path, bound in found:
         for c, analysed in zip(terms, in_loops):
+            if _reads_memory(analysed):
+                continue
             slack = _slack(analysed)
             hit = None if slack is None else _worst_corner(slack, scope, path, bound)
             if hit is None or hit[0] is not loop:

@@ -288,3 +288,32 @@ def test_selects_on_loaded_values_stay():
     sch.vectorize(lanes)
     (split,) = _unswitched(unswitch_guards(sch.func).body)
     assert _selects(split.then_case) == _selects(split.else_case) == 1
+
+
+def test_a_window_whose_start_is_read_from_a_tensor_stays_in_place():
+    """out[b, i] = x[b, i] where i + start[b] >= 4 (a sliding window over a cache, its start
+    a tensor's value, as in ONNX Attention with a past length): the condition reads memory,
+    so it is no bound on the tile's corner and stays in both copies. It used to be lifted
+    above the block with the block's own variable inside the read, unbound there (the CUDA
+    backend refused it: "unbound variable 'v_n'")."""
+    from tcc.ir import te
+
+    n = E.Var("n")
+    x = te.placeholder((3, n), "float32", "x")
+    start = te.placeholder((3,), "int64", "start")
+    zero = E.FloatImm(0.0, "float32")
+    out = te.compute((3, n), lambda b, i: E.select(
+        E.Cmp("ge", E.binop("add", i, start[b]), E.IntImm(4)), x[b, i], zero), name="out")
+    func = te.create_prim_func([x, start, out])
+    sch = Schedule(func)
+    _, cols = sch.get_loops(sch.get_block("out"))
+    _, lanes = sch.split(cols, [None, 8])
+    sch.vectorize(lanes)
+    (split,) = _unswitched(unswitch_guards(sch.func).body)
+    assert _selects(split.then_case) == _selects(split.else_case) == 1
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((3, 21)).astype(np.float32)
+    starts = np.array([0, 3, 9], np.int64)
+    with compile_all({"k": unswitch_guards(sch.func)}) as lib:
+        got = run_compiled(lib, "k", [xs, starts, np.zeros((3, 21), np.float32)])[-1]
+    np.testing.assert_array_equal(got, np.where(np.arange(21) + starts[:, None] >= 4, xs, 0))
