@@ -199,13 +199,26 @@ def compile_for_archs(source: str, name: str, archs: Sequence[int],
 
     Keys are `sm_<arch>` in ascending order, then `compute_<highest>.ptx`.
     """
+    from tcc.forked import available_cores, forked_map
+
     wanted = sorted(set(archs))
     if not wanted:
         raise NvrtcError(f"no architecture to compile {name!r} for; name at least one, e.g. 80")
-    out = {f"sm_{arch}": compile_cuda(source, name, arch, options=options) for arch in wanted}
-    out[f"compute_{wanted[-1]}.ptx"] = compile_cuda(source, name, wanted[-1], ptx=True,
-                                                   options=options)
-    return out
+    jobs = [(f"sm_{arch}", arch, False) for arch in wanted]
+    jobs.append((f"compute_{wanted[-1]}.ptx", wanted[-1], True))
+
+    def build(job):  # an error comes back as a value, so its log survives the pool
+        try:
+            return compile_cuda(source, name, job[1], ptx=job[2], options=options)
+        except NvrtcError as e:
+            return e.args[0], e.log
+
+    # Each output is a whole NVRTC compile of the module; they run side by side.
+    built = forked_map(build, jobs, jobs=available_cores())
+    for result in built:
+        if isinstance(result, tuple):
+            raise NvrtcError(*result)
+    return {key: result for (key, _, _), result in zip(jobs, built)}
 
 
 HEADERS_HINT = ("float16 and bfloat16 kernels include cuda_fp16.h and cuda_bf16.h, which come "

@@ -107,6 +107,14 @@ def test_syntax_error_is_one_line_with_the_full_log():
     assert "1 error detected in the compilation of \"broken.cu\"" in caught.value.log
 
 
+def test_an_error_in_the_archs_compiled_side_by_side_keeps_its_log():
+    with pytest.raises(NvrtcError) as caught:
+        compile_for_archs('extern "C" __global__ void k(float* x) { x[0] = ; }', "broken.cu",
+                          [80, 90])
+    assert "\n" not in str(caught.value) and "'broken.cu'" in str(caught.value)
+    assert "1 error detected in the compilation of \"broken.cu\"" in caught.value.log
+
+
 def test_bad_option_is_reported_from_the_log():
     with pytest.raises(NvrtcError, match="'opt.cu'.*--no-such-option") as caught:
         compile_cuda(ADD, "opt.cu", 80, options=["--no-such-option"])
