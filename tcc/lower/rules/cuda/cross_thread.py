@@ -3,12 +3,16 @@
 Applies to canonical reduction stages that reduce a constant count of at least
 `MIN_VALUES` values into each output, a count with a divisor from 32 to 1024 threads, and
 whose every load reads every spatial axis: the rows of layer norm and of a softmax over a
-fixed axis, a global pool, a mean. (With a symbolic count, or one without such a divisor,
+fixed axis, a global pool, a mean. It also takes a GEMV: a contraction with one row (M = 1,
+a classifier head at batch 1, a decoder's step) whose matrix operand reads every output
+axis and runs along the reduction in memory (`W[n, k]`, torch's Linear layout): a block per
+output reads its row of W in consecutive addresses, where one thread per output would read
+a column of addresses K apart. (With a symbolic count, or one without such a divisor,
 the last threads' partial results would start where no iteration sets them: rfactor
 initializes those in a nest of their own, which compute_at cannot yet move under the
 block's loop. Such stages stay one thread per output.) A contraction (some load skips an
-output axis: matmul, convolution) is left to the rules for those; one output element per
-thread suits it better than one block per element.
+output axis, and none is a GEMV's matrix: matmul, convolution) is left to the rules for
+those; one output element per thread suits it better than one block per element.
 
 Each output element gets a block of T threads (`<stage>.reduce_threads`): the reduction
 axes are fused and split by T, thread t sums the values t, t + T, t + 2T, ... in order
@@ -36,9 +40,22 @@ from tcc.lower.schedule.state import child_blocks
 MIN_VALUES = 64  # values reduced into each output below which one thread per output wins
 
 
+def _reads_all(load, axes) -> bool:
+    return all(any(E.uses(i, a.var) for i in load.indices) for a in axes)
+
+
 def _reads_every_output_axis(stage) -> bool:
-    spatial = [a.var for a in stage.spatial if a.extent != 1]
-    return all(any(E.uses(i, v) for i in ld.indices) for ld in stage.loads for v in spatial)
+    spatial = [a for a in stage.spatial if a.extent != 1]
+    return all(_reads_all(ld, spatial) for ld in stage.loads)
+
+
+def _gemv_matrix(stage) -> bool:
+    """Whether some load reads every output axis with its last index along the reduction."""
+    spatial = [a for a in stage.spatial if a.extent != 1]
+    return any(ld.indices and _reads_all(ld, spatial)
+               and any(E.uses(ld.indices[-1], r.var) for r in stage.reduce)
+               and not any(E.uses(ld.indices[-1], a.var) for a in spatial)
+               for ld in stage.loads)
 
 
 class CrossThreadReductionRule:
@@ -52,7 +69,8 @@ class CrossThreadReductionRule:
         values = 1
         for a in stage.reduce:
             values = None if values is None or a.extent is None else values * a.extent
-        if values is None or values < MIN_VALUES or not _reads_every_output_axis(stage):
+        if values is None or values < MIN_VALUES or not (
+                _reads_every_output_axis(stage) or _gemv_matrix(stage)):
             return None
         limit = min(target.max_threads_per_block, values // 2)
         options = [t for t in range(32, limit + 1) if values % t == 0]

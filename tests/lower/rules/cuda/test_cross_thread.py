@@ -1,5 +1,5 @@
 """The cross-thread reduction rule: a block of threads per output element of a long
-reduction (layer norm, softmax rows, means, global pooling, a max over rows), checked with
+reduction (layer norm, softmax rows, means, global pooling, a max over rows, a GEMV), checked with
 the GPU-semantics executor (races and barriers included) against the reference evaluator:
 a max exactly, a sum within float rounding (it is regrouped). The barrier the rule needs
 comes from insert_barriers, and without it the executor finds the race."""
@@ -29,6 +29,8 @@ CASES = {
                           {"g": [768], "b": [768]}, axis=-1), 2),
     "global_pool": (_model("GlobalAveragePool", {"x": [2, 8, 14, 14]}, [2, 8, 1, 1]), 1),
     "max_rows": (_model("ReduceMax", {"x": [4, 1000]}, [4], axes=[1], keepdims=0), 1),
+    # GEMV: one row against torch Linear's W[n, k], read along k by each block
+    "gemv": (_model("Gemm", {"a": [1, 512]}, [1, 40], {"w": [40, 512], "c": [40]}, transB=1), 1),
 }
 
 
@@ -50,8 +52,9 @@ def test_long_reductions_get_a_block_of_threads_each_and_compute_the_same(case):
     for w, g in zip(want, got):
         if exact:
             np.testing.assert_array_equal(g, w)
-        else:
-            np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)
+        else:  # a dot product of 512 terms of size ~1 rounds to within ~512 * 2**-24
+            tol = 3e-5 if case == "gemv" else 1e-6
+            np.testing.assert_allclose(g, w, rtol=2e-6, atol=tol)
 
 
 def test_the_partials_live_in_shared_memory_behind_a_barrier():
@@ -105,4 +108,13 @@ def test_short_reductions_and_contractions_stay_one_thread_per_output():
     assert RULE not in stage_rules(func, CUDA)
     matmul = lower(load_module(_model("MatMul", {"a": [4, 256], "b": [256, 8]}, [4, 8])))
     (func,) = matmul.prim_funcs.values()
+    assert RULE not in stage_rules(func, CUDA)
+    # one row, but B[k, n]: threads along n read consecutive addresses already
+    gemv_kn = lower(load_module(_model("MatMul", {"a": [1, 256], "b": [256, 40]}, [1, 40])))
+    (func,) = gemv_kn.prim_funcs.values()
+    assert RULE not in stage_rules(func, CUDA)
+    # four rows against W[n, k]: a matmul, whose operands each skip an output axis
+    rows = lower(load_module(_model("Gemm", {"a": [4, 256]}, [4, 40], {"w": [40, 256]},
+                                    transB=1)))
+    (func,) = rows.prim_funcs.values()
     assert RULE not in stage_rules(func, CUDA)
