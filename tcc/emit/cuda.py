@@ -33,8 +33,11 @@ give the same bits. Expressions keep the IR's semantics: integer `//` and `%` ro
 float min/max propagate NaN as numpy's minimum/maximum do, `round` rounds half to even,
 index arithmetic is 64-bit. An integer expression of the size variables alone is computed
 once, at the top of its launch (`const long long s_<k>`), unless it divides by a size
-(which a condition may guard against 0). Names are made unique by counters in emit order,
-so the same input gives the same source.
+(which a condition may guard against 0). Within a store, a subexpression that occurs
+twice (structurally) is named once just before it (`const ... c_<k>`), unless only a
+select's arm or the right of `&&`/`||` evaluates it and it reads memory or divides by a
+variable. Names are made unique by counters in emit order, so the same input gives the
+same source.
 """
 
 from __future__ import annotations
@@ -243,6 +246,12 @@ class _Writer:
         self.prelude: list[str] = []
         self.hoisted: dict[str, str] = {}
         self.rendered: dict[int, tuple[object, str, bool]] = {}  # id -> (e, text, invariant)
+        # Within one store, a subexpression that occurs twice (a gathered index, clamped,
+        # read in a condition and in both arms) is named once, just before the store
+        # (`shared_values`): by structural key -> name
+        self.shared: dict[int, str] = {}
+        self.keys: dict[int, tuple[object, int]] = {}  # id -> (e, structural key)
+        self.interned: dict[tuple, int] = {}
 
     # -- names ------------------------------------------------------------------------------
 
@@ -272,6 +281,11 @@ class _Writer:
     # -- expressions ------------------------------------------------------------------------
 
     def expr(self, e) -> str:
+        if self.shared and not isinstance(e, int):
+            named = self.shared.get(self.key(e))
+            if named is not None:  # (a named value depends on a thread: not invariant)
+                self.rendered[id(e)] = (e, named, False)
+                return named
         hit = self.rendered.get(id(e))
         if hit is not None and hit[0] is e and hit[2]:  # (a loop variable may be bound anew)
             return hit[1]
@@ -308,6 +322,76 @@ class _Writer:
         else:
             return False
         return all(isinstance(c, int) or self.rendered[id(c)][2] for c in children)
+
+    def key(self, e) -> int:
+        """A number equal for structurally equal expressions (variables and buffers by
+        identity), so that copies of one subexpression are named once."""
+        hit = self.keys.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        if isinstance(e, (E.Var, T.Buffer)):
+            parts: tuple = ("var", id(e))
+        elif isinstance(e, E.PrimExpr):
+            fields = []
+            for name in e.__dataclass_fields__:
+                v = getattr(e, name)
+                if isinstance(v, (E.PrimExpr, T.Buffer)):
+                    fields.append(("e", self.key(v)))
+                elif isinstance(v, tuple):
+                    fields.append(tuple(self.key(x) if isinstance(x, E.PrimExpr) else x
+                                        for x in v))
+                else:
+                    fields.append(repr(v))
+            parts = (type(e).__name__, *fields)
+        else:
+            parts = ("value", repr(e))
+        number = self.interned.setdefault(parts, len(self.interned))
+        self.keys[id(e)] = (e, number)  # keeps `e` alive, so its id is not reused
+        return number
+
+    def shared_values(self, roots: list, depth: int) -> None:
+        """Declare each compound subexpression of `roots` that occurs twice, children
+        first, as a `const` before the statement at `depth`. One that occurs only in a
+        select's arm or right of `&&`/`||` is declared only if it can neither read memory
+        nor divide by a variable (the condition may be what keeps it in bounds)."""
+        refs: dict[int, int] = {}
+        unconditional: set[int] = set()
+        order: list = []  # one expression per key, children before parents
+        unsafe: dict[int, bool] = {}
+
+        def visit(e, conditional: bool) -> None:
+            k = self.key(e)
+            if not conditional:
+                unconditional.add(k)
+            refs[k] = refs.get(k, 0) + 1
+            if refs[k] > 1:
+                return
+            operands = _operands(e)
+            for child, lazy in operands:
+                visit(child, conditional or lazy)
+            own = isinstance(e, E.BufferLoad) or (
+                isinstance(e, E.BinOp) and e.op in ("div", "floordiv", "floormod")
+                and not e.dtype.startswith(("float", "bfloat")) and not _constant(e.b))
+            unsafe[k] = own or any(unsafe[self.key(c)] for c, _ in operands)
+            order.append(e)
+
+        for root in roots:
+            visit(root, False)
+        for e in order:
+            k = self.key(e)
+            if refs[k] < 2 or _SHARED_TYPES.get(getattr(e, "dtype", "")) is None:
+                continue
+            if not isinstance(e, (E.BinOp, E.Cmp, E.Logic, E.Not, E.Select, E.Cast, E.Call,
+                                  E.BufferLoad)):
+                continue
+            if k not in unconditional and unsafe[k]:
+                continue
+            text = self.expr(e)
+            if re.fullmatch(r"[A-Za-z_]\w*", text):  # already a name (a hoisted size)
+                continue
+            name = self.fresh("c")
+            self.line(depth, f"const {_SHARED_TYPES[e.dtype]} {name} = {text};")
+            self.shared[k] = name
 
     def _hoist(self, text: str, dtype: str) -> str:
         name = self.fresh("s")
@@ -415,11 +499,13 @@ class _Writer:
             for c in s.stmts:
                 self.stmt(c, depth)
         elif isinstance(s, T.BufferStore):
+            self.shared_values([s.value, *s.indices], depth)
             value = self.expr(s.value)
             self.stored.add(id(s.buffer))
             if s.buffer.dtype == "float16":
                 value = f"(__half)({value})"
             self.line(depth, f"{self.name(s.buffer)}[{self.offset(s.buffer, s.indices)}] = {value};")
+            self.shared.clear()
         elif isinstance(s, T.For):
             self.loop(s, depth)
         elif isinstance(s, T.IfThenElse):
@@ -498,6 +584,32 @@ class _Writer:
                 self.line(depth + 1, "}")
         self.stmt(s.body, depth + 1)
         self.line(depth, "}")
+
+
+# The C type a named subexpression of each dtype is held in (float16 and bfloat16 values
+# are computed in float32); other dtypes are not named.
+_SHARED_TYPES = {**{d: C_TYPES[d] for d in ("bool", "int8", "int16", "int32", "int64", "uint8",
+                                            "uint16", "uint32", "uint64", "float32", "float64")},
+                 "float16": "float", "bfloat16": "float"}
+
+
+def _operands(e) -> list[tuple[object, bool]]:
+    """The operands of `e`, each with whether C evaluates it only on some paths."""
+    if isinstance(e, E.Select):
+        return [(e.cond, False), (e.true_value, True), (e.false_value, True)]
+    if isinstance(e, E.Logic):
+        return [(e.a, False), (e.b, True)]
+    if isinstance(e, (E.BinOp, E.Cmp)):
+        return [(e.a, False), (e.b, False)]
+    if isinstance(e, E.Not):
+        return [(e.a, False)]
+    if isinstance(e, E.Cast):
+        return [(e.value, False)]
+    if isinstance(e, E.Call):
+        return [(a, False) for a in e.args]
+    if isinstance(e, E.BufferLoad):
+        return [(i, False) for i in e.indices]
+    return []
 
 
 def _launch_shape(stmt: T.Stmt, where: str) -> tuple[tuple, tuple, dict[str, int]]:

@@ -155,3 +155,36 @@ def test_size_arithmetic_is_computed_once_and_a_guarded_division_stays_guarded(t
         cuda_on_host.run(lib, cuda["k"], [np.zeros(m_size, np.int64), out])
         q = n_size // m_size if m_size else 0
         np.testing.assert_array_equal(out, n_size + q + np.arange(n_size))
+
+
+@needs_cxx
+def test_a_repeated_value_is_named_once_unless_only_a_guarded_branch_reads_it(tmp_path):
+    """out[i] = x[idx[i]] * 2 + x[idx[i]] where idx[i] >= 0, else 0: idx[i], read by the
+    condition, is named once before the store; x[idx[i]], read only where the condition
+    holds, stays inside the branch, so a negative index is never read (a read of
+    x[-10**12] would fault)."""
+    from tcc.ir import expr as E
+    from tcc.ir import te
+
+    x = te.placeholder((16,), "float32", "x")
+    idx = te.placeholder((8,), "int64", "idx")
+
+    def body(i):
+        def gathered():  # a fresh copy each time, as inlining makes them
+            return x[idx[i]]
+        value = E.binop("add", E.binop("mul", gathered(), E.FloatImm(2.0, "float32")), gathered())
+        return E.select(E.Cmp("ge", idx[i], E.IntImm(0)), value, E.FloatImm(0.0, "float32"))
+
+    out = te.compute((8,), body, name="out")
+    func = schedule_prim_func(te.create_prim_func([x, idx, out]), CUDA)
+    source, cuda = cuda_kernels({"k": func})
+    launch = source[source.index('extern "C"'):]
+    assert launch.count("idx[") == 1, launch
+    assert launch.count("x[") - launch.count("idx[") == 2, launch  # both inside the branch
+    lib = cuda_on_host.build(source, tmp_path)
+    xs = np.arange(16, dtype=np.float32)
+    indices = np.array([3, -10**12, 0, 15, -1, 7, 7, 2], np.int64)
+    got = np.zeros(8, np.float32)
+    cuda_on_host.run(lib, cuda["k"], [xs, indices, got])
+    safe = np.where(indices >= 0, indices, 0)
+    np.testing.assert_array_equal(got, np.where(indices >= 0, xs[safe] * 3, 0))
