@@ -82,6 +82,17 @@ def _reductions() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _whole() -> onnx.ModelProto:
+    """Reductions of a whole tensor into a scalar: one block of threads each."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["grid"], ["total"], keepdims=0),
+         helper.make_node("ReduceMax", ["grid"], ["peak"], keepdims=0)],
+        "whole",
+        [helper.make_tensor_value_info("grid", TensorProto.FLOAT, [40, 96])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, []) for n in ("total", "peak")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def _build(folder, model) -> dict:
     onnx.save(model, folder / "m.onnx")
     data = compile_to_bytes(folder / "m.onnx", "cuda -arch=sm_80,sm_90")
@@ -168,6 +179,18 @@ def test_blocks_of_threads_sharing_memory_run_phase_by_phase_and_match(reduction
         np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-5)
     blocks = [line.split() for line in driver.read_text().splitlines() if line.startswith("launch")]
     assert any(int(b[5]) > 1 and int(b[2]) == batch * 6 for b in blocks)  # a block per row
+
+
+def test_a_whole_tensor_reduces_in_one_block_of_threads(tmp_path, driver, monkeypatch):
+    built = _build(tmp_path, _whole())
+    monkeypatch.setenv("TCC_FAKE_CUDA_KERNELS", str(built["kernels"]))
+    grid = np.random.default_rng(3).standard_normal((40, 96)).astype(np.float32)
+    with tcc.rt.load(built["pack"]) as m:
+        total, peak = m.main(grid)
+    assert float(peak) == float(grid.max())  # a max regroups exactly
+    np.testing.assert_allclose(total, grid.astype(np.float64).sum(), rtol=1e-5, atol=1e-4)
+    blocks = [line.split() for line in driver.read_text().splitlines() if line.startswith("launch")]
+    assert len(blocks) == 2 and all(b[2:5] == ["1", "1", "1"] and int(b[5]) > 1 for b in blocks)
 
 
 def test_tensors_stay_on_the_device_between_kernels(built, driver):

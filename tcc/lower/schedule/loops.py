@@ -1,5 +1,5 @@
-"""Loop primitives: split, fuse, reorder, loop kinds (parallel, vectorize, unroll, bind) and
-annotations, as functions from the current PrimFunc to the rewritten one.
+"""Loop primitives: split, fuse, reorder, a unit loop added, loop kinds (parallel, vectorize,
+unroll, bind) and annotations, as functions from the current PrimFunc to the rewritten one.
 
 Each checks its preconditions and raises a ScheduleError naming the primitive, the loop and
 the reason rather than change what the function computes. Blocks are untouched except for
@@ -246,7 +246,8 @@ def set_kind(
         raise _error(primitive, loop, f"it is already {loop.kind.value}; a loop takes one kind")
     if kind is T.ForKind.THREAD_BINDING:
         _check_thread_tag(loc, thread_tag)
-    if kind is not T.ForKind.UNROLLED:
+    single = isinstance(loop.extent, E.IntImm) and loop.extent.value == 1
+    if kind is not T.ForKind.UNROLLED and not single:  # (one iteration carries nothing)
         reason = carried_dependence(loop)
         if reason:
             raise _error(primitive, loop, f"{reason}; its iterations cannot run at once")
@@ -265,6 +266,13 @@ def _check_thread_tag(loc: Located, tag: str | None) -> None:
     clash = next((s for s in nested if isinstance(s, T.For) and s.thread_tag == tag), None)
     if clash is not None:
         raise _error("bind", loop, f"loop '{clash.var.name}' around or inside it is bound to {tag}")
+
+
+def add_unit_loop(func: T.PrimFunc, loc: Located) -> tuple[T.PrimFunc, E.Var]:
+    """A loop of one iteration right around a block or loop (whose variable nothing uses),
+    to bind a nest without a loop of its own, such as a reduction into a scalar."""
+    unit = E.Var("unit")
+    return replace(func, loc, T.For(unit, E.const(0), E.const(1), T.ForKind.SERIAL, loc.stmt)), unit
 
 
 def annotate(func: T.PrimFunc, loc: Located, key: str, value) -> T.PrimFunc:

@@ -217,6 +217,13 @@ class Schedule:
         return self._record("fuse", list(loop_handles), {}, LoopRV(fused))
 
     @instruction
+    def add_unit_loop(self, target: BlockRV | LoopRV) -> LoopRV:
+        """A new loop of one iteration right around a block or loop."""
+        loc = self._target("add_unit_loop", target)
+        self._func, unit = loops.add_unit_loop(self._func, loc)
+        return self._record("add_unit_loop", [target], {}, LoopRV(unit))
+
+    @instruction
     def reorder(self, *loop_handles: LoopRV) -> None:
         """Reorder loops of one perfect nest to the given order, outermost first."""
         locs = [self._loop("reorder", h) for h in loop_handles]

@@ -482,3 +482,35 @@ def test_a_function_whose_loops_share_a_variable_cannot_be_scheduled():
     bad = T.PrimFunc(func.params, T.Block("root", (), (), (), shared))
     with pytest.raises(ScheduleError, match="loop 'i1': its variable is bound by two loops"):
         Schedule(bad)
+
+
+def test_a_unit_loop_wraps_a_nest_binds_without_a_dependence_check_and_replays():
+    """add_unit_loop puts a loop of one iteration around a nest (a reduction into a scalar
+    has no loop of its own to bind its one GPU block to); binding it is allowed though no
+    block variable reads it, since one iteration carries nothing; the function computes
+    the same, and the trace replays to an equal function."""
+    import json
+
+    from tcc.ir.tir_eval import run_prim_func
+    from tcc.lower.schedule.trace import Trace
+    from tests.lower.schedule.cases import op_func
+
+    func = op_func("reduce_sum", (6, 7), axes=[0, 1], keepdims=False)
+    sch = Schedule(func)
+    block = sch.get_block("reduce_sum")
+    outer = sch.get_loops(block)[0]
+    unit = sch.add_unit_loop(outer)
+    assert [lp.var.name for lp in sch.get_loops(block)][0] == "unit"
+    loop = sch.func.body.body
+    assert isinstance(loop, T.For) and loop.extent.value == 1 and loop.body.var is outer.var
+    with pytest.raises(ScheduleError, match="iterations cannot run at once"):
+        sch.copy().bind(outer, "blockIdx.x")  # the reduction loop itself may not be bound
+    sch.bind(unit, "blockIdx.x")
+    x = np.random.default_rng(0).standard_normal((6, 7)).astype(np.float32)
+    want, got = [x, np.zeros((), np.float32)], [x, np.zeros((), np.float32)]
+    run_prim_func(func, want)
+    run_prim_func(sch.func, got)
+    np.testing.assert_array_equal(got[1], want[1])
+    fresh = Schedule(func)
+    Trace.from_json(json.loads(json.dumps(sch.trace.as_json()))).apply(fresh)
+    assert structural_equal(fresh.func, sch.func)

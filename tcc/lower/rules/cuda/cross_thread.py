@@ -3,7 +3,8 @@
 Applies to canonical reduction stages that reduce a constant count of at least
 `MIN_VALUES` values into each output, a count with a divisor from 32 to 1024 threads, and
 whose every load reads every spatial axis: the rows of layer norm and of a softmax over a
-fixed axis, a global pool, a mean. It also takes a GEMV: a contraction with one row (M = 1,
+fixed axis, a global pool, a mean, a sum of a whole tensor (one block, bound to a loop of
+one iteration added around the nest). It also takes a GEMV: a contraction with one row (M = 1,
 a classifier head at batch 1, a decoder's step) whose matrix operand reads every output
 axis and runs along the reduction in memory (`W[n, k]`, torch's Linear layout): a block per
 output reads its row of W in consecutive addresses, where one thread per output would read
@@ -64,8 +65,8 @@ class CrossThreadReductionRule:
     def apply(self, sch: Schedule, block: str, target) -> Schedule | None:
         sch = sch.copy()
         stage = canonical_stage(sch, sch.get_block(block))
-        if stage is None or not stage.reduce or not stage.spatial or not stage.loads:
-            return None  # (no output axis: nothing to bind the block to; one thread runs it)
+        if stage is None or not stage.reduce or not stage.loads:
+            return None
         values = 1
         for a in stage.reduce:
             values = None if values is None or a.extent is None else values * a.extent
@@ -85,7 +86,9 @@ class CrossThreadReductionRule:
         sch.reorder(lanes, steps)  # rfactor keeps a partial per iteration of the outer loop
         partial = sch.rfactor(sch.get_block(block), lanes, regroup=True, storage_scope="shared")
         combine = sch.get_block(block)
-        outputs = sch.get_loops(combine)[:len(stage.spatial)]
+        # (a reduction into a scalar: its one block is a loop of one iteration)
+        outputs = (sch.get_loops(combine)[:len(stage.spatial)]
+                   or [sch.add_unit_loop(sch.get_loops(combine)[0])])
         rows = sch.fuse(*outputs) if len(outputs) > 1 else outputs[0]
         sch.bind(rows, "blockIdx.x")
         sch.compute_at(partial, rows)
@@ -97,6 +100,7 @@ class CrossThreadReductionRule:
         stages = [b.name for b in child_blocks(sch.func.body)]
         write_back = sch.cache_write(sch.get_block(block), 0, "local")
         sch.reverse_compute_at(write_back, rows, preserve_unit_loops=True)
-        sch.bind(sch.get_loops(write_back)[1], "threadIdx.x")
+        written = sch.get_loops(write_back)[1:] or [sch.add_unit_loop(write_back)]
+        sch.bind(written[0], "threadIdx.x")
         fold_epilogues(sch, write_back, stages[stages.index(block) + 1:])
         return sch

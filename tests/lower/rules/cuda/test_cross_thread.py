@@ -1,5 +1,6 @@
 """The cross-thread reduction rule: a block of threads per output element of a long
-reduction (layer norm, softmax rows, means, global pooling, a max over rows, a GEMV), checked with
+reduction (layer norm, softmax rows, means, global pooling, a max over rows, a GEMV,
+sums and maxima of a whole tensor), checked with
 the GPU-semantics executor (races and barriers included) against the reference evaluator:
 a max exactly, a sum within float rounding (it is regrouped). The barrier the rule needs
 comes from insert_barriers, and without it the executor finds the race."""
@@ -29,6 +30,9 @@ CASES = {
                           {"g": [768], "b": [768]}, axis=-1), 2),
     "global_pool": (_model("GlobalAveragePool", {"x": [2, 8, 14, 14]}, [2, 8, 1, 1]), 1),
     "max_rows": (_model("ReduceMax", {"x": [4, 1000]}, [4], axes=[1], keepdims=0), 1),
+    # into a scalar: one block, on a loop of one iteration
+    "sum_all": (_model("ReduceSum", {"x": [40, 96]}, [], keepdims=0), 1),
+    "max_all": (_model("ReduceMax", {"x": [40, 96]}, [], keepdims=0), 1),
     # GEMV: one row against torch Linear's W[n, k], read along k by each block
     "gemv": (_model("Gemm", {"a": [1, 512]}, [1, 40], {"w": [40, 512], "c": [40]}, transB=1), 1),
 }
@@ -48,12 +52,12 @@ def test_long_reductions_get_a_block_of_threads_each_and_compute_the_same(case):
     want, got = [a.copy() for a in args], [a.copy() for a in args]
     run_prim_func(func, want)
     run_gpu_prim_func(scheduled, got)  # races=True: any unordered shared access fails
-    exact = case == "max_rows"  # max regroups exactly; sums round differently
+    exact = case in ("max_rows", "max_all")  # max regroups exactly; sums round differently
     for w, g in zip(want, got):
         if exact:
             np.testing.assert_array_equal(g, w)
         else:  # a dot product of 512 terms of size ~1 rounds to within ~512 * 2**-24
-            tol = 3e-5 if case == "gemv" else 1e-6
+            tol = {"gemv": 3e-5, "sum_all": 1e-4}.get(case, 1e-6)  # sum_all: 3840 terms
             np.testing.assert_allclose(g, w, rtol=2e-6, atol=tol)
 
 
@@ -103,7 +107,8 @@ def test_the_threads_per_block_are_a_decision_and_each_choice_computes_the_same(
 
 
 def test_short_reductions_and_contractions_stay_one_thread_per_output():
-    short = lower(load_module(_model("ReduceSum", {"x": [8, 40]}, [8], axes=[1], keepdims=0)))
+    # (ReduceMax: opset 17's ReduceSum takes its axes as an input, and reduced everything)
+    short = lower(load_module(_model("ReduceMax", {"x": [8, 40]}, [8], axes=[1], keepdims=0)))
     (func,) = short.prim_funcs.values()
     assert RULE not in stage_rules(func, CUDA)
     matmul = lower(load_module(_model("MatMul", {"a": [4, 256], "b": [256, 8]}, [4, 8])))
