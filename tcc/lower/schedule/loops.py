@@ -246,8 +246,10 @@ def set_kind(
         raise _error(primitive, loop, f"it is already {loop.kind.value}; a loop takes one kind")
     if kind is T.ForKind.THREAD_BINDING:
         _check_thread_tag(loc, thread_tag)
-    single = isinstance(loop.extent, E.IntImm) and loop.extent.value == 1
-    if kind is not T.ForKind.UNROLLED and not single:  # (one iteration carries nothing)
+    # a GPU axis of one iteration (a scalar's one block) carries nothing
+    single = (kind is T.ForKind.THREAD_BINDING and isinstance(loop.extent, E.IntImm)
+              and loop.extent.value == 1)
+    if kind is not T.ForKind.UNROLLED and not single:
         reason = carried_dependence(loop)
         if reason:
             raise _error(primitive, loop, f"{reason}; its iterations cannot run at once")
