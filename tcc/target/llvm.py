@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
-from tcc.ir.dtype import bit_width
 from tcc.target.base import Target, TargetError
 
 _OPTIONS = ("mtriple", "mcpu", "mattr", "fp-contract")
@@ -69,13 +68,6 @@ class LLVMTarget(Target):
     def num_cores(self) -> int:
         """Cores the compiled code may use: this machine's, read at compile time."""
         return os.cpu_count() or 1
-
-    def vector_lanes(self, dtype: str) -> int:
-        """How many `dtype` values one vector register holds: 512-bit registers with
-        AVX-512, 256-bit with AVX2, else 128 bits (SSE, NEON, or an unknown machine)."""
-        enabled = {f[1:] for f in self.features.split(",") if f.startswith("+")}
-        bits = 512 if "avx512f" in enabled else 256 if "avx2" in enabled else 128
-        return max(bits // bit_width(dtype), 1)
 
     def __str__(self) -> str:
         text = f"llvm -mtriple={self.triple} -mcpu={self.cpu}"

@@ -57,6 +57,7 @@ import numpy as np
 
 from tcc.ir import graph as G
 from tcc.ir.builder import infer_call
+from tcc.ir.dtype import bit_width
 from tcc.ir.module import IRModule
 from tcc.ir.ops.elementwise import ACTIVATIONS, ARITHMETIC, UNARY_MATH
 from tcc.ir.ops.layout import layout_transform_ref
@@ -79,7 +80,8 @@ WINOGRAD_MIN_CHANNELS = 32
 class VectorTarget(Protocol):
     """What the pass needs of a target (tcc.target.Target has it)."""
 
-    def vector_lanes(self, dtype: str) -> int: ...
+    @property
+    def vector_bits(self) -> int: ...
 
 
 def _blocked(block: int) -> str:
@@ -467,7 +469,7 @@ def alter_conv_layout(mod: IRModule, target: VectorTarget | None = None) -> IRMo
     out = IRModule(dict(mod.functions), dict(mod.const_types), dict(mod.const_values))
     if target is None:
         return out
-    block = target.vector_lanes(DTYPE)
+    block = max(target.vector_bits // bit_width(DTYPE), 1)  # values of one register
     packed: dict = {}
     for name, f in mod.graph_functions.items():
         out.functions[name] = _rewrite(f, out, block, packed)
