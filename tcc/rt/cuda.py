@@ -244,6 +244,21 @@ class DeviceArray:
         return f"<tcc.rt.cuda.DeviceArray {self.dtype.name}{list(self.shape)}>"
 
 
+# The C API's capsule functions, each with a prototype of its own: ctypes.pythonapi's
+# attributes are shared objects, and one whose argtypes another caller set differently
+# would pass the wrong argument.
+_PY = ctypes.pythonapi
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
+                                 ctypes.c_void_p)(("PyCapsule_New", _PY))
+_capsule_is_valid_at = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", _PY))
+_capsule_pointer_at = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", _PY))
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", _PY))
+_capsule_set_name = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_SetName", _PY))
+
 # DLPack capsules handed out and not yet released, by the address of their DLManagedTensor:
 # each keeps its array (so its memory) and its shape alive until the consumer's deleter.
 _EXPORTED: dict[int, tuple] = {}
@@ -259,19 +274,11 @@ def _release(managed) -> None:
 @_CAPSULE_DESTRUCTOR
 def _unconsumed(capsule) -> None:
     """A capsule nobody consumed (its name is still "dltensor"): release it here."""
-    api = ctypes.pythonapi
-    if api.PyCapsule_IsValid(ctypes.c_void_p(capsule), b"dltensor"):
-        address = api.PyCapsule_GetPointer(ctypes.c_void_p(capsule), b"dltensor")
-        _EXPORTED.pop(address, None)
+    if _capsule_is_valid_at(capsule, b"dltensor"):
+        _EXPORTED.pop(_capsule_pointer_at(capsule, b"dltensor"), None)
 
 
 def _export(x: DeviceArray):
-    api = ctypes.pythonapi
-    api.PyCapsule_New.restype = ctypes.py_object
-    api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-    api.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-    api.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     managed = DLManagedTensor()
     shape = (ctypes.c_int64 * max(1, x.ndim))(*x.shape)
     t = managed.dl_tensor
@@ -281,8 +288,8 @@ def _export(x: DeviceArray):
     t.dtype.lanes = 1
     managed.deleter = _release
     _EXPORTED[ctypes.addressof(managed)] = (managed, shape, x)
-    return api.PyCapsule_New(ctypes.addressof(managed), b"dltensor",
-                             ctypes.cast(_unconsumed, ctypes.c_void_p))
+    return _capsule_new(ctypes.addressof(managed), b"dltensor",
+                        ctypes.cast(_unconsumed, ctypes.c_void_p))
 
 
 class CudaLibrary:
@@ -380,13 +387,9 @@ class CudaLibrary:
             raise RunInputError(f"{what} is on DLPack device {int(device_type)}:{int(device_id)}; "
                               f"pass a numpy array or a tensor on CUDA device {self.device_id}")
         capsule = x.__dlpack__(stream=self._stream.value or 1)
-        api = ctypes.pythonapi
-        api.PyCapsule_GetPointer.restype, api.PyCapsule_GetPointer.argtypes = (
-            ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p])
-        api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
-        managed = ctypes.cast(api.PyCapsule_GetPointer(capsule, b"dltensor"),
+        managed = ctypes.cast(_capsule_pointer(capsule, b"dltensor"),
                               ctypes.POINTER(DLManagedTensor))
-        api.PyCapsule_SetName(capsule, b"used_dltensor")  # ours now: its deleter is ours to run
+        _capsule_set_name(capsule, b"used_dltensor")  # ours now: its deleter is ours to run
         lender = _Borrowed(self, managed, x)
         t = managed.contents.dl_tensor
         shape = tuple(t.shape[i] for i in range(t.ndim))

@@ -293,6 +293,29 @@ def test_outputs_stay_on_the_gpu_and_go_back_in_through_dlpack(reductions, drive
     assert not _EXPORTED
 
 
+def test_a_capsule_nobody_consumes_is_released_after_one_was_taken_in(reductions, driver,
+                                                                     monkeypatch):
+    """Taking a tensor in through DLPack and handing one out that nobody consumes use the
+    same C functions with other argument types: each keeps its own prototype, so the
+    unconsumed capsule is still released."""
+    monkeypatch.setenv("TCC_FAKE_CUDA_KERNELS", str(reductions["kernels"]))
+    from tcc.rt.cuda import _EXPORTED
+
+    x = np.ones((1, 6, 320), np.float32)
+    maps = np.ones((1, 3, 14, 14), np.float32)
+    with tcc.rt.load(reductions["pack"]) as m:
+        probs, normed, pooled = m.main.on_device(x, maps)
+        capsule = normed.__dlpack__()  # handed out, never consumed
+        m.main(probs, maps)  # probs in through DLPack: its capsule is consumed here
+        assert _EXPORTED
+        del capsule
+        del probs, normed, pooled
+    import gc
+
+    gc.collect()
+    assert not _EXPORTED
+
+
 def _cpu_pack(built) -> Path:
     path = built["folder"] / "cpu.tvmpack"
     path.write_bytes(compile_to_bytes(built["folder"] / "m.onnx", "llvm"))
