@@ -99,6 +99,13 @@ class _Libraries:
             lib.close()
 
 
+def _positional_or_named(arrays: tuple, named: dict) -> tuple[tuple, dict | None]:
+    """A call's inputs: positional arrays, keywords, or one dict by input name (maybe empty)."""
+    if len(arrays) == 1 and isinstance(arrays[0], dict) and not named:
+        return (), arrays[0]
+    return arrays, named or None
+
+
 class Function:
     """One entry function of a loaded module: call it with arrays, get a list back."""
 
@@ -106,10 +113,7 @@ class Function:
         self._module, self.name = module, name
 
     def __call__(self, *arrays, **named):
-        by_name = named or None
-        if len(arrays) == 1 and isinstance(arrays[0], dict) and not named:
-            arrays, by_name = (), arrays[0]  # a dict by input name, possibly empty
-        return self._module._vm().run(self.name, arrays, by_name)
+        return self._module._vm().run(self.name, *_positional_or_named(arrays, named))
 
     def on_device(self, *arrays, **named) -> list:
         """Run as a call does, but leave the outputs in GPU memory: tcc.rt.cuda.DeviceArrays,
@@ -119,10 +123,7 @@ class Function:
         if machine.device is None:
             raise RunInputError(f"{self._module._contents.path}: the pack runs on the CPU; "
                                 "its outputs are numpy arrays (call the function itself)")
-        by_name = named or None
-        if len(arrays) == 1 and isinstance(arrays[0], dict) and not named:
-            arrays, by_name = (), arrays[0]
-        return machine.run(self.name, arrays, by_name, device_outputs=True)
+        return machine.run(self.name, *_positional_or_named(arrays, named), device_outputs=True)
 
     def __repr__(self):
         return f"<tcc.rt.Function {self.name}>"
