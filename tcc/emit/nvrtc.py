@@ -221,8 +221,9 @@ def compile_for_archs(source: str, name: str, archs: Sequence[int],
     return {key: result for (key, _, _), result in zip(jobs, built)}
 
 
-HEADERS_HINT = ("float16 and bfloat16 kernels include cuda_fp16.h and cuda_bf16.h, which come "
-                "with the CUDA runtime wheel; install it with `pip install 'tcc[cuda]'`")
+HEADERS_HINT = ("CUDA source with float16 values includes cuda_fp16.h (and with __nv_bfloat16, "
+                "cuda_bf16.h), which come with the CUDA runtime wheel; install it with "
+                "`pip install 'tcc[cuda]'`")
 
 
 def runtime_include() -> Path | None:
