@@ -40,6 +40,7 @@ import dataclasses
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.dtype import INT_DTYPES
+from tcc.lower.schedule.regions import iter_loads
 from tcc.lower.schedule.rewrite import conjunction, conjuncts, map_exprs
 
 _FLIP = {"gt": "lt", "ge": "le"}
@@ -150,12 +151,6 @@ def _guards(s: T.Stmt, path: list[T.For], bound: set, found: list) -> None:
             _guards(child, path, bound, found)
 
 
-def _reads_memory(e: E.PrimExpr) -> bool:
-    loads = []
-    map_exprs(e, lambda x: loads.append(x) if isinstance(x, E.BufferLoad) else None)
-    return bool(loads)
-
-
 def _select_conditions(s: T.Stmt) -> list[E.PrimExpr]:
     """The conditions of the selects in the stores of `s` (not inside nested blocks)."""
     found: list[E.PrimExpr] = []
@@ -183,7 +178,7 @@ def _unswitch(loop: T.For, body: T.Stmt, scope: list[T.For]) -> T.Stmt:
     proven: dict[E.PrimExpr, E.PrimExpr | None] = {}  # conjunct -> its test (None: always)
     for terms, in_loops, path, bound in found:
         for c, analysed in zip(terms, in_loops):
-            if _reads_memory(analysed):
+            if next(iter_loads(analysed), None) is not None:  # reads memory
                 continue
             slack = _slack(analysed)
             hit = None if slack is None else _worst_corner(slack, scope, path, bound)
