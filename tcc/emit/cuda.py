@@ -307,21 +307,11 @@ class _Writer:
             return False
         if isinstance(e, E.Var):
             return id(e) in self.size_vars
-        if isinstance(e, E.BinOp):
-            if e.op in ("div", "floordiv", "floormod") and not _constant(e.b):
-                return False
-            children = (e.a, e.b)
-        elif isinstance(e, (E.Cmp, E.Logic)):
-            children = (e.a, e.b)
-        elif isinstance(e, E.Not):
-            children = (e.a,)
-        elif isinstance(e, E.Select):
-            children = (e.cond, e.true_value, e.false_value)
-        elif isinstance(e, E.Cast):
-            children = (e.value,)
-        else:
+        if not isinstance(e, (E.BinOp, E.Cmp, E.Logic, E.Not, E.Select, E.Cast)):
             return False
-        return all(isinstance(c, int) or self.rendered[id(c)][2] for c in children)
+        if _divides_by_variable(e):
+            return False
+        return all(isinstance(c, int) or self.rendered[id(c)][2] for c, _ in _operands(e))
 
     def key(self, e) -> int:
         """A number equal for structurally equal expressions (variables and buffers by
@@ -369,9 +359,7 @@ class _Writer:
             operands = _operands(e)
             for child, lazy in operands:
                 visit(child, conditional or lazy)
-            own = isinstance(e, E.BufferLoad) or (
-                isinstance(e, E.BinOp) and e.op in ("div", "floordiv", "floormod")
-                and not e.dtype.startswith(("float", "bfloat")) and not _constant(e.b))
+            own = isinstance(e, E.BufferLoad) or _divides_by_variable(e)
             unsafe[k] = own or any(unsafe[self.key(c)] for c, _ in operands)
             order.append(e)
 
@@ -591,6 +579,12 @@ class _Writer:
 _SHARED_TYPES = {**{d: C_TYPES[d] for d in ("bool", "int8", "int16", "int32", "int64", "uint8",
                                             "uint16", "uint32", "uint64", "float32", "float64")},
                  "float16": "float", "bfloat16": "float"}
+
+
+def _divides_by_variable(e) -> bool:
+    """An integer division whose divisor is not a constant (a condition may guard it)."""
+    return (isinstance(e, E.BinOp) and e.op in ("div", "floordiv", "floormod")
+            and not e.dtype.startswith(("float", "bfloat")) and not _constant(e.b))
 
 
 def _operands(e) -> list[tuple[object, bool]]:
