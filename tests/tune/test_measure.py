@@ -32,6 +32,10 @@ def _default(func, target: str):
     return schedule_prim_func(func, parse_target(target))
 
 
+# Long enough that a sound candidate finishes on a loaded 2-core machine (at 2 s one did
+# not, and was recorded as a second timeout), short enough for the planted hang.
+TIMEOUT = 6.0
+
 def test_candidates_are_timed_and_checked_against_the_default():
     func, target = _task()
     default = _default(func, target)
@@ -69,10 +73,10 @@ def test_a_crashing_or_hanging_candidate_is_a_failed_measurement_and_the_next_on
     hand = replay(func, _hand_record(func, target).trace)
     bad = build(hand, target)
     for hook, words in ((crash_on, "crash: the worker died (signal SIGKILL)"),
-                        (hang_on, "timeout: still running after 2 s; killed")):
+                        (hang_on, "timeout: still running after 6 s; killed")):
         start = time.perf_counter()
         base, (failed, after) = measure(default, [hand, default], {"n": 4}, target,
-                                        timeout=2.0, work=functools.partial(hook, bad))
+                                        timeout=TIMEOUT, work=functools.partial(hook, bad))
         assert (failed.status, failed.error) == ("failed", words)
         assert base.status == after.status == "ok"
         assert time.perf_counter() - start < 30

@@ -70,6 +70,10 @@ def _trials(db: Database) -> list:
     return [r for r in db.records if not r.confirmed]
 
 
+# Long enough that a sound candidate finishes on a loaded 2-core machine (at 2 s one did
+# not, and was recorded as a second timeout), short enough for the planted hang.
+TIMEOUT = 6.0
+
 def test_kernel_sizes_come_from_one_run_at_the_given_shapes(tmp_path):
     lowered, target, sizes = _setup(tmp_path)
     assert set(sizes) == set(lowered.prim_funcs)
@@ -105,12 +109,12 @@ def test_a_tune_records_every_measurement_and_a_resumed_one_measures_nothing_twi
 def test_crashing_and_hanging_candidates_are_recorded_as_failed_and_the_tune_goes_on(tmp_path):
     lowered, target, sizes = _setup(tmp_path)
     for how, words in (("crash", "crash: the worker died (signal SIGKILL)"),
-                       ("hang", "timeout: still running after 2 s; killed")):
+                       ("hang", "timeout: still running after 6 s; killed")):
         counter = tmp_path / f"{how}.count"
         counter.write_text("4")  # the defaults (2 tasks) pass, then the third candidate fails
         db = Database(tmp_path / f"{how}.db")
         work = functools.partial(fail_on_call, str(counter), how)
-        Tuner(lowered, target, db, sizes, batch=4, jobs=1, timeout=2.0, work=work).run(10)
+        Tuner(lowered, target, db, sizes, batch=4, jobs=1, timeout=TIMEOUT, work=work).run(10)
         failed = [r for r in db.records if r.status == "failed"]
         assert [r.error for r in failed] == [words]
         trials = _trials(db)
