@@ -22,9 +22,10 @@ Statements map as:
   C loop (each thread's lanes); a parallel loop is an error (a CPU loop kind).
 * `Block`: iteration variables are bound from their bindings; `init` runs when every
   reduction variable is 0 (`init_condition`), as on the CPU.
-* `Allocate` and a block's buffers: "local" buffers are per-thread arrays, "shared"
-  buffers `__shared__` arrays, both of constant size; global buffers in the root block
-  are the workspaces.
+* `Allocate` and a block's buffers: "local" buffers are per-thread arrays where they are
+  allocated, "shared" buffers `__shared__` arrays declared once at the top of their launch
+  (the copies of a loop that unswitching made allocate one buffer: one array, not two),
+  both of constant size; global buffers in the root block are the workspaces.
 * `evaluate(syncthreads())`: `__syncthreads()`.
 
 A float16 value is computed with in float32 and rounded to float16 where it is stored or
@@ -250,6 +251,7 @@ class _Writer:
         # read in a condition and in both arms) is named once, just before the store
         # (`shared_values`): by structural key -> name
         self.shared: dict[int, str] = {}
+        self.iter_exprs: dict[E.Var, E.PrimExpr] = {}  # a block's variable -> its binding
         self.keys: dict[int, tuple[object, int]] = {}  # id -> (e, structural key)
         self.interned: dict[tuple, int] = {}
 
@@ -473,8 +475,14 @@ class _Writer:
         return f"{fn[:-1] if e.dtype == 'float64' else fn}({', '.join(args)})"
 
     def offset(self, buf: T.Buffer, indices) -> str:
+        """The flat offset of `buf[indices]`; for a thread's "local" array, with the
+        enclosing blocks' bindings put in and simplified, so that its indices are constants
+        when NVVM's SROA looks at them and the array stays in registers (as the CPU
+        backend's `_offset` does for register tiles)."""
         if not indices:
             return "0"
+        if buf.scope == "local" and self.iter_exprs:
+            indices = [E.substitute(i, self.iter_exprs) for i in indices]
         flat: E.PrimExpr = E.IntImm(0)
         for dim, index in zip(buf.shape, indices):
             flat = E.binop("add", E.binop("mul", flat, E.as_dim(dim)), index)
@@ -503,6 +511,10 @@ class _Writer:
                 self.line(depth, "} else {")
                 self.stmt(s.else_case, depth + 1)
             self.line(depth, "}")
+        elif isinstance(s, T.Allocate) and s.buffer.scope == "shared":
+            if id(s.buffer) not in self.names:
+                self.allocate(s.buffer, 1, self.prelude)
+            self.stmt(s.body, depth)
         elif isinstance(s, T.Allocate):
             self.line(depth, "{")
             self.allocate(s.buffer, depth + 1)
@@ -518,7 +530,7 @@ class _Writer:
         else:
             raise CudaCodegenError(f"the CUDA backend cannot translate {type(s).__name__}")
 
-    def allocate(self, buf: T.Buffer, depth: int) -> None:
+    def allocate(self, buf: T.Buffer, depth: int, lines: list[str] | None = None) -> None:
         size = _constant(_product(buf.shape))
         if size is None:
             raise CudaCodegenError(f"{buf.scope} buffer {buf.name!r} has a symbolic size "
@@ -527,7 +539,8 @@ class _Writer:
             raise CudaCodegenError(f"buffer {buf.name!r} in scope {buf.scope!r} inside a GPU "
                                    "kernel; only local and shared buffers live there")
         qualifier = "__shared__ " if buf.scope == "shared" else ""
-        self.line(depth, f"{qualifier}{_c_type(buf.dtype)} {self.bind(buf, buf.name)}[{max(size, 1)}];")
+        text = f"{qualifier}{_c_type(buf.dtype)} {self.bind(buf, buf.name)}[{max(size, 1)}];"
+        (self.lines if lines is None else lines).append("  " * depth + text)
 
     def loop(self, s: T.For, depth: int) -> None:
         if s.kind is T.ForKind.PARALLEL:
@@ -560,6 +573,8 @@ class _Writer:
         for iv in s.iter_vars:
             binding = self.expr(iv.binding)
             self.line(depth + 1, f"const i64 {self.bind(iv.var, iv.var.name)} = {binding};")
+        for iv in s.iter_vars:
+            self.iter_exprs[iv.var] = E.substitute(iv.binding, self.iter_exprs)
         for buf in s.alloc_buffers:
             self.allocate(buf, depth + 1)
         if s.init is not None:

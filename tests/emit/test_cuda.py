@@ -4,6 +4,8 @@ one-line error, and the generated code computes what the reference evaluator doe
 this CPU through a C++ shim)."""
 
 
+import re
+
 import numpy as np
 import pytest
 
@@ -11,12 +13,13 @@ from tcc.api import load_module, lower
 from tcc.emit.cuda import CudaCodegenError, compile_cuda_module, cuda_kernels
 from tcc.emit.nvrtc import nvrtc_available
 from tcc.ir import tir as T
+from tcc.ir.printer import print_prim_func
 from tcc.ir.tir_eval import run_prim_func
 from tcc.lower.passes import run_pipeline
 from tcc.lower.rules import schedule_prim_func
 from tcc.target import parse_target
 from tests.emit import cuda_on_host
-from tests.lower.rules.cpu.rules_cases import kernels, random_arguments
+from tests.lower.rules.cpu.rules_cases import _model, kernels, random_arguments
 from tests.models.builders import bert_encoder, gpt2_decoder, light_model
 
 CUDA = parse_target("cuda -arch=sm_80,sm_90")
@@ -88,14 +91,14 @@ def _loops(s):
 
 
 @needs_cxx
-@pytest.mark.parametrize("case", ["add_broadcast", "transpose", "matmul", "dense_trans_b",
-                                  "conv_pad", "conv_stride2", "max_pool", "avg_pool",
-                                  "reduce_mean", "softmax", "layer_norm"])
+@pytest.mark.parametrize("case", ["add_broadcast", "transpose", "conv_pad", "conv_stride2",
+                                  "max_pool", "avg_pool", "reduce_mean", "softmax",
+                                  "layer_norm"])
 def test_the_generated_code_computes_what_the_kernel_means(case, tmp_path):
     """Each launch's blocks and threads run one after another on this CPU: the GPU's result
     for thread-per-output schedules, whose threads share nothing. (Kernels whose threads
-    share memory behind barriers, such as reduce_max_all's, run through the stand-in
-    driver in tests/rt/test_cuda.py.)"""
+    share memory behind barriers, such as reduce_max_all's and the tiled matmuls, run
+    through the stand-in driver in tests/rt/test_cuda.py.)"""
     funcs = kernels(case)
     scheduled = {n: schedule_prim_func(f, CUDA) for n, f in funcs.items()}
     source, cuda = cuda_kernels(scheduled)
@@ -190,3 +193,14 @@ def test_a_repeated_value_is_named_once_unless_only_a_guarded_branch_reads_it(tm
     cuda_on_host.run(lib, cuda["k"], [xs, indices, got])
     safe = np.where(indices >= 0, indices, 0)
     np.testing.assert_array_equal(got, np.where(indices >= 0, xs[safe] * 3, 0))
+
+
+def test_a_shared_buffer_is_one_array_however_many_copies_of_its_loop_allocate_it():
+    # a reduction of 40 in steps of 16: unswitching copies the step loop, allocations and all
+    model = _model("MatMul", {"a": [40, 40], "b": [40, 36]}, [40, 36])
+    (func,) = lower(load_module(model)).prim_funcs.values()
+    scheduled = schedule_prim_func(func, CUDA)
+    source, _ = cuda_kernels({"k": scheduled})
+    tiles = re.findall(r"__shared__ float (\w+)\[", source)
+    assert sorted(tiles) == ["in0_shared", "in1_shared"]
+    assert print_prim_func("k", scheduled).count('scope="shared"') > 2

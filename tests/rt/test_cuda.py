@@ -93,6 +93,28 @@ def _whole() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _products() -> onnx.ModelProto:
+    """Matrix products the tiling rule gives shared-memory tiles: a projection with bias
+    and ReLU over a symbolic batch of 20-row sequences, and attention's scores against a
+    transposed key."""
+    rng = np.random.default_rng(2)
+    w, b = (onnx.numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+            for n, s in (("w", (40, 48)), ("b", (48,))))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]),
+         helper.make_node("Add", ["xw", "b"], ["xb"]),
+         helper.make_node("Relu", ["xb"], ["projected"]),
+         helper.make_node("Transpose", ["key"], ["key_t"], perm=[0, 1, 3, 2]),
+         helper.make_node("MatMul", ["query", "key_t"], ["scores"])],
+        "products",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 20, 40]),
+         helper.make_tensor_value_info("query", TensorProto.FLOAT, ["batch", 2, 20, 16]),
+         helper.make_tensor_value_info("key", TensorProto.FLOAT, ["batch", 2, 20, 16])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("projected", "scores")],
+        [w, b])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def _build(folder, model) -> dict:
     onnx.save(model, folder / "m.onnx")
     data = compile_to_bytes(folder / "m.onnx", "cuda -arch=sm_80,sm_90")
@@ -191,6 +213,24 @@ def test_a_whole_tensor_reduces_in_one_block_of_threads(tmp_path, driver, monkey
     np.testing.assert_allclose(total, grid.astype(np.float64).sum(), rtol=1e-5, atol=1e-4)
     blocks = [line.split() for line in driver.read_text().splitlines() if line.startswith("launch")]
     assert len(blocks) == 2 and all(b[2:5] == ["1", "1", "1"] and int(b[5]) > 1 for b in blocks)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_tiled_matrix_products_run_phase_by_phase_and_match(tmp_path, driver, monkeypatch, batch):
+    built = _build(tmp_path, _products())
+    monkeypatch.setenv("TCC_FAKE_CUDA_KERNELS", str(built["kernels"]))
+    rng = np.random.default_rng(batch)
+    x = rng.standard_normal((batch, 20, 40)).astype(np.float32)
+    query, key = rng.standard_normal((2, batch, 2, 20, 16)).astype(np.float32)
+    with tcc.rt.load(built["pack"]) as m:
+        got = m.main(x, query, key)
+    for g, want in zip(got, _reference(built["model"], x, query=query, key=key)):
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-5)
+    blocks = [line.split() for line in driver.read_text().splitlines() if line.startswith("launch")]
+    products = [b for b in blocks if "matmul" in b[1]]
+    # a block of threads on both axes, 4 x 4 outputs a thread: 16 threads (x) for 48
+    # columns, 8 (y, x) for 20 rows or columns
+    assert [b[5:7] for b in products] == [["16", "8"], ["8", "8"]], blocks
 
 
 def test_tensors_stay_on_the_device_between_kernels(built, driver):

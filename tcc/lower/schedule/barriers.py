@@ -23,7 +23,9 @@ import dataclasses
 
 from tcc.ir import expr as E
 from tcc.ir import tir as T
+from tcc.lower.schedule import regions as R
 from tcc.lower.schedule.regions import iter_loads
+from tcc.lower.schedule.rewrite import substitute_expr
 
 
 def insert_barriers(func: T.PrimFunc) -> T.PrimFunc:
@@ -66,11 +68,50 @@ def _grid(s: T.Stmt) -> T.Stmt:
         return T.SeqStmt(tuple(out))
     if isinstance(s, T.For):
         body = _grid(s.body)
-        trips = s.extent.value if isinstance(s.extent, E.IntImm) else None
-        if trips != 1 and _shared_accesses(body)[1]:
+        if _iterations_share(s, body):
             body = T.seq(body, T.syncthreads())
         return s if body is s.body else dataclasses.replace(s, body=body)
     return _map_children(s, _grid)
+
+
+def _iterations_share(loop: T.For, body: T.Stmt) -> bool:
+    """Whether one iteration of a block-level loop may touch shared memory that another
+    writes: it writes a shared buffer, runs more than once, is not a loop over the grid's
+    blocks (each iteration its own block, with its own shared memory), and is not a
+    copy whose iterations write disjoint boxes and read no shared memory."""
+    if _bound(loop, "blockIdx"):
+        return False
+    reads, writes = _shared_accesses(body)
+    trips = R.const_value(loop.extent)
+    if not writes or trips == 1:
+        return False
+    return bool(reads) or not _disjoint_iterations(loop, body)
+
+
+def _disjoint_iterations(loop: T.For, body: T.Stmt) -> bool:
+    """Whether the shared elements one iteration of `loop` writes are a box that moves, in
+    some dimension, by at least its own extent from one iteration to the next."""
+    found = [a for a in R.accesses(body) if a.kind == "writes" and a.buffer.scope == "shared"]
+    by_buffer: dict[int, list[R.Access]] = {}
+    for a in found:
+        by_buffer.setdefault(id(a.buffer), []).append(a)
+    step = {loop.var: loop.var + 1}
+    for accesses in by_buffer.values():
+        ranges: dict = {}
+        for a in accesses:
+            ranges.update(R.loop_ranges(a.loops))
+        box = R.box([a.in_loops for a in accesses], ranges)
+        if box is None:
+            return False
+        if not any(_moves_past(lo, ext, step) for lo, ext in zip(box.mins, box.extents)):
+            return False
+    return True
+
+
+def _moves_past(lo: E.PrimExpr, extent: E.PrimExpr, step: dict) -> bool:
+    size = R.const_value(extent)
+    shift = R.const_value(substitute_expr(lo, step) - lo)
+    return size is not None and shift is not None and shift >= size
 
 
 def _map_children(s: T.Stmt, fn) -> T.Stmt:

@@ -38,7 +38,7 @@ from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.fields import field_names
 from tcc.lower.schedule import regions as R
-from tcc.lower.schedule.rewrite import map_exprs
+from tcc.lower.schedule.rewrite import map_exprs, substitute_expr, substitute_stmt
 from tcc.lower.schedule.state import Located, find_block, find_loop, replace, walk
 
 _PINNED = (T.ForKind.VECTORIZED, T.ForKind.THREAD_BINDING)
@@ -51,6 +51,7 @@ class _Plan:
     loop: T.For | None
     shape: tuple
     offsets: tuple[E.PrimExpr | None, ...]  # per dimension; None where nothing shifts
+    threads: dict  # thread tag -> the Var the offsets use for its index (`_one_thread`)
 
 
 def _common_loops(found: list[R.Access]) -> list[T.For]:
@@ -126,14 +127,55 @@ def _plan(buf: T.Buffer, found: list[R.Access]) -> _Plan | None:
     return plan
 
 
+def _thread_loop(loop: T.For) -> bool:
+    return loop.kind is T.ForKind.THREAD_BINDING and (loop.thread_tag or "").startswith("threadIdx")
+
+
+def _one_thread(buf: T.Buffer, found: list[R.Access], depth: int) -> dict | None:
+    """For a "local" buffer whose accesses all lie under threadIdx loops inside its home:
+    one variable per thread axis (tag -> Var) standing for every loop bound to it, when
+    each access is under a loop of every such axis, each from 0 and with one index type
+    (a loop's variable is then the thread's index, the same in every loop of its axis)."""
+    if buf.scope != "local":
+        return None
+    inner = [[f for f in a.loops[depth:] if _thread_loop(f)] for a in found]
+    tags = {f.thread_tag for loops in inner for f in loops}
+    if not tags or any(sorted(f.thread_tag for f in loops) != sorted(tags) for loops in inner):
+        return None
+    loops = [f for group in inner for f in group]
+    if any(R.const_value(f.min) != 0 for f in loops):
+        return None
+    dtypes = {tag: {f.var.dtype for f in loops if f.thread_tag == tag} for tag in tags}
+    if any(len(d) != 1 for d in dtypes.values()):
+        return None
+    return {tag: E.Var(tag.replace(".", "_"), next(iter(d))) for tag, d in dtypes.items()}
+
+
+def _in_one_thread(found: list[R.Access], depth: int, threads: dict | None):
+    """Each access's region in loop variables, and the ranges of the loops to relax: all
+    inside the home, except the thread loops when `threads` stands for them."""
+    regions, ranges = [], {}
+    for a in found:
+        relaxed = list(a.loops[depth:])
+        region = a.in_loops
+        if threads:
+            mapping = {f.var: threads[f.thread_tag] for f in relaxed if _thread_loop(f)}
+            relaxed = [f for f in relaxed if not _thread_loop(f)]
+            region = T.BufferRegion(region.buffer, tuple(
+                (substitute_expr(lo, mapping), ext) for lo, ext in region.ranges))
+        regions.append(region)
+        ranges.update(R.loop_ranges(relaxed))
+    return regions, ranges
+
+
 def _plan_at(buf: T.Buffer, found: list[R.Access], loop: T.For | None) -> _Plan | None:
     """The box of `buf` one iteration of `loop` touches (all of it when None) as a new
-    shape and offsets; None when an index cannot be bounded."""
+    shape and offsets; None when an index cannot be bounded. For a "local" buffer under
+    its threads' loops, the box is one thread's (its index held fixed, `_one_thread`)."""
     depth = 0 if loop is None else next(k for k, f in enumerate(found[0].loops) if f is loop) + 1
-    ranges: dict = {}
-    for a in found:
-        ranges.update(R.loop_ranges(a.loops[depth:]))
-    box = R.box([a.in_loops for a in found], ranges)
+    threads = _one_thread(buf, found, depth)
+    regions, ranges = _in_one_thread(found, depth, threads)
+    box = R.box(regions, ranges)
     if box is None:
         return None
     shape, offsets = [], []
@@ -148,7 +190,7 @@ def _plan_at(buf: T.Buffer, found: list[R.Access], loop: T.For | None) -> _Plan 
         else:
             shape.append(dim)
             offsets.append(None)
-    return _Plan(loop, tuple(shape), tuple(offsets))
+    return _Plan(loop, tuple(shape), tuple(offsets), threads or {})
 
 
 def _shift(indices: tuple, offsets: tuple) -> tuple:
@@ -187,6 +229,26 @@ def _map_stmts(node, old: T.Buffer, new: T.Buffer, offsets: tuple):
     return dataclasses.replace(node, **changes) if changes else node
 
 
+def _thread_indices(node, threads: dict):
+    """`node` with each thread-index variable of `threads` replaced, under every loop bound
+    to its axis, by that loop's own variable."""
+    if not threads or not isinstance(node, (T.Stmt, tuple)):
+        return node
+    if isinstance(node, tuple):
+        items = tuple(_thread_indices(x, threads) for x in node)
+        return node if all(a is b for a, b in zip(items, node)) else items
+    if isinstance(node, T.For) and node.thread_tag in threads and _thread_loop(node):
+        body = substitute_stmt(node.body, {threads[node.thread_tag]: node.var})
+        node = node if body is node.body else dataclasses.replace(node, body=body)
+    changes = {}
+    for fname in field_names(node):
+        value = getattr(node, fname)
+        rebuilt = _thread_indices(value, threads)
+        if rebuilt is not value:
+            changes[fname] = rebuilt
+    return dataclasses.replace(node, **changes) if changes else node
+
+
 def _bindings(loc: Located) -> dict:
     return {iv.var: iv.binding for iv in loc.stmt.iter_vars}
 
@@ -208,6 +270,7 @@ def _compact_one(func: T.PrimFunc, block_name: str, buf: T.Buffer) -> T.PrimFunc
     kept = tuple(b for b in parent.alloc_buffers if b is not buf)
     allocs = kept if plan.loop is not None else (*kept, new)
     rebased = _rebase(dataclasses.replace(parent, alloc_buffers=allocs), buf, new, plan.offsets)
+    rebased = _thread_indices(rebased, plan.threads)
     func = replace(func, loc, rebased)
     if plan.loop is not None:
         at = find_loop(func, plan.loop.var)

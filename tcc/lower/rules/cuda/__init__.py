@@ -2,8 +2,9 @@
 
 Every stage must end up bound to GPU blocks and threads: a stage left to run serially
 would run on one thread of one block, so the last rule, `ThreadPerOutputRule`, applies to
-every canonical stage; `CrossThreadReductionRule` comes first, for reductions of many
-values into few outputs. Before any rule, `inline_elementwise` folds the elementwise stages
+every canonical stage. Before it, `MatmulTilingRule` takes contractions with many rows and
+columns (tiles in shared memory and registers) and `CrossThreadReductionRule` reductions of
+many values into few outputs. Before any rule, `inline_elementwise` folds the elementwise stages
 between others into the stages that read them, so that a fused kernel runs as few
 launches as its reductions need. The driver that applies them is `tcc.lower.rules`.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from tcc.lower.rules import RuleSet
 from tcc.lower.rules.cuda.cross_thread import CrossThreadReductionRule
 from tcc.lower.rules.cuda.inline import inline_elementwise
+from tcc.lower.rules.cuda.matmul import MatmulTilingRule
 from tcc.lower.rules.cuda.thread_per_output import ThreadPerOutputRule
 
 __all__ = ["RULE_SET"]
@@ -25,7 +27,7 @@ def _machine(target):
 
 RULE_SET = RuleSet(
     kernel_rules=(),
-    stage_rules=(CrossThreadReductionRule(), ThreadPerOutputRule()),
+    stage_rules=(MatmulTilingRule(), CrossThreadReductionRule(), ThreadPerOutputRule()),
     machine=_machine,
     prepare=inline_elementwise,
 )
