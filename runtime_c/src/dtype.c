@@ -61,5 +61,11 @@ const tccrt_dtype_t *tccrt_dtype_find(const char *name) {
   return e && e->tensor.code != NOT_A_TENSOR ? &e->tensor : NULL;
 }
 
+const tccrt_dtype_t *tccrt_dtype_of(uint8_t code, uint8_t bits) {
+  for (size_t i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++) /* float32 comes before bfloat16 */
+    if (DTYPES[i].tensor.code == code && DTYPES[i].tensor.bits == bits) return &DTYPES[i].tensor;
+  return NULL;
+}
+
 /* Bytes per element: a sub-byte value takes a whole byte. */
 size_t tccrt_dtype_size(const tccrt_dtype_t *dtype) { return (dtype->bits + 7u) / 8u; }

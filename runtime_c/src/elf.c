@@ -125,8 +125,8 @@ tccrt_status_t tccrt_elf_check(const tccrt_pack_t *pack) {
   if (!defines(&t, "tcc_last_error") || !defines(&t, "tcc_set_num_threads"))
     return tccrt_fail(TCCRT_INVALID_PACK, "%s: the shared object has no tcc_last_error/tcc_set_num_threads; "
                       "it was not built by tcc's CPU backend", pack->path);
-  for (size_t k = 0; k < pack->kernel_count; k++)
-    if (!defines(&t, pack->kernels[k]))
+  for (size_t k = 0; k < pack->kernel_count; k++) /* a GPU's kernels are in its own library */
+    if (pack->kernel_device[k] < 0 && !defines(&t, pack->kernels[k]))
       return tccrt_fail(TCCRT_INVALID_PACK, "%s: the shared object lacks kernel '%s' of the kernel table; "
                         "compile the pack again", pack->path, pack->kernels[k]);
   return TCCRT_OK;

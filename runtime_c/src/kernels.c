@@ -65,11 +65,12 @@ tccrt_status_t tccrt_kernels_load(const tccrt_pack_t *pack, tccrt_kernels_t *out
   const tccrt_member_t *so = pack->shared_object;
   char arch[32];
   const char *host = tccrt_host_architecture();
-  if ((so || pack->kernel_count) && tccrt_triple_architecture(pack->target, arch, sizeof arch) && strcmp(arch, host))
+  if ((so || pack->cpu_kernel_count) && tccrt_triple_architecture(pack->target, arch, sizeof arch) &&
+      strcmp(arch, host))
     return tccrt_fail(TCCRT_KERNEL_ERROR, "%s: the pack's kernels are built for %s, and this machine is %s; "
                       "compile the model again on this machine", pack->path, arch, host);
   if (!so) {
-    if (pack->kernel_count == 0) return TCCRT_OK;
+    if (pack->cpu_kernel_count == 0) return TCCRT_OK; /* none, or all on a GPU */
     return tccrt_fail(TCCRT_KERNEL_ERROR, "%s: the pack has no shared object for its kernels (it was emitted "
                       "where no system linker was found); compile it again on a machine with cc", pack->path);
   }
@@ -93,6 +94,7 @@ tccrt_status_t tccrt_kernels_load(const tccrt_pack_t *pack, tccrt_kernels_t *out
     memcpy(&out->last_error, &last_error, sizeof last_error);
     memcpy(&out->set_num_threads, &set_threads, sizeof set_threads);
     for (size_t k = 0; k < pack->kernel_count && !st; k++) {
+      if (pack->kernel_device[k] >= 0) continue; /* a GPU's (cuda.c) */
       void *fn = dlsym(out->handle, pack->kernels[k]);
       if (!fn)
         st = tccrt_fail(TCCRT_KERNEL_ERROR, "%s: the shared object lacks kernel '%s' of the kernel table; "

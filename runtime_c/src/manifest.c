@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "pack_internal.h"
+#include "shape.h"
 #include "tccrt_pack.h"
 
 #define BAD(...) tccrt_fail(TCCRT_INVALID_PACK, __VA_ARGS__)
@@ -18,6 +19,7 @@ enum {
   K_STR = 1 << TCCRT_JSON_STRING,
   K_LIST = 1 << TCCRT_JSON_ARRAY,
   K_DICT = 1 << TCCRT_JSON_OBJECT,
+  K_BOOL = (1 << TCCRT_JSON_FALSE) | (1 << TCCRT_JSON_TRUE),
 };
 
 static unsigned dtype_itemsize(const tccrt_json_t *v) {
@@ -99,16 +101,13 @@ static const char *const KNOWN[] = {"bytecode", "entry_functions", "format", "fo
 static tccrt_status_t check_top_fields(const tccrt_pack_t *pack, const tccrt_json_t *m) {
   char missing[256] = "", unknown[256] = "";
   size_t nk = sizeof KNOWN / sizeof KNOWN[0];
-  if (tccrt_json_get(m, TCCRT_DEVICE_KERNELS_FIELD))
-    return BAD("%s: the pack holds GPU kernels (" TCCRT_MANIFEST " " TCCRT_DEVICE_KERNELS_FIELD "), which this "
-               "runtime does not run yet; run it with tcc.rt (tcc run --runtime python)",
-               pack->path);
   for (size_t i = 0; i < nk; i++)
     if (!tccrt_json_get(m, KNOWN[i]))
       snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s'%s'",
                missing[0] ? ", " : "", KNOWN[i]);
   for (size_t i = 0; i < m->length; i++) {
-    int known = strcmp(m->keys[i], TCCRT_KERNEL_ORIGINS_FIELD) == 0;
+    int known = strcmp(m->keys[i], TCCRT_KERNEL_ORIGINS_FIELD) == 0 ||
+                strcmp(m->keys[i], TCCRT_DEVICE_KERNELS_FIELD) == 0;
     for (size_t k = 0; !known && k < nk; k++) known = strcmp(m->keys[i], KNOWN[k]) == 0;
     if (!known)
       snprintf(unknown + strlen(unknown), sizeof unknown - strlen(unknown), "%s" Q,
@@ -167,6 +166,199 @@ static tccrt_status_t check_tensor_list(const tccrt_pack_t *pack, const tccrt_js
   return TCCRT_OK;
 }
 
+
+/* -- device_kernels (tcc/rt/pack.py _check_device_kernels, in its order and words) -- */
+
+static const char *const DEVICE_KINDS[] = {"cuda"};
+#define MAX_THREADS_PER_BLOCK 1024
+
+static int all_ints(const tccrt_json_t *list) {
+  for (size_t i = 0; i < list->length; i++)
+    if (list->items[i].kind != TCCRT_JSON_INT) return 0;
+  return 1;
+}
+
+/* A launch spec's shape program over `slots` size variables, of rank `ndim` (or any: -1). */
+static tccrt_status_t launch_program(const tccrt_pack_t *pack, const tccrt_json_t *prog, size_t slots,
+                                     const char *where, int64_t ndim) {
+  if (!all_ints(prog)) return BAD("%s: " TCCRT_MANIFEST ": %s: malformed shape program", pack->path, where);
+  int64_t small[64] = {0}, *words = prog->length <= 64 ? small : malloc(prog->length * sizeof *words);
+  if (!words) return NOMEM();
+  for (size_t i = 0; i < prog->length; i++) words[i] = prog->items[i].integer;
+  char why[96];
+  const char *problem = tccrt_shape_program_problem(words, prog->length, slots, ndim, why, sizeof why);
+  if (words != small) free(words);
+  return problem ? BAD("%s: " TCCRT_MANIFEST ": %s: %s", pack->path, where, problem) : TCCRT_OK;
+}
+
+static int c_identifier(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > 255 || !((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+    return 0;
+  for (size_t i = 1; i < n; i++)
+    if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
+          s[i] == '_'))
+      return 0;
+  return 1;
+}
+
+/* sm_XX or compute_XX, XX from 10 to 999 without a leading zero. */
+static int binary_name(const char *s) {
+  const char *digits = !strncmp(s, "sm_", 3) ? s + 3 : !strncmp(s, "compute_", 8) ? s + 8 : NULL;
+  size_t n = digits ? strlen(digits) : 0;
+  if (n < 2 || n > 3 || digits[0] < '1' || digits[0] > '9') return 0;
+  for (size_t i = 1; i < n; i++)
+    if (digits[i] < '0' || digits[i] > '9') return 0;
+  return 1;
+}
+
+/* An int or a list of ints as Python's repr shows it (cut short), else its JSON type:
+ * tcc/rt/pack.py's _shown, for messages. */
+static const char *shown(const tccrt_json_t *v, char *out, size_t size) {
+  if (v->kind == TCCRT_JSON_INT) {
+    snprintf(out, size, "%lld", (long long)v->integer);
+    return out;
+  }
+  if (v->kind != TCCRT_JSON_ARRAY || !all_ints(v)) {
+    snprintf(out, size, "(a %s)", type_name(v));
+    return out;
+  }
+  size_t used = (size_t)snprintf(out, size, "[");
+  for (size_t i = 0; i < v->length && used < size; i++)
+    used += (size_t)snprintf(out + used, size - used, "%s%lld", i ? ", " : "", (long long)v->items[i].integer);
+  if (used < size) snprintf(out + used, size - used, "]");
+  return out;
+}
+
+static tccrt_status_t check_launch_spec(const tccrt_pack_t *pack, const tccrt_json_t *spec, const char *where) {
+  static const field_t fields_spec[] = {{"params", K_LIST}, {"size_vars", K_LIST}, {"bind", K_LIST},
+                                        {"writes", K_LIST}, {"preconditions", K_LIST},
+                                        {"workspaces", K_LIST}, {"launches", K_LIST}};
+  static const field_t scalar_spec[] = {{"dtype", K_STR}, {"scalar", K_BOOL}};
+  static const field_t buffer_spec[] = {{"dtype", K_STR}, {"shape", K_LIST}};
+  static const field_t ws_spec[] = {{"name", K_STR}, {"dtype", K_STR}, {"count", K_LIST}};
+  static const field_t launch_spec[] = {{"function", K_STR}, {"grid", K_LIST}, {"block", K_LIST}};
+  tccrt_status_t st;
+  char what[512];
+  if ((st = FIELDS(pack, spec, fields_spec, where))) return st;
+  const tccrt_json_t *names = tccrt_json_get(spec, "size_vars"), *params = tccrt_json_get(spec, "params");
+  snprintf(what, sizeof what, "%s: a size variable", where);
+  for (size_t i = 0; i < names->length; i++)
+    if ((st = expect(pack, &names->items[i], K_STR, what))) return st;
+  for (size_t i = 0; i < params->length; i++) {
+    const tccrt_json_t *p = &params->items[i];
+    int scalar = p->kind == TCCRT_JSON_OBJECT && tccrt_json_get(p, "scalar");
+    snprintf(what, sizeof what, "%s parameter %zu", where, i);
+    if ((st = scalar ? FIELDS(pack, p, scalar_spec, what) : FIELDS(pack, p, buffer_spec, what))) return st;
+    if (!tccrt_dtype_known(tccrt_json_get(p, "dtype")->string) ||
+        (scalar && tccrt_json_get(p, "scalar")->kind != TCCRT_JSON_TRUE))
+      return BAD("%s: " TCCRT_MANIFEST ": %s has a malformed dtype", pack->path, what);
+    if (!scalar && (st = launch_program(pack, tccrt_json_get(p, "shape"), names->length, what, -1))) return st;
+  }
+  const tccrt_json_t *bind = tccrt_json_get(spec, "bind");
+  if (bind->length != names->length)
+    return BAD("%s: " TCCRT_MANIFEST ": %s binds %zu of %zu size variables", pack->path, where, bind->length,
+               names->length);
+  for (size_t i = 0; i < bind->length; i++) {
+    const tccrt_json_t *b = &bind->items[i];
+    int ok = b->kind == TCCRT_JSON_ARRAY && b->length == 2 && all_ints(b) && b->items[0].integer >= 0 &&
+             (uint64_t)b->items[0].integer < params->length;
+    if (ok) {
+      const tccrt_json_t *p = &params->items[b->items[0].integer];
+      int64_t axis = b->items[1].integer;
+      if (tccrt_json_get(p, "scalar")) ok = axis == -1;
+      else ok = axis >= 0 && axis < tccrt_json_get(p, "shape")->items[0].integer;
+    }
+    char text[96];
+    if (!ok)
+      return BAD("%s: " TCCRT_MANIFEST ": %s reads a size variable from a bad place %s", pack->path, where,
+                 shown(b, text, sizeof text));
+  }
+  const tccrt_json_t *writes = tccrt_json_get(spec, "writes");
+  for (size_t i = 0; i < writes->length; i++) {
+    const tccrt_json_t *w = &writes->items[i];
+    char text[96];
+    if (w->kind != TCCRT_JSON_INT || w->integer < 0 || (uint64_t)w->integer >= params->length ||
+        tccrt_json_get(&params->items[w->integer], "scalar"))
+      return BAD("%s: " TCCRT_MANIFEST ": %s writes a bad parameter %s", pack->path, where,
+                 shown(w, text, sizeof text));
+  }
+  snprintf(what, sizeof what, "%s preconditions", where);
+  if ((st = launch_program(pack, tccrt_json_get(spec, "preconditions"), names->length, what, -1))) return st;
+  const tccrt_json_t *workspaces = tccrt_json_get(spec, "workspaces");
+  for (size_t i = 0; i < workspaces->length; i++) {
+    const tccrt_json_t *w = &workspaces->items[i];
+    snprintf(what, sizeof what, "%s workspace", where);
+    if ((st = FIELDS(pack, w, ws_spec, what))) return st;
+    snprintf(what, sizeof what, "%s workspace " Q, where, tccrt_json_get(w, "name")->string);
+    if (!tccrt_dtype_known(tccrt_json_get(w, "dtype")->string))
+      return BAD("%s: " TCCRT_MANIFEST ": %s has a malformed dtype", pack->path, what);
+    if ((st = launch_program(pack, tccrt_json_get(w, "count"), names->length, what, 1))) return st;
+  }
+  const tccrt_json_t *launches = tccrt_json_get(spec, "launches");
+  if (launches->length == 0) return BAD("%s: " TCCRT_MANIFEST ": %s has no launches", pack->path, where);
+  for (size_t i = 0; i < launches->length; i++) {
+    const tccrt_json_t *l = &launches->items[i];
+    snprintf(what, sizeof what, "%s launch", where);
+    if ((st = FIELDS(pack, l, launch_spec, what))) return st;
+    if (!c_identifier(tccrt_json_get(l, "function")->string))
+      return BAD("%s: " TCCRT_MANIFEST ": %s launches a function with a malformed name", pack->path, where);
+    snprintf(what, sizeof what, "%s grid", where);
+    if ((st = launch_program(pack, tccrt_json_get(l, "grid"), names->length, what, 3))) return st;
+    const tccrt_json_t *block = tccrt_json_get(l, "block");
+    int ok = block->length == 3 && all_ints(block);
+    int64_t threads = 1;
+    for (size_t d = 0; ok && d < 3; d++) {
+      int64_t b = block->items[d].integer;
+      ok = b >= 1 && b <= MAX_THREADS_PER_BLOCK;
+      threads *= ok ? b : 1;
+    }
+    char text[96];
+    if (!ok || threads > MAX_THREADS_PER_BLOCK)
+      return BAD("%s: " TCCRT_MANIFEST ": %s has a malformed block %s", pack->path, where,
+                 shown(block, text, sizeof text));
+  }
+  return TCCRT_OK;
+}
+
+static tccrt_status_t check_device_kernels(const tccrt_pack_t *pack, const tccrt_json_t *libraries,
+                                           const tccrt_json_t *symbols) {
+  static const field_t lib_spec[] = {{"target", K_STR}, {"binaries", K_DICT}, {"source", K_STR},
+                                     {"kernels", K_DICT}};
+  tccrt_status_t st = expect(pack, libraries, K_DICT, TCCRT_DEVICE_KERNELS_FIELD);
+  for (size_t k = 0; !st && k < libraries->length; k++) {
+    char what[200], sub[320];
+    const char *kind = libraries->keys[k];
+    snprintf(what, sizeof what, TCCRT_DEVICE_KERNELS_FIELD ".%.80s", kind);
+    int known = 0;
+    for (size_t i = 0; i < sizeof DEVICE_KINDS / sizeof *DEVICE_KINDS; i++) known |= !strcmp(kind, DEVICE_KINDS[i]);
+    if (!known)
+      return BAD("%s: " TCCRT_MANIFEST ": %s: this runtime runs no kernels for device " Q " (it knows cuda); "
+                 "use a newer tcc", pack->path, what, kind);
+    const tccrt_json_t *lib = &libraries->items[k];
+    if ((st = FIELDS(pack, lib, lib_spec, what))) return st;
+    const tccrt_json_t *binaries = tccrt_json_get(lib, "binaries"), *kernels = tccrt_json_get(lib, "kernels");
+    if (binaries->length == 0) return BAD("%s: " TCCRT_MANIFEST ": %s has no binaries", pack->path, what);
+    for (size_t i = 0; i < binaries->length; i++) {
+      if (!binary_name(binaries->keys[i]))
+        return BAD("%s: " TCCRT_MANIFEST ": %s has a binary named " Q "; expected sm_XX or compute_XX",
+                   pack->path, what, binaries->keys[i]);
+      snprintf(sub, sizeof sub, "%s.binaries.%.80s", what, binaries->keys[i]);
+      if ((st = expect(pack, &binaries->items[i], K_STR, sub))) return st;
+    }
+    for (size_t i = 0; i < kernels->length; i++) {
+      int listed = 0;
+      for (size_t s = 0; !listed && s < symbols->length; s++) listed = !strcmp(symbols->items[s].string, kernels->keys[i]);
+      if (!listed)
+        return BAD("%s: " TCCRT_MANIFEST ": %s has kernel " Q ", which the kernel table lacks", pack->path, what,
+                   kernels->keys[i]);
+      snprintf(sub, sizeof sub, "%s kernel " Q, what, kernels->keys[i]);
+      if ((st = check_launch_spec(pack, &kernels->items[i], sub))) return st;
+    }
+  }
+  return st;
+}
+
 /* The field checks of check_manifest, in its order. */
 static tccrt_status_t check_fields(const tccrt_pack_t *pack, const tccrt_json_t *m,
                                    const uint8_t *raw, size_t size) {
@@ -220,6 +412,9 @@ static tccrt_status_t check_fields(const tccrt_pack_t *pack, const tccrt_json_t 
         if ((st = expect(pack, &names->items[j], K_STR, what))) return st;
     }
   }
+
+  const tccrt_json_t *devices = tccrt_json_get(m, TCCRT_DEVICE_KERNELS_FIELD);
+  if (devices && (st = check_device_kernels(pack, devices, symbols))) return st;
 
   static const field_t w_spec[] = {
       {"member", K_STR | K_NULL}, {"alignment", K_INT}, {"arrays", K_DICT}};
@@ -380,6 +575,96 @@ static tccrt_status_t load_weights(tccrt_pack_t *pack, const tccrt_json_t *w) {
   return TCCRT_OK;
 }
 
+/* A checked shape program, as words in the pack's arena. */
+static tccrt_status_t load_program(tccrt_pack_t *pack, const tccrt_json_t *prog, const int64_t **out) {
+  int64_t *words = tccrt_arena_alloc(&pack->arena, (prog->length + 1) * sizeof *words);
+  if (!words) return NOMEM();
+  for (size_t i = 0; i < prog->length; i++) words[i] = prog->items[i].integer;
+  *out = words;
+  return TCCRT_OK;
+}
+
+static tccrt_status_t load_launch_spec(tccrt_pack_t *pack, const char *symbol, const tccrt_json_t *spec,
+                                       tccrt_device_kernel_t *k) {
+  const tccrt_json_t *params = tccrt_json_get(spec, "params"), *names = tccrt_json_get(spec, "size_vars");
+  const tccrt_json_t *bind = tccrt_json_get(spec, "bind"), *writes = tccrt_json_get(spec, "writes");
+  const tccrt_json_t *workspaces = tccrt_json_get(spec, "workspaces"), *launches = tccrt_json_get(spec, "launches");
+  tccrt_status_t st;
+  k->symbol = symbol;
+  k->param_count = params->length;
+  k->size_var_count = names->length;
+  k->workspace_count = workspaces->length;
+  k->launch_count = launches->length;
+  k->params = tccrt_arena_alloc(&pack->arena, (params->length + 1) * sizeof *k->params);
+  k->size_vars = tccrt_arena_alloc(&pack->arena, (names->length + 1) * sizeof *k->size_vars);
+  k->bind = tccrt_arena_alloc(&pack->arena, (bind->length + 1) * sizeof *k->bind);
+  k->workspaces = tccrt_arena_alloc(&pack->arena, (workspaces->length + 1) * sizeof *k->workspaces);
+  k->launches = tccrt_arena_alloc(&pack->arena, (launches->length + 1) * sizeof *k->launches);
+  if (!k->params || !k->size_vars || !k->bind || !k->workspaces || !k->launches) return NOMEM();
+  for (size_t i = 0; i < params->length; i++) {
+    const tccrt_json_t *p = &params->items[i];
+    k->params[i].dtype = tccrt_json_get(p, "dtype")->string;
+    k->params[i].scalar = tccrt_json_get(p, "scalar") != NULL;
+    if (!k->params[i].scalar && (st = load_program(pack, tccrt_json_get(p, "shape"), &k->params[i].shape)))
+      return st;
+  }
+  for (size_t i = 0; i < writes->length; i++) k->params[writes->items[i].integer].written = 1;
+  for (size_t i = 0; i < names->length; i++) {
+    k->size_vars[i] = names->items[i].string;
+    k->bind[i][0] = bind->items[i].items[0].integer;
+    k->bind[i][1] = bind->items[i].items[1].integer;
+  }
+  if ((st = load_program(pack, tccrt_json_get(spec, "preconditions"), &k->preconditions))) return st;
+  for (size_t i = 0; i < workspaces->length; i++) {
+    const tccrt_json_t *w = &workspaces->items[i];
+    k->workspaces[i].name = tccrt_json_get(w, "name")->string;
+    k->workspaces[i].dtype = tccrt_json_get(w, "dtype")->string;
+    if ((st = load_program(pack, tccrt_json_get(w, "count"), &k->workspaces[i].count))) return st;
+  }
+  for (size_t i = 0; i < launches->length; i++) {
+    const tccrt_json_t *l = &launches->items[i], *block = tccrt_json_get(l, "block");
+    k->launches[i].function = tccrt_json_get(l, "function")->string;
+    for (size_t d = 0; d < 3; d++) k->launches[i].block[d] = (unsigned)block->items[d].integer;
+    if ((st = load_program(pack, tccrt_json_get(l, "grid"), &k->launches[i].grid))) return st;
+  }
+  return TCCRT_OK;
+}
+
+/* The checked device_kernels into pack->cuda, and per kernel-table entry where it runs. */
+static tccrt_status_t load_device_kernels(tccrt_pack_t *pack, const tccrt_json_t *devices) {
+  pack->kernel_device = tccrt_arena_alloc(&pack->arena, (pack->kernel_count + 1) * sizeof *pack->kernel_device);
+  if (!pack->kernel_device) return NOMEM();
+  for (size_t i = 0; i < pack->kernel_count; i++) pack->kernel_device[i] = -1;
+  pack->cpu_kernel_count = pack->kernel_count;
+  const tccrt_json_t *lib = devices ? tccrt_json_get(devices, "cuda") : NULL;
+  if (!lib) return TCCRT_OK;
+  tccrt_cuda_code_t *cuda = tccrt_arena_alloc(&pack->arena, sizeof *cuda);
+  const tccrt_json_t *binaries = tccrt_json_get(lib, "binaries"), *kernels = tccrt_json_get(lib, "kernels");
+  if (!cuda) return NOMEM();
+  cuda->target = tccrt_json_get(lib, "target")->string;
+  cuda->binary_count = binaries->length;
+  cuda->kernel_count = kernels->length;
+  cuda->binary_names = tccrt_arena_alloc(&pack->arena, (binaries->length + 1) * sizeof *cuda->binary_names);
+  cuda->binaries = tccrt_arena_alloc(&pack->arena, (binaries->length + 1) * sizeof *cuda->binaries);
+  cuda->kernels = tccrt_arena_alloc(&pack->arena, (kernels->length + 1) * sizeof *cuda->kernels);
+  if (!cuda->binary_names || !cuda->binaries || !cuda->kernels) return NOMEM();
+  const tccrt_member_t *source;
+  tccrt_status_t st = named_member(pack, tccrt_json_get(lib, "source"), &source);
+  for (size_t i = 0; !st && i < binaries->length; i++) {
+    cuda->binary_names[i] = binaries->keys[i];
+    st = named_member(pack, &binaries->items[i], &cuda->binaries[i]);
+  }
+  for (size_t i = 0; !st && i < kernels->length; i++) {
+    size_t at = 0; /* in the table: the manifest's check saw to it */
+    while (strcmp(pack->kernels[at], kernels->keys[i]) != 0) at++;
+    pack->kernel_device[at] = (int64_t)i;
+    pack->cpu_kernel_count -= 1;
+    st = load_launch_spec(pack, pack->kernels[at], &kernels->items[i], &cuda->kernels[i]);
+  }
+  pack->cuda = cuda;
+  return st;
+}
+
 static tccrt_status_t load_tensors(tccrt_pack_t *pack, const tccrt_json_t *list,
                                    tccrt_tensor_info_t **out) {
   *out = tccrt_arena_alloc(&pack->arena, (list->length + 1) * sizeof **out);
@@ -442,6 +727,7 @@ tccrt_status_t tccrt_manifest_load(tccrt_pack_t *pack) {
   pack->kernels = tccrt_arena_alloc(&pack->arena, (symbols->length + 1) * sizeof *pack->kernels);
   if (!pack->kernels) return NOMEM();
   for (size_t i = 0; i < symbols->length; i++) pack->kernels[i] = symbols->items[i].string;
+  if ((st = load_device_kernels(pack, tccrt_json_get(m, TCCRT_DEVICE_KERNELS_FIELD)))) return st;
   const tccrt_json_t *entries = tccrt_json_get(m, "entry_functions");
   pack->function_count = entries->length;
   pack->functions = tccrt_arena_alloc(&pack->arena, (entries->length + 1) * sizeof *pack->functions);

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cuda.h"
 #include "module.h"
 #include "tccrt_pack.h"
 
@@ -111,6 +112,11 @@ static tccrt_status_t load_weights(tccrt_module_t *m) {
   for (size_t i = 0; i < n; i++) {
     if (!tccrt_dtype_find(m->pack->weights[i].dtype)) continue; /* load_constant reports it */
     tccrt_status_t st = tccrt_tensor_weight(m->pack, i, &m->weights[i]);
+    if (!st && m->cuda) { /* a GPU pack's weights go over once, here */
+      tccrt_value_t *on_host = m->weights[i];
+      st = tccrt_tensor_to_device(m->cuda, on_host, &m->weights[i]);
+      tccrt_value_release(on_host);
+    }
     if (st) return st;
   }
   return TCCRT_OK;
@@ -122,6 +128,9 @@ tccrt_status_t tccrt_module_load(tccrt_pack_t *pack, tccrt_module_t **out_module
   int threads;
   tccrt_status_t st = env_threads(&threads);
   if (st) return st;
+  if (pack->cuda && pack->cpu_kernel_count) /* tcc emits no such pack: the VM keeps its tensors on one device */
+    return tccrt_fail(TCCRT_KERNEL_ERROR, "%s: the pack has both CPU and GPU kernels, which the C runtime does "
+                      "not run side by side; run it with tcc.rt (tcc run --runtime python)", pack->path);
   tccrt_module_t *m = calloc(1, sizeof *m);
   if (!m) return tccrt_fail(TCCRT_OUT_OF_MEMORY, "%s: out of memory loading the pack", pack->path);
   if ((st = tccrt_kernels_load(pack, &m->kernels))) {
@@ -131,8 +140,9 @@ tccrt_status_t tccrt_module_load(tccrt_pack_t *pack, tccrt_module_t **out_module
   atomic_init(&m->refs, 1);
   tccrt_pack_retain(pack);
   m->pack = pack;
-  if ((st = load_weights(m))) {
+  if ((pack->cuda && (st = tccrt_cuda_open(pack, &m->cuda))) || (st = load_weights(m))) {
     release_weights(m);
+    tccrt_cuda_release(m->cuda);
     tccrt_kernels_unload(&m->kernels);
     tccrt_pack_release(pack);
     free(m);
@@ -152,6 +162,7 @@ void tccrt_module_release(tccrt_module_t *module) {
   if (!module || atomic_fetch_sub(&module->refs, 1) != 1) return;
   release_weights(module);
   untrack(module);
+  tccrt_cuda_release(module->cuda); /* closed once no tensor holds GPU memory */
   tccrt_kernels_unload(&module->kernels);
   tccrt_pack_release(module->pack);
   free(module->profile.calls);
@@ -247,17 +258,33 @@ static const char *input_names(const tccrt_function_t *f, char *buf, size_t size
 }
 
 /* Output `v` as a tensor the caller owns: weights and the caller's own memory are copied,
- * as the Python runtime copies read-only views. */
+ * as the Python runtime copies read-only views, and GPU tensors come back to the host. */
 static tccrt_status_t hand_out(const tccrt_module_t *m, const char *function, size_t i, tccrt_value_t *v,
                                tccrt_tensor_t **out) {
   if (v->kind != TCCRT_V_TENSOR)
     return tccrt_fail(TCCRT_INVALID_PACK, "%s: '%s' returns a %s as output %zu, not a tensor", m->pack->path,
                       function, tccrt_value_kind_name(v), i);
+  if (tccrt_tensor_on_device(v)) return tccrt_tensor_to_host(v, out);
   if (v->storage->kind == TCCRT_STORAGE_OWNED) {
     *out = tccrt_value_retain(v);
     return TCCRT_OK;
   }
   return tccrt_tensor_copy(v, out);
+}
+
+/* A GPU pack's run: the inputs go to GPU memory once, and the VM's tensors stay there. */
+static tccrt_status_t run_on_device(tccrt_module_t *module, size_t index, tccrt_tensor_t *const *inputs,
+                                    size_t n_inputs, tccrt_value_t **out) {
+  tccrt_status_t st = tccrt_cuda_enter(module->cuda);
+  if (st) return st;
+  tccrt_value_t **on_device = calloc(n_inputs ? n_inputs : 1, sizeof *on_device);
+  if (!on_device) return tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory starting a run");
+  size_t done = 0;
+  while (done < n_inputs && !(st = tccrt_tensor_to_device(module->cuda, inputs[done], &on_device[done]))) done++;
+  if (!st) st = tccrt_vm_invoke(module, index, on_device, n_inputs, out);
+  for (size_t i = 0; i < done; i++) tccrt_value_release(on_device[i]);
+  free(on_device);
+  return st;
 }
 
 tccrt_status_t tccrt_module_run(tccrt_module_t *module, const char *function, tccrt_tensor_t *const *inputs,
@@ -284,7 +311,8 @@ tccrt_status_t tccrt_module_run(tccrt_module_t *module, const char *function, tc
 
   tccrt_value_t *result = NULL;
   uint64_t t0 = module->profile.on ? tccrt_now_ns() : 0;
-  tccrt_status_t st = tccrt_vm_invoke(module, (size_t)index, inputs, n_inputs, &result);
+  tccrt_status_t st = module->cuda ? run_on_device(module, (size_t)index, inputs, n_inputs, &result)
+                                   : tccrt_vm_invoke(module, (size_t)index, inputs, n_inputs, &result);
   if (t0) {
     module->profile.total_ns += tccrt_now_ns() - t0;
     module->profile.runs += 1;

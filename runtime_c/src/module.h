@@ -34,9 +34,11 @@ struct tccrt_module_t {
   atomic_int refs;
   tccrt_pack_t *pack;
   tccrt_kernels_t kernels;
+  tccrt_cuda_t *cuda; /* the GPU the pack's CUDA kernels run on; NULL for a CPU pack */
   tccrt_profile_t profile;
   /* Each weight of the pack as a tensor, made once at load (NULL for a dtype the runtime
-   * cannot compute with): load_constant hands out a reference instead of a new tensor. */
+   * cannot compute with; in GPU memory when `cuda` is set): load_constant hands out a
+   * reference instead of a new tensor. */
   tccrt_value_t **weights;
   struct tccrt_module_t *next_open, *prev_open; /* the list of loaded modules (module.c) */
 };

@@ -19,6 +19,47 @@ typedef struct tccrt_function_t {
   tccrt_tensor_info_t *tensors[2];
 } tccrt_function_t;
 
+/* A CUDA kernel's launch spec (docs/tvmpack.md, "device_kernels"), checked as the manifest
+ * is read: every shape program is well formed over the kernel's size variables, `bind`
+ * reads a dimension a parameter has (or a scalar's value), `writes` names buffers. */
+typedef struct tccrt_launch_param_t {
+  const char *dtype;
+  int scalar;           /* a size passed by value (a 0-d int64 tensor from the VM) */
+  const int64_t *shape; /* a shape program; NULL for a scalar */
+  int written;          /* copied back after the launches */
+} tccrt_launch_param_t;
+
+typedef struct tccrt_launch_t {
+  const char *function;
+  const int64_t *grid; /* a shape program of rank 3 */
+  unsigned block[3];
+} tccrt_launch_t;
+
+typedef struct tccrt_workspace_t {
+  const char *name, *dtype;
+  const int64_t *count; /* a shape program of rank 1: its element count */
+} tccrt_workspace_t;
+
+typedef struct tccrt_device_kernel_t {
+  const char *symbol;
+  size_t param_count, size_var_count, workspace_count, launch_count;
+  tccrt_launch_param_t *params;
+  const char **size_vars;
+  int64_t (*bind)[2]; /* per size variable: [parameter, axis], axis -1 for a scalar's value */
+  const int64_t *preconditions;
+  tccrt_workspace_t *workspaces;
+  tccrt_launch_t *launches;
+} tccrt_device_kernel_t;
+
+/* A pack's CUDA kernels: its binaries by name (sm_XX cubins, compute_XX PTX). */
+typedef struct tccrt_cuda_code_t {
+  const char *target;
+  size_t binary_count, kernel_count;
+  const char **binary_names;
+  const tccrt_member_t **binaries;
+  tccrt_device_kernel_t *kernels;
+} tccrt_cuda_code_t;
+
 struct tccrt_pack_t {
   atomic_int refs; /* packs may be shared between threads */
   tccrt_arena_t arena;
@@ -36,6 +77,9 @@ struct tccrt_pack_t {
   size_t function_count;
   const char **kernels;
   size_t kernel_count;
+  tccrt_cuda_code_t *cuda; /* NULL when the pack has no GPU kernels */
+  int64_t *kernel_device;  /* per kernel-table entry: its index in cuda->kernels, -1 on the CPU */
+  size_t cpu_kernel_count;
   const tccrt_member_t *object;
   const tccrt_member_t *shared_object;
   tccrt_weight_info_t *weights;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda.h"
 #include "pack_internal.h"
 #include "tccrt_pack.h"
 #include "value.h"
@@ -64,6 +65,10 @@ static void storage_release(tccrt_storage_t *s) {
   if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
   if (s->kind == TCCRT_STORAGE_OWNED) free(s->data);
   if (s->kind == TCCRT_STORAGE_PACK) tccrt_pack_release(s->pack);
+  if (s->kind == TCCRT_STORAGE_DEVICE) {
+    tccrt_cuda_free(s->cuda, (uint64_t)(uintptr_t)s->data, s->nbytes);
+    tccrt_cuda_release(s->cuda);
+  }
   free(s);
 }
 
@@ -133,6 +138,23 @@ static tccrt_storage_t *storage_new(tccrt_storage_kind_t kind, void *data) {
   return s;
 }
 
+/* GPU memory of `nbytes` from `cuda`'s pool; NULL with the message set when it fails. */
+static tccrt_storage_t *device_storage(tccrt_cuda_t *cuda, size_t nbytes) {
+  uint64_t ptr = 0;
+  if (nbytes && tccrt_cuda_alloc(cuda, nbytes, &ptr)) return NULL;
+  tccrt_storage_t *s = storage_new(TCCRT_STORAGE_DEVICE, (void *)(uintptr_t)ptr);
+  if (!s) {
+    if (nbytes) tccrt_cuda_free(cuda, ptr, nbytes);
+    tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory making a GPU tensor");
+    return NULL;
+  }
+  s->cuda = tccrt_cuda_retain(cuda);
+  s->nbytes = nbytes;
+  return s;
+}
+
+int tccrt_tensor_on_device(const tccrt_value_t *x) { return x->storage && x->storage->kind == TCCRT_STORAGE_DEVICE; }
+
 size_t tccrt_tensor_bytes(const tccrt_value_t *x) { return x->size * tccrt_dtype_size(x->dtype); }
 
 tccrt_status_t tccrt_tensor_alloc(const tccrt_dtype_t *dtype, size_t rank, const int64_t *shape,
@@ -156,6 +178,52 @@ tccrt_status_t tccrt_tensor_alloc(const tccrt_dtype_t *dtype, size_t rank, const
   return TCCRT_OK;
 }
 
+tccrt_status_t tccrt_tensor_alloc_on(tccrt_cuda_t *cuda, const tccrt_dtype_t *dtype, size_t rank,
+                                     const int64_t *shape, tccrt_value_t **out) {
+  if (!cuda) return tccrt_tensor_alloc(dtype, rank, shape, 0, out);
+  tccrt_value_t *v;
+  tccrt_status_t st = tensor_shell(dtype, rank, shape, &v);
+  if (st) return st;
+  v->storage = device_storage(cuda, tccrt_tensor_bytes(v));
+  if (!v->storage) {
+    tccrt_value_release(v);
+    return TCCRT_OUT_OF_MEMORY;
+  }
+  v->dl.data = v->storage->data;
+  v->dl.device.device_type = 2; /* kDLCUDA, device 0 */
+  *out = v;
+  return TCCRT_OK;
+}
+
+tccrt_status_t tccrt_tensor_to_host(tccrt_value_t *x, tccrt_value_t **out) {
+  if (!tccrt_tensor_on_device(x)) {
+    *out = tccrt_value_retain(x);
+    return TCCRT_OK;
+  }
+  tccrt_status_t st = tccrt_tensor_alloc(x->dtype, x->n, x->dims, 0, out);
+  if (!st) st = tccrt_cuda_to_host(x->storage->cuda, (*out)->dl.data, (uint64_t)(uintptr_t)x->dl.data,
+                                   tccrt_tensor_bytes(x));
+  if (st) {
+    tccrt_value_release(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
+tccrt_status_t tccrt_tensor_to_device(tccrt_cuda_t *cuda, tccrt_value_t *x, tccrt_value_t **out) {
+  if (tccrt_tensor_on_device(x)) {
+    *out = tccrt_value_retain(x);
+    return TCCRT_OK;
+  }
+  tccrt_status_t st = tccrt_tensor_alloc_on(cuda, x->dtype, x->n, x->dims, out);
+  if (!st) st = tccrt_cuda_to_device(cuda, (uint64_t)(uintptr_t)(*out)->dl.data, x->dl.data, tccrt_tensor_bytes(x));
+  if (st) {
+    tccrt_value_release(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
 tccrt_status_t tccrt_tensor_view(tccrt_value_t *base, size_t rank, const int64_t *shape,
                                  tccrt_value_t **out) {
   tccrt_value_t *v;
@@ -171,6 +239,7 @@ tccrt_status_t tccrt_tensor_view(tccrt_value_t *base, size_t rank, const int64_t
   v->storage = base->storage;
   atomic_fetch_add(&v->storage->refs, 1);
   v->dl.data = base->dl.data;
+  v->dl.device = base->dl.device;
   *out = v;
   return TCCRT_OK;
 }
@@ -196,20 +265,25 @@ tccrt_status_t tccrt_tensor_weight(tccrt_pack_t *pack, size_t weight, tccrt_valu
   return TCCRT_OK;
 }
 
-tccrt_status_t tccrt_arena_value_new(size_t nbytes, size_t n, const int64_t *offsets, const int64_t *sizes,
-                                     tccrt_value_t **out) {
+tccrt_status_t tccrt_arena_value_new(tccrt_cuda_t *cuda, size_t nbytes, size_t n, const int64_t *offsets,
+                                     const int64_t *sizes, tccrt_value_t **out) {
   tccrt_value_t *v = tccrt_value_new(TCCRT_V_ARENA, 0);
   if (!v) return TCCRT_OUT_OF_MEMORY;
   void *data = NULL;
   size_t padded = (nbytes + TCCRT_ARENA_ALIGN - 1) / TCCRT_ARENA_ALIGN * TCCRT_ARENA_ALIGN;
-  if (nbytes > SIZE_MAX - TCCRT_ARENA_ALIGN || n > SIZE_MAX / (2 * sizeof *v->dims) ||
-      posix_memalign(&data, TCCRT_ARENA_ALIGN, padded ? padded : TCCRT_ARENA_ALIGN) != 0)
-    data = NULL;
-  v->storage = data ? storage_new(TCCRT_STORAGE_OWNED, data) : NULL;
+  int fits = nbytes <= SIZE_MAX - TCCRT_ARENA_ALIGN && n <= SIZE_MAX / (2 * sizeof *v->dims);
+  if (cuda) { /* the pool's memory is aligned to more than TCCRT_ARENA_ALIGN */
+    v->storage = fits ? device_storage(cuda, padded) : NULL;
+  } else {
+    if (!fits || posix_memalign(&data, TCCRT_ARENA_ALIGN, padded ? padded : TCCRT_ARENA_ALIGN) != 0) data = NULL;
+    v->storage = data ? storage_new(TCCRT_STORAGE_OWNED, data) : NULL;
+  }
   v->dims = v->storage ? malloc((n ? 2 * n : 1) * sizeof *v->dims) : NULL;
   if (!v->dims) {
+    int gpu_said = cuda && fits && !v->storage; /* the pool's message names the GPU */
     if (!v->storage) free(data);
     tccrt_value_release(v);
+    if (gpu_said) return TCCRT_OUT_OF_MEMORY;
     return tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory allocating a %zu-byte arena", nbytes);
   }
   if (n) {
@@ -230,15 +304,26 @@ tccrt_status_t tccrt_tensor_in_arena(tccrt_value_t *arena, size_t index, const t
   v->storage = arena->storage;
   atomic_fetch_add(&v->storage->refs, 1);
   v->dl.data = (char *)v->storage->data + arena->dims[index];
+  if (tccrt_tensor_on_device(v)) v->dl.device.device_type = 2;
   *out = v;
   return TCCRT_OK;
 }
 
 tccrt_status_t tccrt_tensor_copy(const tccrt_value_t *x, tccrt_value_t **out) {
-  tccrt_status_t st = tccrt_tensor_alloc(x->dtype, x->n, x->dims, 0, out);
-  if (st) return st;
-  if (x->size) memcpy((*out)->dl.data, x->dl.data, tccrt_tensor_bytes(x));
-  return TCCRT_OK;
+  tccrt_cuda_t *cuda = tccrt_tensor_on_device(x) ? x->storage->cuda : NULL;
+  tccrt_status_t st = tccrt_tensor_alloc_on(cuda, x->dtype, x->n, x->dims, out);
+  if (st || !x->size) return st;
+  if (!cuda) {
+    memcpy((*out)->dl.data, x->dl.data, tccrt_tensor_bytes(x));
+    return TCCRT_OK;
+  }
+  st = tccrt_cuda_copy(cuda, (uint64_t)(uintptr_t)(*out)->dl.data, (uint64_t)(uintptr_t)x->dl.data,
+                       tccrt_tensor_bytes(x));
+  if (st) {
+    tccrt_value_release(*out);
+    *out = NULL;
+  }
+  return st;
 }
 
 /* -- the public calls ---------------------------------------------------------------- */

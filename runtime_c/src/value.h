@@ -26,13 +26,18 @@ typedef enum tccrt_storage_kind_e {
   TCCRT_STORAGE_OWNED,
   TCCRT_STORAGE_BORROWED, /* the caller's memory */
   TCCRT_STORAGE_PACK,     /* a weight in a pack's mapping (read-only) */
+  TCCRT_STORAGE_DEVICE,   /* GPU memory from the device's pool (cuda.h): `data` is its address */
 } tccrt_storage_kind_t;
+
+typedef struct tccrt_cuda_t tccrt_cuda_t;
 
 typedef struct tccrt_storage_t {
   atomic_int refs;
   tccrt_storage_kind_t kind;
   void *data;
   tccrt_pack_t *pack; /* TCCRT_STORAGE_PACK: the reference that keeps the mapping */
+  tccrt_cuda_t *cuda; /* TCCRT_STORAGE_DEVICE: the device (a reference) and the bytes taken */
+  size_t nbytes;
 } tccrt_storage_t;
 
 /* The dtypes tensors may have (those the CPU kernels take), with their DLPack codes. */
@@ -64,11 +69,22 @@ struct tccrt_tensor_t {
 /* The dtype called `name`, or NULL when tensors cannot have it. */
 const tccrt_dtype_t *tccrt_dtype_find(const char *name);
 size_t tccrt_dtype_size(const tccrt_dtype_t *dtype);
+/* The dtype of a DLPack code and bits, as numpy names it (float32 for bfloat16's), or NULL. */
+const tccrt_dtype_t *tccrt_dtype_of(uint8_t code, uint8_t bits);
 
 /* A tensor of `dtype` and `shape` over fresh owned memory (zeroed when `zero`); fails
  * with a message when the size overflows or memory runs out. */
 tccrt_status_t tccrt_tensor_alloc(const tccrt_dtype_t *dtype, size_t rank, const int64_t *shape,
                                   int zero, tccrt_value_t **out);
+/* The same on the GPU `cuda` when it is not NULL (uninitialized; dl.device is CUDA's). */
+tccrt_status_t tccrt_tensor_alloc_on(tccrt_cuda_t *cuda, const tccrt_dtype_t *dtype, size_t rank,
+                                     const int64_t *shape, tccrt_value_t **out);
+/* Whether a tensor's bytes are in GPU memory. */
+int tccrt_tensor_on_device(const tccrt_value_t *x);
+/* `x` in host memory: itself (a new reference), or a copy of a GPU tensor's bytes. */
+tccrt_status_t tccrt_tensor_to_host(tccrt_value_t *x, tccrt_value_t **out);
+/* `x` in the GPU memory of `cuda`: itself (a new reference) when it is there, else a copy. */
+tccrt_status_t tccrt_tensor_to_device(tccrt_cuda_t *cuda, tccrt_value_t *x, tccrt_value_t **out);
 /* A view of `base`'s storage with another shape of the same element count. */
 tccrt_status_t tccrt_tensor_view(tccrt_value_t *base, size_t rank, const int64_t *shape,
                                  tccrt_value_t **out);
@@ -79,15 +95,16 @@ tccrt_status_t tccrt_tensor_weight(tccrt_pack_t *pack, size_t weight, tccrt_valu
  * `*total` (the arena's bytes); fails when the sizes add up past int64. */
 tccrt_status_t tccrt_plan_arena(size_t n, const int64_t *sizes, const int64_t *lifetimes, int64_t *offsets,
                                 int64_t *total);
-/* An arena value: `nbytes` fresh owned bytes, TCCRT_ARENA_ALIGN-aligned, holding `n` tensors
- * at `offsets` of at most `sizes` bytes (both copied). */
-tccrt_status_t tccrt_arena_value_new(size_t nbytes, size_t n, const int64_t *offsets, const int64_t *sizes,
+/* An arena value: `nbytes` fresh owned bytes, TCCRT_ARENA_ALIGN-aligned (on the GPU `cuda`
+ * when it is not NULL), holding `n` tensors at `offsets` of at most `sizes` bytes (both
+ * copied). */
+tccrt_status_t tccrt_arena_value_new(tccrt_cuda_t *cuda, size_t nbytes, size_t n, const int64_t *offsets, const int64_t *sizes,
                                      tccrt_value_t **out);
 /* A tensor of `dtype` and `shape` at tensor `index`'s offset in `arena`, which the caller has
  * checked holds it there. */
 tccrt_status_t tccrt_tensor_in_arena(tccrt_value_t *arena, size_t index, const tccrt_dtype_t *dtype, size_t rank,
                                      const int64_t *shape, tccrt_value_t **out);
-/* An owned copy of tensor `x`. */
+/* An owned copy of tensor `x`, where `x` is (host or GPU). */
 tccrt_status_t tccrt_tensor_copy(const tccrt_value_t *x, tccrt_value_t **out);
 size_t tccrt_tensor_bytes(const tccrt_value_t *x);
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "pack_internal.h"
+#include "shape.h"
 #include "tccrt_pack.h"
 
 const tccrt_builtin_spec_t tccrt_builtin_specs[TCCRT_B_COUNT] = {
@@ -202,40 +203,12 @@ static tccrt_status_t check_entries(verifier_t *v) {
 /* -- builtins -- */
 
 /* Whether the push at words[j] has its operand, for PUSH_VAR a heap slot. */
-static int operand_ok(const int64_t *w, size_t len, size_t j, size_t heap_size) {
-  if (j + 1 >= len) return 0;
-  return w[j] == TCCRT_SHAPE_OP_PUSH_INT || (w[j + 1] >= 0 && (uint64_t)w[j + 1] < heap_size);
-}
-
 /* A shape program (docs/vm.md, "Builtins"); `ndim` is the rank it must have, or -1. */
 static tccrt_status_t shape_program(const verifier_t *v, const tccrt_const_t *c, size_t heap_size,
                                     int64_t ndim) {
-  const int64_t *p = c->ints;
-  size_t n = c->length, i = 1;
-  if (n == 0 || p[0] < 0 || (ndim >= 0 && p[0] != ndim)) return fail_at(v, "malformed shape program");
-  for (int64_t d = 0; d < p[0]; d++) { /* each dimension moves i forward, so at most n of them */
-    if (i >= n || p[i] < 0 || (uint64_t)p[i] > n - i - 1)
-      return fail_at(v, "shape program runs past its end");
-    const int64_t *w = p + i + 1;
-    size_t len = (size_t)p[i], depth = 0;
-    i += 1 + len;
-    for (size_t j = 0; j < len;) {
-      int64_t op = w[j];
-      if (op == TCCRT_SHAPE_OP_PUSH_INT || op == TCCRT_SHAPE_OP_PUSH_VAR) {
-        if (!operand_ok(w, len, j, heap_size)) return fail_at(v, "shape program pushes a bad operand");
-        depth++, j += 2;
-      } else if (op >= TCCRT_SHAPE_OP_ADD && op <= TCCRT_SHAPE_OP_LE && depth >= 2) {
-        depth--, j++;
-      } else if (op == TCCRT_SHAPE_OP_SELECT && depth >= 3) {
-        depth -= 2, j++;
-      } else {
-        return fail_at(v, "shape program has a bad token %lld", (long long)op);
-      }
-    }
-    if (depth != 1) return fail_at(v, "shape program leaves %zu values", depth);
-  }
-  if (i != n) return fail_at(v, "shape program has trailing words");
-  return TCCRT_OK;
+  char why[96];
+  const char *problem = tccrt_shape_program_problem(c->ints, c->length, heap_size, ndim, why, sizeof why);
+  return problem ? fail_at(v, "%s", problem) : TCCRT_OK;
 }
 
 static tccrt_status_t pattern(const verifier_t *v, const tccrt_const_t *c, size_t heap_size) {

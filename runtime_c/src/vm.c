@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda.h"
 #include "module.h"
+#include "shape.h"
 #include "tccrt_pack.h"
 
 typedef struct frame_t {
@@ -106,10 +108,10 @@ typedef struct number_t {
   double f;
 } number_t;
 
-static number_t element(const tccrt_value_t *x, size_t k) {
-  const char *p = (const char *)x->dl.data + k * tccrt_dtype_size(x->dtype);
+/* The value at `p` of `dtype`. */
+static number_t decode(const tccrt_dtype_t *dtype, const char *p) {
   number_t n = {0, 0, 0.0};
-  uint8_t code = x->dtype->code, bits = x->dtype->bits;
+  uint8_t code = dtype->code, bits = dtype->bits;
   if (code == 2) {
     n.is_float = 1;
     if (bits == 32) {
@@ -142,6 +144,11 @@ static number_t element(const tccrt_value_t *x, size_t k) {
   return n;
 }
 
+/* Element `k` of a host tensor. */
+static number_t element(const tccrt_value_t *x, size_t k) {
+  return decode(x->dtype, (const char *)x->dl.data + k * tccrt_dtype_size(x->dtype));
+}
+
 /* The value of a one-element tensor (docs/vm.md: loop counters and conditions). */
 static tccrt_status_t one(const tccrt_value_t *x, const char *what, number_t *out) {
   if (x->size != 1) {
@@ -149,8 +156,15 @@ static tccrt_status_t one(const tccrt_value_t *x, const char *what, number_t *ou
     return tccrt_fail(TCCRT_INVALID_INPUT, "%s must hold one element, got %s", what,
                       tccrt_format_dims(dims, sizeof dims, x->dims, x->n));
   }
-  *out = element(x, 0);
-  return TCCRT_OK;
+  if (!tccrt_tensor_on_device(x)) {
+    *out = element(x, 0);
+    return TCCRT_OK;
+  }
+  char bytes[8]; /* the host reads a GPU tensor's value: it comes over */
+  tccrt_status_t st = tccrt_cuda_to_host(x->storage->cuda, bytes, (uint64_t)(uintptr_t)x->dl.data,
+                                         tccrt_dtype_size(x->dtype));
+  if (!st) *out = decode(x->dtype, bytes);
+  return st;
 }
 
 static int truth(number_t n) { return n.is_float ? n.f != 0.0 : n.i != 0; }
@@ -173,72 +187,13 @@ static tccrt_status_t make_scalar(const frame_t *fr, const tccrt_dtype_t *dtype,
 
 /* -- shape programs ----------------------------------------------------------------- */
 
-static tccrt_status_t shape_overflow(void) {
-  return tccrt_fail(TCCRT_INVALID_INPUT, "a shape computation overflows int64; check the input shapes");
-}
-
-static int64_t floor_div(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-
-static int64_t floor_mod(int64_t a, int64_t b) {
-  int64_t r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-
 /* One dimension: `n` postfix words (verified: operands in range, the stack never
  * underflows and ends with one value). */
 static tccrt_status_t eval_dim(const frame_t *fr, const int64_t *words, size_t n, int64_t *out) {
-  int64_t small[32], *stack = n <= 32 ? small : malloc(n * sizeof *stack);
-  size_t depth = 0;
-  tccrt_status_t st = TCCRT_OK;
-  if (!stack) return tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory evaluating a shape");
-  for (size_t i = 0; i < n && !st;) {
-    int64_t op = words[i];
-    if (op == TCCRT_SHAPE_OP_PUSH_INT) {
-      stack[depth++] = words[i + 1];
-      i += 2;
-      continue;
-    }
-    if (op == TCCRT_SHAPE_OP_PUSH_VAR) {
-      int64_t slot = words[i + 1];
-      if (!fr->bound[slot])
-        st = BAD_PACK(fr, "reads size variable '%s' before binding it", fr->function->heap_names[slot]);
-      else stack[depth++] = fr->heap[slot];
-      i += 2;
-      continue;
-    }
-    if (op == TCCRT_SHAPE_OP_SELECT) { /* cond, a, b -> a if cond else b */
-      depth -= 2;
-      stack[depth - 1] = stack[depth - 1] ? stack[depth] : stack[depth + 1];
-      i += 1;
-      continue;
-    }
-    int64_t b = stack[--depth], a = stack[depth - 1], r = 0;
-    switch (op) {
-      case TCCRT_SHAPE_OP_ADD: if (__builtin_add_overflow(a, b, &r)) st = shape_overflow(); break;
-      case TCCRT_SHAPE_OP_SUB: if (__builtin_sub_overflow(a, b, &r)) st = shape_overflow(); break;
-      case TCCRT_SHAPE_OP_MUL: if (__builtin_mul_overflow(a, b, &r)) st = shape_overflow(); break;
-      case TCCRT_SHAPE_OP_FLOORDIV:
-      case TCCRT_SHAPE_OP_FLOORMOD:
-        if (b == 0)
-          st = tccrt_fail(TCCRT_INVALID_INPUT, "a shape computation divides by zero; check the input shapes");
-        else if (a == INT64_MIN && b == -1) st = shape_overflow();
-        else r = op == TCCRT_SHAPE_OP_FLOORDIV ? floor_div(a, b) : floor_mod(a, b);
-        break;
-      case TCCRT_SHAPE_OP_MIN: r = a < b ? a : b; break;
-      case TCCRT_SHAPE_OP_EQ: r = a == b; break;
-      case TCCRT_SHAPE_OP_NE: r = a != b; break;
-      case TCCRT_SHAPE_OP_LT: r = a < b; break;
-      case TCCRT_SHAPE_OP_LE: r = a <= b; break;
-      default: r = a > b ? a : b; break; /* MAX */
-    }
-    stack[depth - 1] = r;
-    i += 1;
-  }
-  if (!st) *out = stack[0];
-  if (stack != small) free(stack);
+  size_t slot = 0;
+  tccrt_status_t st = tccrt_shape_eval_dim(words, n, fr->heap, fr->bound, &slot, out);
+  if (st == TCCRT_INVALID_PACK)
+    return BAD_PACK(fr, "reads size variable '%s' before binding it", fr->function->heap_names[slot]);
   return st;
 }
 
@@ -460,19 +415,22 @@ static tccrt_status_t b_tensor_to_shape(frame_t *fr, tccrt_value_t **out) {
   }
   tccrt_value_t *shape = tccrt_value_new(TCCRT_V_SHAPE, x->size);
   if (!shape) return TCCRT_OUT_OF_MEMORY;
-  for (size_t k = 0; k < x->size; k++) {
+  if ((st = tccrt_tensor_to_host(x, &x))) { /* now a reference of our own */
+    tccrt_value_release(shape);
+    return st;
+  }
+  for (size_t k = 0; k < x->size && !st; k++) {
     if (x->dtype->code == 1 && x->dtype->bits == 64) { /* uint64: above int64 is refused */
       uint64_t u;
       memcpy(&u, (const char *)x->dl.data + 8 * k, sizeof u);
-      if (u > (uint64_t)INT64_MAX) {
-        tccrt_value_release(shape);
-        return tccrt_fail(TCCRT_INVALID_INPUT, "%s: a size does not fit in int64", what);
-      }
+      if (u > (uint64_t)INT64_MAX) st = tccrt_fail(TCCRT_INVALID_INPUT, "%s: a size does not fit in int64", what);
     }
     shape->dims[k] = element(x, k).i;
   }
-  *out = shape;
-  return TCCRT_OK;
+  tccrt_value_release(x);
+  if (st) tccrt_value_release(shape);
+  else *out = shape;
+  return st;
 }
 
 static tccrt_status_t b_match_dims(frame_t *fr, tccrt_value_t **out) {
@@ -548,7 +506,7 @@ static tccrt_status_t b_alloc_tensor(frame_t *fr, tccrt_value_t **out) {
   const tccrt_dtype_t *dtype;
   tccrt_status_t st;
   if ((st = arg_value(fr, 0, TCCRT_V_SHAPE, &shape)) || (st = arg_dtype(fr, 1, &dtype))) return st;
-  return tccrt_tensor_alloc(dtype, shape->n, shape->dims, 0, out);
+  return tccrt_tensor_alloc_on(fr->module->cuda, dtype, shape->n, shape->dims, out);
 }
 
 /* Memory planning (docs/vm.md "Memory planning"): a call's planned tensors share one arena. */
@@ -561,7 +519,7 @@ static tccrt_status_t b_alloc_arena(frame_t *fr, tccrt_value_t **out) {
   int64_t *offsets = malloc((n ? n : 1) * sizeof *offsets), total;
   if (!offsets) st = tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory planning an arena");
   else if (!(st = planned_offsets(n, sizes->dims, arg_const(fr, 1)->ints, offsets, &total)))
-    st = tccrt_arena_value_new((size_t)total, n, offsets, sizes->dims, out);
+    st = tccrt_arena_value_new(fr->module->cuda, (size_t)total, n, offsets, sizes->dims, out);
   free(offsets);
   tccrt_value_release(sizes);
   return st;
@@ -705,14 +663,9 @@ static size_t dims_product(const int64_t *dims, size_t from, size_t to) {
   return p;
 }
 
-static tccrt_status_t b_take(frame_t *fr, tccrt_value_t **out) {
-  tccrt_value_t *x, *index;
-  number_t t;
-  int64_t axis = arg_imm(fr, 2), reverse = arg_imm(fr, 3);
+/* Slice `t` of host tensor `x` along `axis` (counted from the end when `reverse`). */
+static tccrt_status_t take(const tccrt_value_t *x, int64_t axis, int64_t reverse, number_t t, tccrt_value_t **out) {
   tccrt_status_t st;
-  if ((st = arg_value(fr, 0, TCCRT_V_TENSOR, &x)) || (st = arg_value(fr, 1, TCCRT_V_TENSOR, &index)) ||
-      (st = axis_of(fr, x, axis, 0)) || (st = one(index, "a scan index", &t)))
-    return st;
   int64_t length = x->dims[axis];
   if (t.is_float || t.i < 0 || t.i >= length)
     return tccrt_fail(TCCRT_INVALID_INPUT, "a scan input has %lld elements along axis %lld, fewer than the first "
@@ -735,6 +688,21 @@ static tccrt_status_t b_take(frame_t *fr, tccrt_value_t **out) {
   return TCCRT_OK;
 }
 
+static tccrt_status_t b_take(frame_t *fr, tccrt_value_t **out) {
+  tccrt_value_t *x, *index;
+  number_t t;
+  int64_t axis = arg_imm(fr, 2), reverse = arg_imm(fr, 3);
+  tccrt_status_t st;
+  if ((st = arg_value(fr, 0, TCCRT_V_TENSOR, &x)) || (st = arg_value(fr, 1, TCCRT_V_TENSOR, &index)) ||
+      (st = axis_of(fr, x, axis, 0)) || (st = one(index, "a scan index", &t)))
+    return st;
+  if ((st = tccrt_tensor_to_host(x, &x))) return st; /* a reference of our own: the slice is the host's */
+  st = take(x, axis, reverse, t, out);
+  tccrt_value_release(x);
+  return st;
+}
+
+
 static tccrt_status_t b_stack_new(frame_t *fr, tccrt_value_t **out) {
   (void)fr;
   *out = tccrt_value_new(TCCRT_V_STACK, 0);
@@ -746,7 +714,10 @@ static tccrt_status_t b_stack_push(frame_t *fr, tccrt_value_t **out) {
   tccrt_value_t *acc, *x;
   tccrt_status_t st;
   if ((st = arg_value(fr, 0, TCCRT_V_STACK, &acc)) || (st = arg_value(fr, 1, TCCRT_V_TENSOR, &x))) return st;
-  return tccrt_value_append(acc, x) ? TCCRT_OK : TCCRT_OUT_OF_MEMORY;
+  if ((st = tccrt_tensor_to_host(x, &x))) return st; /* the stack is the host's, as in tcc.rt */
+  st = tccrt_value_append(acc, x) ? TCCRT_OK : TCCRT_OUT_OF_MEMORY;
+  tccrt_value_release(x);
+  return st;
 }
 
 static tccrt_status_t b_stack_finish(frame_t *fr, tccrt_value_t **out) {
@@ -843,7 +814,10 @@ static tccrt_status_t call_kernel(frame_t *fr, const tccrt_entry_t *entry) {
     }
   }
   const tccrt_kernels_t *kernels = &fr->module->kernels;
-  int32_t rc = kernels->fns[entry->index](args, (int32_t)count);
+  int64_t on_gpu = fr->module->pack->kernel_device[entry->index];
+  int32_t rc = 0;
+  if (on_gpu >= 0) st = tccrt_cuda_call(fr->module->cuda, (size_t)on_gpu, args, count);
+  else rc = kernels->fns[entry->index](args, (int32_t)count);
   if (rc != 0) {
     const char *why = kernels->last_error ? kernels->last_error() : NULL;
     if (why && *why) st = tccrt_fail(TCCRT_KERNEL_ERROR, "%s", why);
@@ -869,19 +843,40 @@ static tccrt_status_t call_vm(frame_t *fr, const tccrt_entry_t *entry, tccrt_val
   return st;
 }
 
+typedef struct kernel_call_t {
+  frame_t *fr;
+  const tccrt_entry_t *entry;
+} kernel_call_t;
+
+static tccrt_status_t run_kernel_call(void *context) {
+  kernel_call_t *c = context;
+  return call_kernel(c->fr, c->entry);
+}
+
 static tccrt_status_t call(frame_t *fr) {
   const tccrt_instr_t *ins = instr(fr);
   const tccrt_entry_t *entry = &fr->program->table[ins->a];
   tccrt_value_t *result = NULL;
   tccrt_status_t st;
   tccrt_profile_t *profile = &fr->module->profile;
+  tccrt_cuda_t *gpu = fr->module->cuda;
   /* a VM function's own calls are timed inside it */
-  uint64_t t0 = profile->on && entry->kind != TCCRT_FUNC_KIND_VM ? tccrt_now_ns() : 0;
-  if (entry->kind == TCCRT_FUNC_KIND_BUILTIN) st = BUILTINS[entry->index](fr, &result);
-  else if (entry->kind == TCCRT_FUNC_KIND_VM) st = call_vm(fr, entry, &result);
-  else st = call_kernel(fr, entry);
-  if (t0 && (size_t)ins->a < profile->n) {
-    profile->ns[ins->a] += tccrt_now_ns() - t0;
+  int timed = profile->on && entry->kind != TCCRT_FUNC_KIND_VM && (size_t)ins->a < profile->n;
+  uint64_t t0 = timed ? tccrt_now_ns() : 0, gpu_ns = 0;
+  int on_gpu = entry->kind == TCCRT_FUNC_KIND_KERNEL && fr->module->pack->kernel_device[entry->index] >= 0;
+  if (entry->kind == TCCRT_FUNC_KIND_BUILTIN) {
+    st = BUILTINS[entry->index](fr, &result);
+    if (timed && gpu && !st) st = tccrt_cuda_synchronize(gpu); /* its copies count as its time */
+  } else if (entry->kind == TCCRT_FUNC_KIND_VM) {
+    st = call_vm(fr, entry, &result);
+  } else if (timed && on_gpu) { /* launches return at once: the GPU's time, between CUDA events */
+    kernel_call_t c = {fr, entry};
+    st = tccrt_cuda_timed(gpu, run_kernel_call, &c, &gpu_ns);
+  } else {
+    st = call_kernel(fr, entry);
+  }
+  if (timed && !st) {
+    profile->ns[ins->a] += on_gpu ? gpu_ns : tccrt_now_ns() - t0;
     profile->calls[ins->a] += 1;
   }
   if (st) return st;

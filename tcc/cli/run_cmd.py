@@ -342,7 +342,7 @@ def _check_against_onnx(console: Console, onnx_path: Path, inputs: dict, named: 
 @click.option("--runtime", type=click.Choice(["python", "c"]), default="python", show_default=True,
               help="Which runtime runs a .tvmpack: tcc.rt in this process, or the C runtime's "
                    "tccrt ($TCCRT, else runtime_c/build/tccrt, else tccrt on the PATH). A "
-                   "CUDA pack runs in tcc.rt only, on this machine's GPU.")
+                   "CUDA pack runs on this machine's GPU in either.")
 @click.option("--require-signature", "public_key", type=click.Path(dir_okay=False, path_type=Path),
               metavar="PUBKEY",
               help="Run the pack only if it is signed by this Ed25519 public key (PEM; from "

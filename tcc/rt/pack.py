@@ -453,10 +453,10 @@ def _check_launch_spec(spec, where: str) -> None:
         if (not isinstance(b, list) or len(b) != 2 or not all(type(x) is int for x in b)
                 or not 0 <= b[0] < len(ranks)
                 or not (b[1] == -1 if ranks[b[0]] is None else 0 <= b[1] < ranks[b[0]])):
-            raise _Bad(f"{MANIFEST}: {where} reads a size variable from a bad place {b!r}")
+            raise _Bad(f"{MANIFEST}: {where} reads a size variable from a bad place {_shown(b)}")
     for i in spec["writes"]:
         if type(i) is not int or not 0 <= i < len(ranks) or ranks[i] is None:
-            raise _Bad(f"{MANIFEST}: {where} writes a bad parameter {i!r}")
+            raise _Bad(f"{MANIFEST}: {where} writes a bad parameter {_shown(i)}")
     _launch_program(spec["preconditions"], len(names), f"{where} preconditions")
     for w in spec["workspaces"]:
         w = _fields(w, {"name": str, "dtype": str, "count": list}, f"{where} workspace")
@@ -473,7 +473,15 @@ def _check_launch_spec(spec, where: str) -> None:
         block = launch["block"]
         if (len(block) != 3 or not all(type(b) is int and b >= 1 for b in block)
                 or block[0] * block[1] * block[2] > MAX_THREADS_PER_BLOCK):
-            raise _Bad(f"{MANIFEST}: {where} has a malformed block {block!r}")
+            raise _Bad(f"{MANIFEST}: {where} has a malformed block {_shown(block)}")
+
+
+def _shown(v) -> str:
+    """An int or a list of ints as Python shows it, anything else by its type: what the C
+    runtime's reader can say alike."""
+    if type(v) is int or (isinstance(v, list) and all(type(x) is int for x in v)):
+        return repr(v)
+    return f"(a {type(v).__name__})"
 
 
 def _launch_program(prog, slots: int, where: str, ndim: int | None = None) -> None:

@@ -4,9 +4,10 @@ Each exported ONNX model of the corpus (tools/export_corpus.py: transformers and
 architectures written by torch's own exporters, dynamic batch and sequence) compiles to one
 CUDA pack: the CUDA rules, CUDA C, NVRTC's cubins. The pack's own CUDA source, built for this
 CPU, runs under tests/rt/fake_libcuda.c (blocks one after another, a block's threads as
-coroutines between barriers) through tcc.rt, with its tensors in the driver's "device"
-memory, at two shapes from the one pack; the outputs must match onnxruntime as the CPU
-corpus test's do. Exports missing (`make corpus`) or no NVRTC: the tests skip.
+coroutines between barriers) through tcc.rt and through the C runtime, with its tensors in
+the driver's "device" memory, at two shapes from the one pack; the outputs must match
+onnxruntime as the CPU corpus test's do, and the two runtimes each other bit for bit.
+Exports missing (`make corpus`) or no NVRTC: the tests skip.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import sys
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
 from tcc.emit.nvrtc import nvrtc_available
 from tests.e2e.test_models import onnxruntime_outputs
 from tests.emit import cuda_on_host
+from tests.runtime_c.capi import CRuntime, build_runtime
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from export_corpus import MODELS, QUANTIZED, default_dir, example_inputs  # noqa: E402
@@ -45,8 +48,13 @@ def driver(tmp_path_factory) -> Path:
     return cuda_on_host.build_fake_driver(tmp_path_factory.mktemp("driver"))
 
 
+@pytest.fixture(scope="module")
+def crt(tmp_path_factory) -> CRuntime:
+    return CRuntime(build_runtime(tmp_path_factory.mktemp("crt")) / "libtccrt.so")
+
+
 @pytest.mark.parametrize("name", [*MODELS, *QUANTIZED])
-def test_corpus_model_on_cuda(name, driver, tmp_path, monkeypatch):
+def test_corpus_model_on_cuda(name, driver, crt, tmp_path, monkeypatch):
     path = default_dir() / f"{name}.onnx"
     if not path.exists():
         pytest.skip(f"{path} is not exported; run `make corpus`")
@@ -65,13 +73,18 @@ def test_corpus_model_on_cuda(name, driver, tmp_path, monkeypatch):
     normwise = quantizes_dynamically(model)
     import tcc.rt
 
+    c_module = crt.load(pack)
     with tcc.rt.load(pack) as module:
         for k, sizes in enumerate(SIZES):
             feeds = example_inputs(spec["inputs"], sizes, seed=k)
             want = onnxruntime_outputs(model, feeds, as_written=bool(spec.get("quantized")))
             got = module["main"](feeds)
             got = list(got) if isinstance(got, (list, tuple)) else [got]
-            assert len(got) == len(want)
-            for out, g, w in zip(model.graph.output, got, want):
+            c_got = c_module.run("main", [feeds[i.name] for i in model.graph.input])
+            assert len(got) == len(want) == len(c_got)
+            for out, g, c, w in zip(model.graph.output, got, c_got, want):
                 assert_matches_onnxruntime(g, w, f"{name} output {out.name!r} at {sizes}",
                                            steps.get(out.name, 0.0), normwise)
+                assert np.array_equal(g, c, equal_nan=True), (
+                    f"{name} output {out.name!r}: the C runtime differs from the Python one")
+    c_module.close()

@@ -34,7 +34,7 @@ typedef void (*set_ids_fn)(unsigned, unsigned, unsigned, unsigned, unsigned, uns
 struct function {
   char name[256]; packed_fn run; set_ids_fn set_ids; void (**barrier)(void); int barriers;
 };
-struct module { void *lib; };
+struct module { void *lib; struct function **functions; int count; };  /* freed together */
 
 static int started;
 
@@ -86,7 +86,7 @@ CUresult cuModuleLoadData(void **out, const void *image) {
   const char *path = getenv("TCC_FAKE_CUDA_KERNELS");
   void *lib = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
   if (!lib) return INVALID_IMAGE;
-  struct module *m = malloc(sizeof *m);
+  struct module *m = calloc(1, sizeof *m);
   m->lib = lib;
   *out = m;
   return OK;
@@ -94,6 +94,8 @@ CUresult cuModuleLoadData(void **out, const void *image) {
 CUresult cuModuleUnload(void *module) {
   struct module *m = module;
   dlclose(m->lib);
+  for (int i = 0; i < m->count; i++) free(m->functions[i]);
+  free(m->functions);
   free(m);
   return OK;
 }
@@ -110,7 +112,11 @@ CUresult cuModuleGetFunction(void **out, void *module, const char *name) {
   const int *barriers = (const int *)dlsym(m->lib, packed);
   f->barriers = barriers ? *barriers : 1;
   snprintf(f->name, sizeof f->name, "%s", name);
-  *out = f;  /* leaked on purpose: a test process loads a handful */
+  struct function **grown = realloc(m->functions, sizeof *grown * (size_t)(m->count + 1));
+  if (!grown) { free(f); return OUT_OF_MEMORY; }
+  m->functions = grown;
+  m->functions[m->count++] = f;
+  *out = f;
   return OK;
 }
 
