@@ -529,16 +529,18 @@ def _point(buf: T.Buffer, indices) -> T.BufferRegion:
 
 def read_regions(exprs: Sequence[E.PrimExpr]) -> tuple[T.BufferRegion, ...]:
     """The regions a block reading `exprs` declares, buffers in first-access order: a point
-    per distinct access when every access of the buffer is unconditional with plain
-    indices (arithmetic of variables and ints), else the whole buffer (data-dependent and
-    padding accesses)."""
+    per distinct access when every access of the buffer has plain indices (arithmetic of
+    variables and ints), else the whole buffer (data-dependent accesses). A point read
+    under a condition (padding: `select(0 <= y - 1, x[y - 1], 0)`) is read whenever it is
+    evaluated; where the condition fails it may name an element past the buffer's edge,
+    which nothing reads (compute_at guards a copy of such a box at the edges)."""
     accesses: dict[int, tuple[T.Buffer, list]] = {}
     whole: set[int] = set()
     for e in exprs:
-        for load, conditional in _loads_with_condition(e):
+        for load, _ in _loads_with_condition(e):
             buf = load.buffer
             entry = accesses.setdefault(id(buf), (buf, []))
-            if conditional or not all(_is_plain_index(i) for i in load.indices):
+            if not all(_is_plain_index(i) for i in load.indices):
                 whole.add(id(buf))
             key = _key(load.indices)
             if all(k != key for k, _ in entry[1]):
