@@ -91,14 +91,13 @@ def _loops(s):
 
 
 @needs_cxx
-@pytest.mark.parametrize("case", ["add_broadcast", "transpose", "conv_pad", "conv_stride2",
-                                  "max_pool", "avg_pool", "reduce_mean", "softmax",
-                                  "layer_norm"])
+@pytest.mark.parametrize("case", ["add_broadcast", "transpose", "conv_depthwise", "max_pool",
+                                  "avg_pool", "reduce_mean", "softmax", "layer_norm"])
 def test_the_generated_code_computes_what_the_kernel_means(case, tmp_path):
     """Each launch's blocks and threads run one after another on this CPU: the GPU's result
     for thread-per-output schedules, whose threads share nothing. (Kernels whose threads
-    share memory behind barriers, such as reduce_max_all's and the tiled matmuls, run
-    through the stand-in driver in tests/rt/test_cuda.py.)"""
+    share memory behind barriers, such as reduce_max_all's, the tiled matmuls and
+    convolutions, run through the stand-in driver in tests/rt/test_cuda.py.)"""
     funcs = kernels(case)
     scheduled = {n: schedule_prim_func(f, CUDA) for n, f in funcs.items()}
     source, cuda = cuda_kernels(scheduled)

@@ -115,6 +115,23 @@ def _products() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _convolutions() -> onnx.ModelProto:
+    """Convolutions the tiling rule gives shared-memory tiles of the input's window and the
+    weights: a padded 3 x 3 conv with bias and ReLU, then a strided 1 x 1 conv, over a
+    symbolic batch."""
+    rng = np.random.default_rng(3)
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("w3", (16, 8, 3, 3)), ("b3", (16,)), ("w1", (24, 16, 1, 1)))]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w3", "b3"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("Conv", ["r", "w1"], ["y"], strides=[2, 2])],
+        "convolutions",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, 12, 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 24, 6, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def _build(folder, model) -> dict:
     onnx.save(model, folder / "m.onnx")
     data = compile_to_bytes(folder / "m.onnx", "cuda -arch=sm_80,sm_90")
@@ -231,6 +248,19 @@ def test_tiled_matrix_products_run_phase_by_phase_and_match(tmp_path, driver, mo
     # a block of threads on both axes, 4 x 4 outputs a thread: 16 threads (x) for 48
     # columns, 8 (y, x) for 20 rows or columns
     assert [b[5:7] for b in products] == [["16", "8"], ["8", "8"]], blocks
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_tiled_convolutions_run_phase_by_phase_and_match(tmp_path, driver, monkeypatch, batch):
+    built = _build(tmp_path, _convolutions())
+    monkeypatch.setenv("TCC_FAKE_CUDA_KERNELS", str(built["kernels"]))
+    x = np.random.default_rng(batch).standard_normal((batch, 8, 12, 20)).astype(np.float32)
+    with tcc.rt.load(built["pack"]) as m:
+        (got,) = m.main(x)
+    np.testing.assert_allclose(got, _reference(built["model"], x)[0], rtol=1e-4, atol=1e-4)
+    blocks = [line.split() for line in driver.read_text().splitlines() if line.startswith("launch")]
+    # the 3 x 3 conv: threads along columns, rows and output channels (16 x 4 x 4)
+    assert any(b[5:8] == ["16", "4", "4"] for b in blocks if "conv" in b[1]), blocks
 
 
 def test_tensors_stay_on_the_device_between_kernels(built, driver):

@@ -4,8 +4,8 @@ tccrt opens the CUDA driver with dlopen (here the stand-in tests/rt/fake_libcuda
 $TCC_CUDA_DRIVER, which runs the pack's own CUDA source built for this CPU), keeps the VM's
 tensors in the driver's memory and launches each kernel's launches on one stream. Its outputs
 are tcc.rt's bit for bit (the same kernels through the same driver) and onnxruntime's within
-tolerance, at two batch sizes from one pack, shared-memory reductions and tiled matrix
-products included. What the host reads of a device tensor (a loop's trip count, an `If`
+tolerance, at two batch sizes from one pack, shared-memory reductions, tiled matrix
+products and tiled convolutions included. What the host reads of a device tensor (a loop's trip count, an `If`
 condition, a shape given as a tensor, a loop's scan outputs) comes back when it is read. No
 driver, no device or no code for the device is one line, exit 2.
 """
@@ -24,7 +24,15 @@ import tcc.rt
 from tcc.cli.main import cli
 from tcc.emit.nvrtc import nvrtc_available
 from tests.emit import cuda_on_host
-from tests.rt.test_cuda import DAMAGED_SPECS, _build, _edit_spec, _model, _products, _reductions
+from tests.rt.test_cuda import (
+    DAMAGED_SPECS,
+    _build,
+    _convolutions,
+    _edit_spec,
+    _model,
+    _products,
+    _reductions,
+)
 from tests.rt.test_pack import expect_error, rewrite
 from tests.runtime_c.capi import CRuntime, build_runtime
 from tests.runtime_c.test_run import (
@@ -93,13 +101,18 @@ def _product_feeds(batch, rng):
     return {"x": rng.standard_normal((batch, 20, 40)).astype(np.float32), "query": query, "key": key}
 
 
+def _convolution_feeds(batch, rng):
+    return {"x": rng.standard_normal((batch, 8, 12, 20)).astype(np.float32)}
+
+
 def _control_feeds(batch, rng):
     return {"x": rng.standard_normal((batch, 8)).astype(np.float32),
             "shape": np.array([2 * batch, 4]), "trips": np.array(batch + 1)}
 
 
 MODELS = {"head": (_model, _head_feeds), "reductions": (_reductions, _reduction_feeds),
-          "products": (_products, _product_feeds), "control": (_control_flow, _control_feeds)}
+          "products": (_products, _product_feeds), "convolutions": (_convolutions, _convolution_feeds),
+          "control": (_control_flow, _control_feeds)}
 
 
 @pytest.fixture(scope="module")

@@ -78,6 +78,13 @@ def constant(e) -> int | None:
     return e.value if isinstance(e, E.IntImm) else e if isinstance(e, int) else None
 
 
+def plain_load(load: E.BufferLoad, axes) -> bool:
+    """Whether every index of `load` is one of `axes`' variables or a constant."""
+    vars_ = {id(a.var) for a in axes}
+    return all(isinstance(i, E.IntImm) or (isinstance(i, E.Var) and id(i) in vars_)
+               for i in load.indices)
+
+
 def canonical_stage(sch: Schedule, block: BlockRV) -> Stage | None:
     """The stage of `block` in canonical form (see the module docstring), or None."""
     stmt = sch.get(block)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from tcc.ir import expr as E
 from tcc.ir.dtype import bit_width
-from tcc.lower.rules.analysis import Axis, Stage, canonical_stage
+from tcc.lower.rules.analysis import Axis, Stage, canonical_stage, plain_load
 from tcc.lower.rules.decide import decide
 from tcc.lower.rules.epilogue import fold_epilogues
 from tcc.lower.schedule import Schedule
@@ -42,13 +42,6 @@ MIN_EXTENT = 16  # a constant row or column extent below which one thread per ou
 THREADS = 16  # threads along each of the block's two axes, at most
 PIECES = (1, 2, 4, 8)  # a thread's rows (columns) of the output tile
 STEPS = (4, 8, 16, 32)  # reduction values staged per step
-
-
-def _plain(load: E.BufferLoad, axes) -> bool:
-    """Whether every index of `load` is one of `axes`' variables or a constant."""
-    vars_ = {id(a.var) for a in axes}
-    return all(isinstance(i, E.IntImm) or (isinstance(i, E.Var) and id(i) in vars_)
-               for i in load.indices)
 
 
 def _reads(load: E.BufferLoad, axis: Axis) -> bool:
@@ -61,7 +54,7 @@ def contraction(stage: Stage) -> tuple[int, int, Axis, Axis] | None:
     if not stage.reduce or len(loads) != 2 or not stage.spatial:
         return None
     a, b = loads
-    if a.buffer is b.buffer or not all(_plain(ld, stage.axes) for ld in (a, b)):
+    if a.buffer is b.buffer or not all(plain_load(ld, stage.axes) for ld in (a, b)):
         return None
     if not all(_reads(a, r) and _reads(b, r) for r in stage.reduce):
         return None
