@@ -12,9 +12,13 @@ every batch size. Per model and batch:
 * results: the pack's outputs on the GPU against onnxruntime's on the CPU, same inputs
   (rtol 1e-3, atol 1e-4);
 * time: median and spread (10th to 90th percentile) of `runs` calls, after warm-up, of
-  the tcc pack (numpy in and out, so the input's and outputs' copies are counted), torch
-  eager and `torch.compile` (default mode) on the same GPU with the inputs already there,
-  and the ratios tcc / torch.compile and tcc / eager, with their geomeans.
+  the tcc pack three ways: tcc.rt with numpy in and out (the input's and outputs' copies
+  counted), tcc.rt with torch's GPU tensors in and out through DLPack (`on_device`, no
+  copies: the conditions torch runs under), and the C runtime in this process (libtccrt
+  through ctypes, numpy in and out; built with make, skipped where that fails); torch
+  eager and `torch.compile` (default mode) on the same GPU with the inputs already there;
+  and the ratios tcc / torch.compile and tcc / eager, with their geomeans, for tcc.rt on
+  GPU tensors.
 
 Then a matrix product of `--matmul` cubed, fp32 and fp16, as a one-node ONNX model through
 tcc against `torch.matmul` (cuBLAS), in TFLOP/s.
@@ -235,7 +239,22 @@ def stand_in(pack: Path) -> None:
     os.environ["TCC_FAKE_CUDA_KERNELS"] = str(cuda_on_host.build_packed(source, folder))
 
 
-def bench_model(name, make, batches, runs, folder: Path, gpu: bool, smoke: bool) -> list[dict]:
+def c_runtime(folder: Path):
+    """libtccrt built with make and loaded with ctypes (tests/runtime_c/capi.py), or None
+    where it cannot be built here."""
+    import subprocess
+
+    from tests.runtime_c.capi import CRuntime, build_runtime
+
+    try:
+        return CRuntime(build_runtime(folder / "tccrt") / "libtccrt.so")
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"the C runtime is not timed: it cannot be built here ({e})", flush=True)
+        return None
+
+
+def bench_model(name, make, batches, runs, folder: Path, gpu: bool, smoke: bool,
+                crt=None) -> list[dict]:
     import onnxruntime as ort
     import torch
 
@@ -256,30 +275,42 @@ def bench_model(name, make, batches, runs, folder: Path, gpu: bool, smoke: bool)
         stand_in(pack)
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     rows = []
+    c_module = crt.load(pack) if crt is not None else None
     with tcc.rt.load(pack) as m:
         compiled = None
         for batch in batches:
             args = inputs(batch, np.random.default_rng(batch))
             host = [a.numpy() for a in args]
             got = m.main(*host)
-            ok, worst = matches(got, session.run(None, dict(zip(names, host))))
+            want = session.run(None, dict(zip(names, host)))
+            ok, worst = matches(got, want)
             row = {"model": name, "batch": batch, "compile_s": compile_s, "matches": ok,
                    "max_abs_error": worst, "tcc": timed(lambda host=host: m.main(*host), runs)}
+            if c_module is not None:
+                c_ok, c_worst = matches(c_module.run("main", host), want)
+                row["matches"], row["max_abs_error"] = ok and c_ok, max(worst, c_worst)
+                row["tcc_c"] = timed(lambda host=host: c_module.run("main", host), runs)
             if gpu:
                 on_gpu = model.cuda()
                 dev = [a.cuda() for a in args]
                 sync = torch.cuda.synchronize
+                row["tcc_device"] = timed(
+                    lambda dev=dev: [torch.from_dlpack(o) for o in m.main.on_device(*dev)], runs, sync)
                 with torch.no_grad():
                     row["eager"] = timed(lambda f=on_gpu, dev=dev: f(*dev), runs, sync)
                     compiled = compiled or torch.compile(on_gpu)
                     row["compile"] = timed(lambda f=compiled, dev=dev: f(*dev), runs, sync)
                 model.cpu()
             rows.append(row)
-            print(f"{name:10s} batch {batch:3d}  {'match' if ok else 'MISMATCH'} (max |err| {worst:.2e})"
-                  f"  tcc {_fmt(row['tcc'])}  eager {_fmt(row.get('eager'))}"
-                  f"  compile {_fmt(row.get('compile'))}"
-                  + (f"  tcc/compile {row['tcc'][0] / row['compile'][0]:.2f}x" if gpu else ""),
+            print(f"{name:10s} batch {batch:3d}  {'match' if row['matches'] else 'MISMATCH'} "
+                  f"(max |err| {row['max_abs_error']:.2e})  tcc {_fmt(row['tcc'])}"
+                  f"  on GPU tensors {_fmt(row.get('tcc_device'))}  C runtime {_fmt(row.get('tcc_c'))}"
+                  f"  eager {_fmt(row.get('eager'))}  compile {_fmt(row.get('compile'))}"
+                  + (f"  tcc(GPU tensors)/compile {row['tcc_device'][0] / row['compile'][0]:.2f}x"
+                     if gpu else ""),
                   flush=True)
+    if c_module is not None:
+        c_module.close()
     return rows
 
 
@@ -345,12 +376,19 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     rows = []
     with tempfile.TemporaryDirectory() as d:
+        crt = c_runtime(Path(d))
         for name in args.models.split(","):
-            rows += bench_model(name, makers[name], batches, args.runs, Path(d), gpu, args.smoke)
+            rows += bench_model(name, makers[name], batches, args.runs, Path(d), gpu, args.smoke,
+                                crt)
         if gpu:
-            ratios = [r["tcc"][0] / r["compile"][0] for r in rows if "compile" in r]
-            print(f"geomean tcc / torch.compile: {geomean(ratios):.2f}x over {len(ratios)}; "
-                  f"tcc / eager: {geomean([r['tcc'][0] / r['eager'][0] for r in rows]):.2f}x")
+            for key, what in (("tcc_device", "tcc.rt on GPU tensors"), ("tcc", "tcc.rt, numpy"),
+                              ("tcc_c", "C runtime, numpy")):
+                timed_rows = [r for r in rows if key in r and "compile" in r]
+                if timed_rows:
+                    print(f"geomean {what} / torch.compile: "
+                          f"{geomean([r[key][0] / r['compile'][0] for r in timed_rows]):.2f}x, "
+                          f"/ eager: {geomean([r[key][0] / r['eager'][0] for r in timed_rows]):.2f}x "
+                          f"over {len(timed_rows)}")
         print(f"all match onnxruntime: {all(r['matches'] for r in rows)}")
         if args.matmul:
             rows += bench_matmul(64 if args.smoke else args.matmul, args.runs, Path(d), gpu,
