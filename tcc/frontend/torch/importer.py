@@ -26,11 +26,12 @@ from tcc.frontend.fold import emit_folded
 from tcc.frontend.torch.base import CONVERTERS, TorchNode, source_line, target_name
 from tcc.frontend.torch.symbolic import to_dim
 from tcc.infile import not_a_file
+from tcc.ir import expr as E
 from tcc.ir.builder import FunctionBuilder
 from tcc.ir.dtype import DTYPES
 from tcc.ir.errors import FrontendError, InternalError, TccError
 from tcc.ir.expr import Dim, PrimExpr, Var, prove_equal
-from tcc.ir.graph import Constant, Expr, TensorType, type_of
+from tcc.ir.graph import Constant, Expr, ShapeExpr, ShapeType, TensorType, type_of
 from tcc.ir.module import IRModule
 
 INSTALL_HINT = "install it with `pip install 'tcc[torch]'`"
@@ -247,6 +248,7 @@ def from_exported_program(program_or_path, name: str = "main") -> IRModule:
         raise FrontendError(format_unsupported(unsupported))
     ctx = ImportContext()
     _bind_inputs(ctx, ep)
+    _check_ranges(ctx, ep)
     _convert_calls(ctx, ep.graph)
     outputs, names = _outputs(ctx, ep)
     return _finished(ctx, name, outputs, names)
@@ -347,6 +349,47 @@ def _bind_inputs(ctx: ImportContext, ep) -> None:
         else:
             raise FrontendError(f"program input {spec.arg.name!r} is a {spec.kind.name.lower()}, "
                                 "which tcc does not support")
+
+
+def _check_ranges(ctx: ImportContext, ep) -> None:
+    """The range torch.export was given for each dynamic input size (`Dim(min=, max=)`),
+    checked when the pack runs: a size outside it stops the run with one line, as the
+    program run by torch refuses it, instead of running code traced for other sizes."""
+    from torch.export.graph_signature import InputKind, TensorArgument
+
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    checks, seen = [], set()
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind != InputKind.USER_INPUT or not isinstance(spec.arg, TensorArgument):
+            continue
+        fake = placeholders[spec.arg.name].meta.get("val")
+        for k, d in enumerate(getattr(fake, "shape", ())):
+            symbol = getattr(getattr(d, "node", None), "expr", None)
+            bounds = ep.range_constraints.get(symbol) if symbol is not None else None
+            if bounds is None or symbol in seen:
+                continue
+            seen.add(symbol)
+            var = ctx.var_of(symbol)
+            low, high = _finite(bounds.lower), _finite(bounds.upper)
+            conds = ([E.compare("ge", var, low)] if low is not None and low > 0 else []) + (
+                [E.compare("le", var, high)] if high is not None else [])
+            span = f"at least {low}" if high is None else f"from {max(low or 0, 0)} to {high}"
+            checks += [(cond, f"input {spec.arg.name!r} dimension {k} must be {span}, the range "
+                              "the program was exported for; export it again with a Dim that "
+                              "covers this size") for cond in conds]  # one bound each
+    if checks:
+        ctx.bb.bind(ShapeExpr((), tuple(checks)), ShapeType(0, ()), name="input_ranges")
+
+
+def _finite(bound) -> int | None:
+    """A range bound of torch's (an int or a sympy number) as an int; None for an infinite
+    one (sympy's oo, torch's int_oo)."""
+    if getattr(bound, "is_finite", True) is False:
+        return None
+    try:
+        return int(bound)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
 
 
 def _outputs(ctx: ImportContext, ep) -> tuple[list[Expr], list[str]]:

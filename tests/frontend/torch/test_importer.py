@@ -115,3 +115,48 @@ def test_a_converter_shape_bug_names_the_node(monkeypatch):
     monkeypatch.setitem(base.CONVERTERS, "aten.relu.default", wrong)
     with pytest.raises(InternalError, match=r"node 'relu'.*torch computes shape \(2, 3\)"):
         from_exported_program(export(torch.relu, torch.randn(2, 3)))
+
+
+def test_a_size_outside_the_exported_range_stops_the_run_in_one_line(tmp_path):
+    """torch.export's Dim ranges are checked when the pack runs, in the reference
+    interpreter and in both runtimes alike; sizes inside them run."""
+    import numpy as np
+
+    from tcc.api import compile_to_bytes
+    from tcc.ir.errors import TccError
+    from tcc.ir.interp import run
+    from tcc.rt import load
+
+    b = Dim("batch", min=2, max=8)
+    ep = export(Net(), torch.ones(3, 5, dtype=torch.int64), torch.randn(3, 4),
+                dynamic=[{0: b}, {0: b}])
+    mod = from_exported_program(ep)
+    pack = tmp_path / "net.tvmpack"
+    pack.write_bytes(compile_to_bytes(mod, "llvm"))
+
+    def inputs(n):
+        return [np.ones((n, 5), np.int64), np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)]
+
+    words = "input 'tokens' dimension 0 must be from 2 to 8, the range the program was exported for"
+    with load(pack) as m:
+        for n in (2, 8):
+            want = ep.module()(*(torch.from_numpy(a) for a in inputs(n)))["scores"].detach().numpy()
+            np.testing.assert_allclose(m.main(*inputs(n))[0], want, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(run(mod, inputs(n))[0], want, rtol=1e-5, atol=1e-6)
+        for n in (1, 9):
+            with pytest.raises(TccError, match=f"{words}.*tokens_dim0 = {n}") as e:
+                m.main(*inputs(n))
+            assert "\n" not in str(e.value)
+            with pytest.raises(TccError, match=words):
+                run(mod, inputs(n))
+    from tests.runtime_c.capi import CRuntime, CRuntimeError, build_runtime
+
+    crt = CRuntime(build_runtime(tmp_path / "crt") / "libtccrt.so").load(pack)
+    with pytest.raises(CRuntimeError, match=f"{words}.*tokens_dim0 = 9"):
+        crt.run("main", inputs(9))
+    crt.close()
+
+
+def test_a_program_without_ranges_has_no_checks():
+    ep = export(Net(), torch.ones(2, 5, dtype=torch.int64), torch.randn(2, 4))
+    assert "input_ranges" not in str(from_exported_program(ep)["main"])
