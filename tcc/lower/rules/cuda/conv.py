@@ -37,6 +37,7 @@ from __future__ import annotations
 from tcc.ir import expr as E
 from tcc.ir.dtype import bit_width
 from tcc.lower.rules.analysis import Stage, canonical_stage, plain_load
+from tcc.lower.rules.cuda.matmul import threads_along
 from tcc.lower.rules.decide import decide
 from tcc.lower.rules.epilogue import fold_epilogues
 from tcc.lower.schedule import Schedule
@@ -104,13 +105,6 @@ def _tile_elements(load: E.BufferLoad, ranges: dict) -> int | None:
     return total
 
 
-def _threads(extent: int | None, piece: int, most: int) -> int:
-    """Threads along an axis: `most`, or the power of two covering a shorter extent."""
-    if extent is None:
-        return most
-    return max(1, min(most, 1 << max(0, (-(-extent // piece) - 1).bit_length())))
-
-
 class ConvTilingRule:
     name = "cuda-conv-tiling"
 
@@ -128,9 +122,9 @@ class ConvTilingRule:
         bk = decide(sch, f"{block}.conv_step", STEPS, 8)
         col = tile[-1]
         row = tile[0] if len(tile) == 2 else None
-        tx = _threads(col.extent, vx, COLUMN_THREADS)
-        ty = 1 if row is None else _threads(row.extent, 1, ROW_THREADS)
-        tf = _threads(channel.extent, vf, max(1, THREADS // (tx * ty)))
+        tx = threads_along(col.extent, vx, COLUMN_THREADS)
+        ty = 1 if row is None else threads_along(row.extent, 1, ROW_THREADS)
+        tf = threads_along(channel.extent, vf, max(1, THREADS // (tx * ty)))
         if tf * ty * tx > target.max_threads_per_block:
             return None
         loads = [ld for ld in stage.loads if ld.buffer is not stage.store.buffer]

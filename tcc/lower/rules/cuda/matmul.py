@@ -78,11 +78,12 @@ def contraction(stage: Stage) -> tuple[int, int, Axis, Axis] | None:
     return reads.index(a.buffer), reads.index(b.buffer), i, j
 
 
-def _threads(extent: int | None, piece: int) -> int:
-    """Threads along an axis: THREADS, or fewer where the extent is shorter."""
+def threads_along(extent: int | None, piece: int, most: int = THREADS) -> int:
+    """Threads along an axis whose threads take `piece` elements each: `most`, or the power
+    of two that covers a shorter extent."""
     if extent is None:
-        return THREADS
-    return max(1, min(THREADS, 1 << max(0, (-(-extent // piece) - 1).bit_length())))
+        return most
+    return max(1, min(most, 1 << max(0, (-(-extent // piece) - 1).bit_length())))
 
 
 class MatmulTilingRule:
@@ -98,7 +99,7 @@ class MatmulTilingRule:
         vi = decide(sch, f"{block}.matmul_rows", PIECES, 4)
         vj = decide(sch, f"{block}.matmul_cols", PIECES, 4)
         bk = decide(sch, f"{block}.matmul_step", STEPS, 16)
-        ty, tx = _threads(row.extent, vi), _threads(col.extent, vj)
+        ty, tx = threads_along(row.extent, vi), threads_along(col.extent, vj)
         if ty * tx > target.max_threads_per_block:
             return None
         tile_bytes = max(1, bit_width(stage.dtype) // 8) * bk * (ty * vi + tx * vj)

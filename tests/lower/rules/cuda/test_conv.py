@@ -6,19 +6,16 @@ outputs' products in the serial loop's order, padding included."""
 
 import dataclasses
 
-import numpy as np
 import pytest
 
-from tcc.api import load_module, lower
-from tcc.ir import expr as E
 from tcc.ir.gpu_eval import GpuEvalError, run_gpu_prim_func
 from tcc.ir.printer import print_prim_func
-from tcc.ir.tir_eval import run_prim_func
 from tcc.lower.rules import finish_schedule, schedule_kernel, schedule_prim_func, stage_rules
 from tcc.lower.schedule.sampling import Decisions
 from tcc.target import parse_target
 from tests.lower.rules.cpu.rules_cases import _model
 from tests.lower.rules.cuda.test_cross_thread import _without_barriers
+from tests.lower.rules.cuda.test_matmul import arguments, check_bit_for_bit, kernel_of
 
 CUDA = parse_target("cuda -arch=sm_80,sm_90")
 RULE = "cuda-conv-tiling"
@@ -44,35 +41,19 @@ CASES = {
 }
 
 
-def _func(model):
-    (func,) = lower(load_module(model)).prim_funcs.values()
-    return func
-
-
-def _arguments(func, seed=5):
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal([SIZES[d.name] if isinstance(d, E.Var) else int(d)
-                                 for d in b.shape]).astype(b.dtype) for b in func.buffers]
-
-
 def _check(func, scheduled):
-    args = _arguments(func)
-    want, got = [a.copy() for a in args], [a.copy() for a in args]
-    run_prim_func(func, want)
-    run_gpu_prim_func(scheduled, got)  # races=True; a read past the input's edge raises
-    for w, g in zip(want, got):
-        np.testing.assert_array_equal(g, w)
+    check_bit_for_bit(func, scheduled, SIZES)  # a read past the input's edge raises
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_convolutions_are_tiled_and_compute_the_same_bit_for_bit(case):
-    func = _func(CASES[case])
+    func = kernel_of(CASES[case])
     assert RULE in stage_rules(func, CUDA)
     _check(func, schedule_prim_func(func, CUDA))
 
 
 def test_the_window_and_the_weights_are_shared_and_each_thread_accumulates_in_registers():
-    func = _func(CASES["pad_3x3"])
+    func = kernel_of(CASES["pad_3x3"])
     text = print_prim_func("k", schedule_prim_func(func, CUDA))
     assert 'allocate((1, 4, 1, 1), "float32", scope="local")' in text  # 4 channels a thread
     # 8 input channels of the rows and columns under a 4 x 16 tile's 3 x 3 windows
@@ -82,17 +63,17 @@ def test_the_window_and_the_weights_are_shared_and_each_thread_accumulates_in_re
 
 
 def test_without_the_barriers_the_executor_finds_the_race():
-    func = _func(CASES["pad_3x3"])
+    func = kernel_of(CASES["pad_3x3"])
     scheduled = schedule_prim_func(func, CUDA)
     broken = dataclasses.replace(scheduled, body=_without_barriers(scheduled.body))
     assert "syncthreads" not in print_prim_func("k", broken)
     with pytest.raises(GpuEvalError, match="race"):
-        run_gpu_prim_func(broken, _arguments(func))
+        run_gpu_prim_func(broken, arguments(func, SIZES))
 
 
 @pytest.mark.parametrize("channels, columns, step", [(1, 1, 1), (2, 2, 4), (8, 4, 16)])
 def test_the_tile_sizes_are_decisions_and_each_choice_computes_the_same(channels, columns, step):
-    func = _func(CASES["pad_3x3"])
+    func = kernel_of(CASES["pad_3x3"])
     decisions = {"conv2d.conv_channels": channels, "conv2d.conv_columns": columns,
                  "conv2d.conv_step": step}
     scheduled = finish_schedule(schedule_kernel(func, CUDA, Decisions(decisions)).func)
@@ -110,4 +91,4 @@ def test_depthwise_grouped_and_few_channel_convolutions_are_left_to_the_other_ru
                  pads=[1, 1, 1, 1])
     matmul = _model("MatMul", {"a": [40, 40], "b": [40, 36]}, [40, 36])
     for model in (depthwise, grouped, few, matmul):
-        assert RULE not in stage_rules(_func(model), CUDA), model.graph.node[0].op_type
+        assert RULE not in stage_rules(kernel_of(model), CUDA), model.graph.node[0].op_type

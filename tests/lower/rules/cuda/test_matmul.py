@@ -38,24 +38,40 @@ CASES = {
 }
 
 
-def _func(case):
-    (func,) = lower(load_module(CASES[case])).prim_funcs.values()
+def kernel_of(model):
+    """The one PrimFunc of a one-node model."""
+    (func,) = lower(load_module(model)).prim_funcs.values()
     return func
 
 
-def _arguments(func, seed=4):
+def arguments(func, sizes: dict, seed=4):
+    """Seeded arrays for `func`'s buffers, a symbolic dimension sized by name from `sizes`."""
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal([SIZES[d.name] if isinstance(d, E.Var) else int(d)
+    return [rng.standard_normal([sizes[d.name] if isinstance(d, E.Var) else int(d)
                                  for d in b.shape]).astype(b.dtype) for b in func.buffers]
 
 
-def _check(func, scheduled):
-    args = _arguments(func)
+def check_bit_for_bit(func, scheduled, sizes: dict) -> None:
+    """The GPU-semantics executor (races on; a read past an operand's end raises) gives the
+    reference evaluator's results bit for bit."""
+    args = arguments(func, sizes)
     want, got = [a.copy() for a in args], [a.copy() for a in args]
     run_prim_func(func, want)
-    run_gpu_prim_func(scheduled, got)  # races=True; a read past an operand's end raises
+    run_gpu_prim_func(scheduled, got)
     for w, g in zip(want, got):
         np.testing.assert_array_equal(g, w)
+
+
+def _func(case):
+    return kernel_of(CASES[case])
+
+
+def _arguments(func):
+    return arguments(func, SIZES)
+
+
+def _check(func, scheduled):
+    check_bit_for_bit(func, scheduled, SIZES)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
