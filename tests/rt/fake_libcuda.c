@@ -18,6 +18,7 @@ another, without the coroutines' context switches. `__shared__`
  * appended to $TCC_FAKE_CUDA_LOG when set.
  */
 #include <dlfcn.h>
+#include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,22 +142,27 @@ CUresult cuStreamCreate(void **stream, unsigned flags) { (void)flags; *stream = 
 CUresult cuStreamDestroy_v2(void *stream) { (void)stream; return OK; }
 CUresult cuStreamSynchronize(void *stream) { (void)stream; return OK; }
 
-/* The threads of the block being run: one context each, and where each one stands. */
+/* The threads of the block being run: one context each, and where each one stands. A
+ * thread starts on a stack of its own through makecontext and swapcontext; after that every
+ * switch is a _setjmp/_longjmp pair, which (unlike swapcontext) makes no signal-mask system
+ * call: a barrier kernel switches twice per thread per phase. */
 enum { RUNNING, WAITING, DONE };
 #define STACK_BYTES (256 * 1024)
 static ucontext_t scheduler, *contexts;
-static int *states, current;
+static jmp_buf to_scheduler, *to_thread;
+static int *states, *begun, current;
 static struct function *running;
 static void **running_params;
 
 static void thread_main(void) {
   running->run(running_params);
   states[current] = DONE;
+  _longjmp(to_scheduler, 1); /* never returns: its stack is abandoned */
 }
 
 static void barrier(void) {
   states[current] = WAITING;
-  swapcontext(&contexts[current], &scheduler);
+  if (!_setjmp(to_thread[current])) _longjmp(to_scheduler, 1);
 }
 
 static void no_barrier(void) {  /* a launch said to have none reached one */
@@ -187,8 +193,10 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, u
   }
   char *stacks = malloc((size_t)n * STACK_BYTES);
   contexts = malloc(sizeof *contexts * (size_t)n);
+  to_thread = malloc(sizeof *to_thread * (size_t)n);
   states = malloc(sizeof *states * (size_t)n);
-  if (!stacks || !contexts || !states) return OUT_OF_MEMORY;
+  begun = malloc(sizeof *begun * (size_t)n);
+  if (!stacks || !contexts || !to_thread || !states || !begun) return OUT_OF_MEMORY;
   running = f;
   running_params = params;
   *f->barrier = barrier;
@@ -203,6 +211,7 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, u
           contexts[i].uc_link = &scheduler;
           makecontext(&contexts[i], thread_main, 0);
           states[i] = RUNNING;
+          begun[i] = 0;
         }
         for (;;) {  /* one phase: every live thread runs to its next barrier or its end */
           int waiting = 0, done = 0;
@@ -211,7 +220,11 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, u
             current = i;
             states[i] = RUNNING;
             f->set_ids(x, y, z, (unsigned)i % bx, (unsigned)i / bx % by, (unsigned)i / (bx * by));
-            swapcontext(&scheduler, &contexts[i]);
+            if (!_setjmp(to_scheduler)) { /* back here when the thread waits or ends */
+              if (begun[i]) _longjmp(to_thread[i], 1);
+              begun[i] = 1;
+              swapcontext(&scheduler, &contexts[i]);
+            }
             if (states[i] == WAITING) waiting++; else done++;
           }
           if (!waiting) break;
@@ -224,7 +237,9 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, u
       }
   free(stacks);
   free(contexts);
+  free(to_thread);
   free(states);
+  free(begun);
   return status;
 }
 
