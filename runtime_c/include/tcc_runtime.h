@@ -198,8 +198,11 @@ TCCRT_API size_t tccrt_tensor_nbytes(const tccrt_tensor_t *tensor);
 typedef struct tccrt_module_t tccrt_module_t;
 
 /* Load the pack's kernels (its shared object, written to a private temporary file or an
- * anonymous memory file and opened with dlopen) and get ready to run.  The module holds a
- * reference to the pack.  The thread count for parallel kernels starts from the
+ * anonymous memory file and opened with dlopen) and get ready to run.  A pack of CUDA
+ * kernels opens the CUDA driver instead (libcuda.so.1, or $TCC_CUDA_DRIVER, with dlopen),
+ * loads its code for GPU 0 and copies the weights there; its runs take and give host
+ * tensors and keep every tensor between kernels in GPU memory.  No driver, no GPU, or no
+ * code for this GPU is TCCRT_KERNEL_ERROR.  The module holds a reference to the pack.  The thread count for parallel kernels starts from the
  * environment variable TCC_NUM_THREADS when it is set (a positive integer), else the
  * OpenMP default (OMP_NUM_THREADS or every core). */
 TCCRT_API tccrt_status_t tccrt_module_load(tccrt_pack_t *pack, tccrt_module_t **out_module);
