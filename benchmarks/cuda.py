@@ -20,6 +20,10 @@ every batch size. Per model and batch:
   and the ratios tcc / torch.compile and tcc / eager, with their geomeans, for tcc.rt on
   GPU tensors.
 
+Per model, at the first batch size, the pack's profile (`tcc run --profile`'s rows: each
+kernel's GPU time between CUDA events, per run) prints its five largest kernels and the
+share of the run outside kernels.
+
 Then a matrix product of `--matmul` cubed, fp32 and fp16, as a one-node ONNX model through
 tcc against `torch.matmul` (cuBLAS), in TFLOP/s.
 
@@ -301,6 +305,8 @@ def bench_model(name, make, batches, runs, folder: Path, gpu: bool, smoke: bool,
                     compiled = compiled or torch.compile(on_gpu)
                     row["compile"] = timed(lambda f=compiled, dev=dev: f(*dev), runs, sync)
                 model.cpu()
+            if batch == batches[0]:
+                row["profile"] = _profile(m, host)
             rows.append(row)
             print(f"{name:10s} batch {batch:3d}  {'match' if row['matches'] else 'MISMATCH'} "
                   f"(max |err| {row['max_abs_error']:.2e})  tcc {_fmt(row['tcc'])}"
@@ -312,6 +318,18 @@ def bench_model(name, make, batches, runs, folder: Path, gpu: bool, smoke: bool,
     if c_module is not None:
         c_module.close()
     return rows
+
+
+def _profile(module, host, runs: int = 5) -> list[dict]:
+    """The pack's profile rows (kernels timed on the GPU between CUDA events), printed: the
+    five largest kernels and the share of the run outside kernels."""
+    rows = module.profile("main", host, runs=runs)
+    kernels = [r for r in rows if r.kind == "kernel"]
+    outside = sum(r.share for r in rows if r.kind != "kernel")
+    for r in kernels[:5]:
+        print(f"    {r.share * 100:5.1f}%  {r.total_ms:8.3f} ms  {r.calls:4.0f}x  {r.name}", flush=True)
+    print(f"    outside kernels: {outside * 100:.1f}% of the run ({len(kernels)} kernels)", flush=True)
+    return [{"kind": r.kind, "name": r.name, "total_ms": r.total_ms, "share": r.share} for r in rows]
 
 
 def bench_matmul(n: int, runs: int, folder: Path, gpu: bool, smoke: bool) -> list[dict]:
