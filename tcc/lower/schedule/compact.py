@@ -152,20 +152,23 @@ def _one_thread(buf: T.Buffer, found: list[R.Access], depth: int) -> dict | None
 
 
 def _in_one_thread(found: list[R.Access], depth: int, threads: dict | None):
-    """Each access's region in loop variables, and the ranges of the loops to relax: all
-    inside the home, except the thread loops when `threads` stands for them."""
-    regions, ranges = [], {}
+    """Each access's region in loop variables, the ranges of the loops to relax (all inside
+    the home, except the thread loops when `threads` stands for them), and per access what
+    its guards bound (`R.upper_facts`)."""
+    regions, ranges, facts = [], {}, []
     for a in found:
         relaxed = list(a.loops[depth:])
-        region = a.in_loops
+        region, guards = a.in_loops, a.guards
         if threads:
             mapping = {f.var: threads[f.thread_tag] for f in relaxed if _thread_loop(f)}
             relaxed = [f for f in relaxed if not _thread_loop(f)]
             region = T.BufferRegion(region.buffer, tuple(
                 (substitute_expr(lo, mapping), ext) for lo, ext in region.ranges))
+            guards = tuple(substitute_expr(g, mapping) for g in guards)
         regions.append(region)
         ranges.update(R.loop_ranges(relaxed))
-    return regions, ranges
+        facts.append(R.upper_facts(guards))
+    return regions, ranges, facts
 
 
 def _plan_at(buf: T.Buffer, found: list[R.Access], loop: T.For | None) -> _Plan | None:
@@ -174,8 +177,11 @@ def _plan_at(buf: T.Buffer, found: list[R.Access], loop: T.For | None) -> _Plan 
     its threads' loops, the box is one thread's (its index held fixed, `_one_thread`)."""
     depth = 0 if loop is None else next(k for k, f in enumerate(found[0].loops) if f is loop) + 1
     threads = _one_thread(buf, found, depth)
-    regions, ranges = _in_one_thread(found, depth, threads)
-    box = R.box(regions, ranges)
+    regions, ranges, facts = _in_one_thread(found, depth, threads)
+    # a GPU block's shared copy is sized by its guards too: a copy loop fused and split by
+    # the block's threads runs a guarded last pass (`if f < 1152`), whose divisions bound
+    # the box (CPU buffers are sized as before)
+    box = R.box(regions, ranges, facts if buf.scope == "shared" else None)
     if box is None:
         return None
     shape, offsets = [], []

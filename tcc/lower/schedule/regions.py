@@ -7,7 +7,8 @@ relaxed over their ranges while the target loop and the loops around it stay sym
 interval arithmetic bounds every index: sums, constant multiples, floor division and modulo
 by a positive constant, min and max; an index free of relaxed variables is its own bound.
 An index it cannot bound (a product of two relaxed variables, a load) makes the caller
-refuse. `gapless` tells when a box is exactly the set of elements touched, not a cover of
+refuse. A caller may also pass what the `if`s around an access guarantee (`upper_facts`:
+`f < 1152` bounds `f` and so `f // 72`); compact_buffers does for shared buffers. `gapless` tells when a box is exactly the set of elements touched, not a cover of
 it, which reverse_compute_at needs to know that it only reads elements already complete.
 `accesses` lists every access under a statement (declared regions, loads, stores) in loop
 variables with the loops around it, for the dependence check of parallel loops and for
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 from tcc.ir import expr as E
 from tcc.ir import tir as T
+from tcc.ir.structural import structural_equal
 from tcc.lower.schedule.rewrite import substitute_expr
 
 Interval = tuple[E.PrimExpr, E.PrimExpr]  # inclusive lower and upper bounds
@@ -45,16 +47,29 @@ def loop_ranges(loops) -> dict[int, Interval]:
     return {id(f.var): (f.min, E.simplify(f.min + f.extent - 1)) for f in loops}
 
 
-def bounds(e: E.PrimExpr, ranges: dict[int, Interval]) -> Interval | None:
+def bounds(e: E.PrimExpr, ranges: dict[int, Interval], facts=()) -> Interval | None:
     """Inclusive bounds of an integer expression when the variables in `ranges` vary over
-    their ranges (other variables are fixed); None when it cannot tell."""
+    their ranges (other variables are fixed); None when it cannot tell. `facts` are
+    (expression, constant) pairs known to hold as `expression <= constant` (`upper_facts`):
+    a subexpression that is one of them is bounded by it too."""
+    found = _bounds(e, ranges, facts)
+    if found is not None and facts:
+        for expr, most in facts:
+            if structural_equal(e, expr):
+                high = const_value(found[1])
+                if high is not None and high > most:
+                    found = (found[0], E.const(most))
+    return found
+
+
+def _bounds(e: E.PrimExpr, ranges: dict[int, Interval], facts) -> Interval | None:
     if isinstance(e, E.Var):
         return ranges.get(id(e), (e, e))
     if next(iter_loads(e), None) is None and not any(id(v) in ranges for v in E.free_vars(e)):
         return e, e  # fixed: exact, where the rules below would lose `t % 4` to [0, 3]
     if not isinstance(e, E.BinOp):
         return None
-    a, b = bounds(e.a, ranges), bounds(e.b, ranges)
+    a, b = bounds(e.a, ranges, facts), bounds(e.b, ranges, facts)
     if a is None or b is None:
         return None
     if e.op == "add":
@@ -101,15 +116,17 @@ def access_in_loops(block: T.Block, region: T.BufferRegion, bindings: dict) -> T
     )
 
 
-def box(regions: list[T.BufferRegion], ranges: dict[int, Interval]) -> Box | None:
+def box(regions: list[T.BufferRegion], ranges: dict[int, Interval], facts=None) -> Box | None:
     """The smallest box holding every region as the variables in `ranges` vary; None when
-    an index cannot be bounded."""
+    an index cannot be bounded. `facts`, when given, holds per region what `bounds` may
+    use of the conditions it is read or written under."""
     mins: list[E.PrimExpr] = []
     maxs: list[E.PrimExpr] = []
-    for r in regions:
+    for k, r in enumerate(regions):
+        known = facts[k] if facts else ()
         for d, (lo, ext) in enumerate(r.ranges):
-            low = bounds(lo, ranges)
-            high = bounds(E.simplify(lo + ext - 1), ranges)
+            low = bounds(lo, ranges, known)
+            high = bounds(E.simplify(lo + ext - 1), ranges, known)
             if low is None or high is None:
                 return None
             if d == len(mins):
@@ -187,6 +204,7 @@ class Access:
     in_loops: T.BufferRegion
     loops: tuple[T.For, ...]
     bindings: dict  # iteration Var -> its value in loop variables, at the access
+    guards: tuple[E.PrimExpr, ...] = ()  # conditions of the `if`s it is under, in loop variables
 
     @property
     def buffer(self) -> T.Buffer:
@@ -216,38 +234,55 @@ def accesses(stmt: T.Stmt, bindings: dict | None = None) -> list[Access]:
     then the stores and loads of its init and body; loads and stores outside blocks too.
     `bindings` gives the iteration variables of blocks around `stmt`."""
     found: list[Access] = []
-    _walk_accesses(stmt, dict(bindings or {}), (), None, found)
+    _walk_accesses(stmt, dict(bindings or {}), (), None, found, ())
     return found
 
 
-def _walk_accesses(s, env: dict, loops: tuple, owner, found: list[Access]) -> None:
+def _walk_accesses(s, env: dict, loops: tuple, owner, found: list[Access], guards: tuple) -> None:
     if isinstance(s, T.Block):
         env = {**env, **{iv.var: substitute_expr(iv.binding, env) for iv in s.iter_vars}}
         for kind, regions in (("writes", s.writes), ("reads", s.reads)):
-            found.extend(_access(s, kind, r, env, loops) for r in regions)
+            found.extend(_access(s, kind, r, env, loops, guards) for r in regions)
         for part in (s.init, s.body):
             if part is not None:
-                _walk_accesses(part, env, loops, s, found)
+                _walk_accesses(part, env, loops, s, found, guards)
         return
     if isinstance(s, T.BufferStore):
-        found.append(_access(owner, "writes", point_region(s.buffer, s.indices), env, loops))
+        found.append(_access(owner, "writes", point_region(s.buffer, s.indices), env, loops, guards))
     for ld in iter_loads(_expr_parts(s)):
-        found.append(_access(owner, "reads", point_region(ld.buffer, ld.indices), env, loops))
+        found.append(_access(owner, "reads", point_region(ld.buffer, ld.indices), env, loops, guards))
     if isinstance(s, T.For):
-        _walk_accesses(s.body, env, (*loops, s), owner, found)
+        _walk_accesses(s.body, env, (*loops, s), owner, found, guards)
     elif isinstance(s, T.SeqStmt):
         for x in s.stmts:
-            _walk_accesses(x, env, loops, owner, found)
+            _walk_accesses(x, env, loops, owner, found, guards)
     elif isinstance(s, T.IfThenElse):
-        for x in (s.then_case, s.else_case):
-            if x is not None:
-                _walk_accesses(x, env, loops, owner, found)
+        _walk_accesses(s.then_case, env, loops, owner, found, (*guards, substitute_expr(s.cond, env)))
+        if s.else_case is not None:
+            _walk_accesses(s.else_case, env, loops, owner, found, guards)
     elif isinstance(s, T.Allocate):
-        _walk_accesses(s.body, env, loops, owner, found)
+        _walk_accesses(s.body, env, loops, owner, found, guards)
 
 
-def _access(block, kind: str, region: T.BufferRegion, env: dict, loops: tuple) -> Access:
+def _access(block, kind: str, region: T.BufferRegion, env: dict, loops: tuple,
+            guards: tuple) -> Access:
     in_loops = T.BufferRegion(
         region.buffer, tuple((substitute_expr(lo, env), ext) for lo, ext in region.ranges)
     )
-    return Access(block, kind, region, in_loops, loops, env)
+    return Access(block, kind, region, in_loops, loops, env, guards)
+
+
+def upper_facts(guards) -> list[tuple[E.PrimExpr, int]]:
+    """(e, c) for each term `e < c + 1` or `e <= c` (a constant c) of the conditions
+    `guards`: what holds wherever an access under them runs (a fused copy loop's guard of
+    its last pass, `f < 1152`), for `bounds`."""
+    from tcc.lower.schedule.rewrite import conjuncts
+
+    facts = []
+    for g in guards:
+        for term in conjuncts(g):
+            if isinstance(term, E.Cmp) and term.op in ("lt", "le"):
+                c = const_value(term.b)
+                if c is not None:
+                    facts.append((term.a, c - 1 if term.op == "lt" else c))
+    return facts

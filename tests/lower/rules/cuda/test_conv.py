@@ -92,3 +92,15 @@ def test_depthwise_grouped_and_few_channel_convolutions_are_left_to_the_other_ru
     matmul = _model("MatMul", {"a": [40, 40], "b": [40, 36]}, [40, 36])
     for model in (depthwise, grouped, few, matmul):
         assert RULE not in stage_rules(kernel_of(model), CUDA), model.graph.node[0].op_type
+
+
+def test_shared_tiles_are_sized_by_the_copy_guard_not_by_its_last_pass():
+    """A copy loop fused and split by the block's 256 threads runs a guarded last pass (1152
+    weights: 4.5 passes); the shared tile holds what the guard lets through, 16 x 8 x 3 x 3
+    weights and 8 channels of the window, not what five whole passes would reach."""
+    func = kernel_of(_model("Conv", {"x": [1, 16, 14, 14]}, [1, 32, 14, 14], {"w": [32, 16, 3, 3]},
+                            pads=[1, 1, 1, 1]))
+    scheduled = schedule_prim_func(func, CUDA)
+    text = print_prim_func("k", scheduled)
+    assert 'allocate((16, 8, 3, 3), "float32", scope="shared")' in text
+    assert 'allocate((1, 8, 6, 14), "float32", scope="shared")' in text
