@@ -298,11 +298,13 @@ tccrt_status_t tccrt_cuda_alloc(tccrt_cuda_t *cu, size_t nbytes, uint64_t *out) 
   return st;
 }
 
-void tccrt_cuda_free(tccrt_cuda_t *cu, uint64_t ptr, size_t nbytes) {
-  (void)nbytes;
+void tccrt_cuda_free(tccrt_cuda_t *cu, uint64_t ptr) {
   pthread_mutex_lock(&cu->lock);
   for (size_t i = 0; i < cu->pool_count; i++)
-    if (cu->pool[i].ptr == ptr) cu->pool[i].free = 1;
+    if (cu->pool[i].ptr == ptr) {
+      cu->pool[i].free = 1;
+      break;
+    }
   pthread_mutex_unlock(&cu->lock);
 }
 
@@ -355,7 +357,7 @@ static tccrt_status_t scalar_value(tccrt_cuda_t *cu, const tccrt_dl_tensor_t *t,
   size_t size = (t->dtype.bits + 7u) / 8u;
   if (size > 8) size = 8;
   tccrt_status_t st = TCCRT_OK;
-  if (t->device.device_type == 2) st = tccrt_cuda_to_host(cu, bytes, device_address(t), size);
+  if (t->device.device_type == TCCRT_DL_CUDA) st = tccrt_cuda_to_host(cu, bytes, device_address(t), size);
   else memcpy(bytes, (const char *)t->data + t->byte_offset, size);
   if (st) return st;
   uint64_t u = 0;
@@ -369,6 +371,7 @@ static tccrt_status_t scalar_value(tccrt_cuda_t *cu, const tccrt_dl_tensor_t *t,
 typedef struct call_t {
   tccrt_cuda_t *cu;
   const tccrt_device_kernel_t *k;
+  cu_handle_t *functions; /* per launch */
   tccrt_dl_tensor_t **args;
   int64_t *sizes;
   uint64_t *pointers;  /* per buffer parameter, then per workspace */
@@ -440,7 +443,7 @@ static tccrt_status_t place_buffers(call_t *c, size_t *slot) {
     if (k->params[i].scalar) continue;
     const tccrt_dl_tensor_t *a = c->args[i];
     size_t at = (*slot)++, nbytes = tensor_bytes(a);
-    if (a->device.device_type == 2 || !nbytes) {
+    if (a->device.device_type == TCCRT_DL_CUDA || !nbytes) {
       c->pointers[at] = nbytes ? device_address(a) : 0;
       continue;
     }
@@ -467,7 +470,6 @@ static tccrt_status_t place_buffers(call_t *c, size_t *slot) {
 static tccrt_status_t launch(call_t *c) {
   const tccrt_device_kernel_t *k = c->k;
   tccrt_cuda_t *cu = c->cu;
-  size_t kernel = (size_t)(k - cu->pack->cuda->kernels);
   for (size_t l = 0; l < k->launch_count; l++) {
     const tccrt_launch_t *spec = &k->launches[l];
     int64_t grid[3];
@@ -478,11 +480,14 @@ static tccrt_status_t launch(call_t *c) {
       return tccrt_fail(TCCRT_INVALID_INPUT, "%s: %s needs a grid of %lld x %lld x %lld blocks, more than a "
                         "launch takes; check the input shapes", k->symbol, spec->function, (long long)grid[0],
                         (long long)grid[1], (long long)grid[2]);
-    char lead[200];
-    snprintf(lead, sizeof lead, "%.80s: launching %.80s failed", k->symbol, spec->function);
-    CHECK(cu, cuLaunchKernel, (cu->functions[kernel][l], (unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2],
-                               spec->block[0], spec->block[1], spec->block[2], 0, cu->stream, c->argv, NULL),
-          lead);
+    cu_result_t r = cu->drv.cuLaunchKernel(c->functions[l], (unsigned)grid[0], (unsigned)grid[1],
+                                           (unsigned)grid[2], spec->block[0], spec->block[1], spec->block[2], 0,
+                                           cu->stream, c->argv, NULL);
+    if (r) { /* the message is made only when needed: launches are the hot path */
+      char lead[200];
+      snprintf(lead, sizeof lead, "%.80s: launching %.80s failed", k->symbol, spec->function);
+      return failed(cu, r, "cuLaunchKernel", lead);
+    }
   }
   return TCCRT_OK;
 }
@@ -507,7 +512,7 @@ static tccrt_status_t finish(call_t *c, size_t slots, tccrt_status_t st) {
     tccrt_status_t sync = tccrt_cuda_synchronize(c->cu);
     if (!st) st = sync;
     for (size_t at = 0; at < slots; at++)
-      if (c->temp_bytes[at]) tccrt_cuda_free(c->cu, c->pointers[at], c->temp_bytes[at]);
+      if (c->temp_bytes[at]) tccrt_cuda_free(c->cu, c->pointers[at]);
   }
   return st;
 }
@@ -515,7 +520,7 @@ static tccrt_status_t finish(call_t *c, size_t slots, tccrt_status_t st) {
 tccrt_status_t tccrt_cuda_call(tccrt_cuda_t *cu, size_t kernel, tccrt_dl_tensor_t **args, size_t count) {
   const tccrt_device_kernel_t *k = &cu->pack->cuda->kernels[kernel];
   size_t slots = k->param_count + k->workspace_count, words = slots + k->size_var_count;
-  call_t c = {cu, k, args, calloc(k->size_var_count + 1, sizeof(int64_t)), calloc(slots + 1, sizeof(uint64_t)),
+  call_t c = {cu, k, cu->functions[kernel], args, calloc(k->size_var_count + 1, sizeof(int64_t)), calloc(slots + 1, sizeof(uint64_t)),
               calloc(slots + 1, sizeof(size_t)), calloc(words + 1, sizeof(void *))};
   tccrt_status_t st = TCCRT_OK;
   size_t placed = 0;

@@ -31,7 +31,7 @@ tccrt_status_t tccrt_cuda_enter(tccrt_cuda_t *cuda);
 
 /* Device memory of at least `nbytes` (> 0) from the pool, and back to it. */
 tccrt_status_t tccrt_cuda_alloc(tccrt_cuda_t *cuda, size_t nbytes, uint64_t *out);
-void tccrt_cuda_free(tccrt_cuda_t *cuda, uint64_t ptr, size_t nbytes);
+void tccrt_cuda_free(tccrt_cuda_t *cuda, uint64_t ptr);
 
 /* Copies on the stream. To the device and to the host wait for the copy (the host memory
  * may go right after); device to device does not. */

@@ -66,7 +66,7 @@ static void storage_release(tccrt_storage_t *s) {
   if (s->kind == TCCRT_STORAGE_OWNED) free(s->data);
   if (s->kind == TCCRT_STORAGE_PACK) tccrt_pack_release(s->pack);
   if (s->kind == TCCRT_STORAGE_DEVICE) {
-    tccrt_cuda_free(s->cuda, (uint64_t)(uintptr_t)s->data, s->nbytes);
+    if (s->data) tccrt_cuda_free(s->cuda, (uint64_t)(uintptr_t)s->data);
     tccrt_cuda_release(s->cuda);
   }
   free(s);
@@ -144,12 +144,11 @@ static tccrt_storage_t *device_storage(tccrt_cuda_t *cuda, size_t nbytes) {
   if (nbytes && tccrt_cuda_alloc(cuda, nbytes, &ptr)) return NULL;
   tccrt_storage_t *s = storage_new(TCCRT_STORAGE_DEVICE, (void *)(uintptr_t)ptr);
   if (!s) {
-    if (nbytes) tccrt_cuda_free(cuda, ptr, nbytes);
+    if (nbytes) tccrt_cuda_free(cuda, ptr);
     tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory making a GPU tensor");
     return NULL;
   }
   s->cuda = tccrt_cuda_retain(cuda);
-  s->nbytes = nbytes;
   return s;
 }
 
@@ -190,7 +189,7 @@ tccrt_status_t tccrt_tensor_alloc_on(tccrt_cuda_t *cuda, const tccrt_dtype_t *dt
     return TCCRT_OUT_OF_MEMORY;
   }
   v->dl.data = v->storage->data;
-  v->dl.device.device_type = 2; /* kDLCUDA, device 0 */
+  v->dl.device.device_type = TCCRT_DL_CUDA; /* device 0 */
   *out = v;
   return TCCRT_OK;
 }
@@ -304,7 +303,7 @@ tccrt_status_t tccrt_tensor_in_arena(tccrt_value_t *arena, size_t index, const t
   v->storage = arena->storage;
   atomic_fetch_add(&v->storage->refs, 1);
   v->dl.data = (char *)v->storage->data + arena->dims[index];
-  if (tccrt_tensor_on_device(v)) v->dl.device.device_type = 2;
+  if (tccrt_tensor_on_device(v)) v->dl.device.device_type = TCCRT_DL_CUDA;
   *out = v;
   return TCCRT_OK;
 }

@@ -36,9 +36,10 @@ typedef struct tccrt_storage_t {
   tccrt_storage_kind_t kind;
   void *data;
   tccrt_pack_t *pack; /* TCCRT_STORAGE_PACK: the reference that keeps the mapping */
-  tccrt_cuda_t *cuda; /* TCCRT_STORAGE_DEVICE: the device (a reference) and the bytes taken */
-  size_t nbytes;
+  tccrt_cuda_t *cuda; /* TCCRT_STORAGE_DEVICE: the device (a reference) */
 } tccrt_storage_t;
+
+#define TCCRT_DL_CUDA 2 /* DLPack's device type of a tensor in GPU memory (kDLCUDA) */
 
 /* The dtypes tensors may have (those the CPU kernels take), with their DLPack codes. */
 typedef struct tccrt_dtype_t {

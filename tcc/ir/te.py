@@ -428,19 +428,6 @@ def _loads(e: E.PrimExpr):
         yield from _loads(c)
 
 
-def _loads_with_condition(e: E.PrimExpr, conditional: bool = False):
-    """(load, conditional) pairs in pre-order; a load in a Select branch is conditional."""
-    if isinstance(e, E.BufferLoad):
-        yield e, conditional
-    if isinstance(e, E.Select):
-        yield from _loads_with_condition(e.cond, conditional)
-        yield from _loads_with_condition(e.true_value, True)
-        yield from _loads_with_condition(e.false_value, True)
-        return
-    for c in _children(e):
-        yield from _loads_with_condition(c, conditional)
-
-
 def _substitute(e: E.PrimExpr, mapping: dict) -> E.PrimExpr:
     """`e` with variables replaced by identity, rebuilt node by node; nothing is simplified
     but a comparison of two integer immediates and a select on one (an inlined stage read
@@ -537,7 +524,7 @@ def read_regions(exprs: Sequence[E.PrimExpr]) -> tuple[T.BufferRegion, ...]:
     accesses: dict[int, tuple[T.Buffer, list]] = {}
     whole: set[int] = set()
     for e in exprs:
-        for load, _ in _loads_with_condition(e):
+        for load in _loads(e):
             buf = load.buffer
             entry = accesses.setdefault(id(buf), (buf, []))
             if not all(_is_plain_index(i) for i in load.indices):

@@ -22,7 +22,6 @@ import numpy as np
 import onnx
 import pytest
 
-from tcc.emit.nvrtc import nvrtc_available
 from tests.e2e.test_models import onnxruntime_outputs
 from tests.emit import cuda_on_host
 from tests.runtime_c.capi import CRuntime, build_runtime
@@ -37,10 +36,7 @@ from tests.e2e.test_corpus import (  # noqa: E402
     quantizes_dynamically,
 )
 
-pytestmark = [
-    pytest.mark.skipif(not nvrtc_available(), reason="NVRTC is not installed (pip install 'tcc[cuda]')"),
-    pytest.mark.skipif(cuda_on_host.cxx() is None, reason="no C++ compiler for the stand-in driver"),
-]
+pytestmark = cuda_on_host.NEEDS_STAND_IN
 
 
 @pytest.fixture(scope="module")

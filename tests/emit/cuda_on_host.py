@@ -19,8 +19,10 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tcc.emit.cuda import CudaKernel
+from tcc.emit.nvrtc import nvrtc_available
 from tcc.ir import expr as E
 
 SHIM = r"""
@@ -54,6 +56,14 @@ def _host_source(source: str) -> str:
 
 def cxx() -> str | None:
     return shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+
+
+# What a test that runs CUDA packs through the stand-in driver needs: NVRTC to compile the
+# pack, and a C++ compiler to build its kernels for this CPU.
+NEEDS_STAND_IN = [
+    pytest.mark.skipif(not nvrtc_available(), reason="NVRTC is not installed (pip install 'tcc[cuda]')"),
+    pytest.mark.skipif(cxx() is None, reason="no C++ compiler for the stand-in driver"),
+]
 
 
 def build(source: str, folder: Path) -> ctypes.CDLL:

@@ -4,7 +4,8 @@
  * 0xff bytes, NaN as floats, so a read of what no kernel wrote shows); a module is the host
  * library $TCC_FAKE_CUDA_KERNELS, built by tests/emit/cuda_on_host.py from the pack's CUDA
  * source, whatever image the loader passes; a launch runs the blocks one after another, and
- * the threads of a block as coroutines (ucontext) through that library's
+ * the threads of a block as coroutines (each started with ucontext, then switched with
+ * _setjmp/_longjmp) through that library's
  * `<function>_packed(void **params)`: each runs to its next `__syncthreads()` (the
  * library's `tcc_barrier` hook, set here), and when all wait, the next phase starts, as
  * on a GPU; a barrier that some threads of a block never reach fails the launch. A launch

@@ -22,16 +22,12 @@ from onnx import TensorProto, helper
 import tcc.rt
 from tcc.api import compile_to_bytes
 from tcc.cli.main import cli
-from tcc.emit.nvrtc import nvrtc_available
 from tcc.rt.cuda import pick_binary
 from tcc.rt.errors import KernelError, PackError
 from tests.emit import cuda_on_host
 from tests.rt.test_pack import expect_error, rewrite
 
-pytestmark = [
-    pytest.mark.skipif(not nvrtc_available(), reason="NVRTC is not installed (pip install 'tcc[cuda]')"),
-    pytest.mark.skipif(cuda_on_host.cxx() is None, reason="no C++ compiler for the stand-in driver"),
-]
+pytestmark = cuda_on_host.NEEDS_STAND_IN
 
 
 def _model() -> onnx.ModelProto:

@@ -22,7 +22,6 @@ from onnx import TensorProto, helper
 
 import tcc.rt
 from tcc.cli.main import cli
-from tcc.emit.nvrtc import nvrtc_available
 from tests.emit import cuda_on_host
 from tests.rt.test_cuda import (
     DAMAGED_SPECS,
@@ -46,8 +45,7 @@ from tests.runtime_c.test_run import (
 )
 
 pytestmark = [
-    pytest.mark.skipif(not nvrtc_available(), reason="NVRTC is not installed (pip install 'tcc[cuda]')"),
-    pytest.mark.skipif(cuda_on_host.cxx() is None, reason="no C++ compiler for the stand-in driver"),
+    *cuda_on_host.NEEDS_STAND_IN,
     pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None, reason="needs cc and make"),
 ]
 

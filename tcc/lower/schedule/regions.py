@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.structural import structural_equal
-from tcc.lower.schedule.rewrite import substitute_expr
+from tcc.lower.schedule.rewrite import conjuncts, substitute_expr
 
 Interval = tuple[E.PrimExpr, E.PrimExpr]  # inclusive lower and upper bounds
 
@@ -276,8 +276,6 @@ def upper_facts(guards) -> list[tuple[E.PrimExpr, int]]:
     """(e, c) for each term `e < c + 1` or `e <= c` (a constant c) of the conditions
     `guards`: what holds wherever an access under them runs (a fused copy loop's guard of
     its last pass, `f < 1152`), for `bounds`."""
-    from tcc.lower.schedule.rewrite import conjuncts
-
     facts = []
     for g in guards:
         for term in conjuncts(g):
