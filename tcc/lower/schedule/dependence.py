@@ -210,6 +210,8 @@ def _bounds_per_dim(access: R.Access, digits: _Digits) -> list[R.Interval] | Non
 
 def _affine(e: E.PrimExpr, d: E.Var, digit_ids: set[int]) -> tuple[int, E.PrimExpr] | None:
     """(c, rest) with e == c * d + rest and rest free of every digit."""
+    if not E.uses(e, d):
+        return 0, e
     zero, one = E.const(0, d.dtype), E.const(1, d.dtype)
     c = R.const_value(substitute_expr(e, {d: one}) - substitute_expr(e, {d: zero}))
     if c is None:
@@ -225,8 +227,8 @@ def _separates(
 ) -> bool:
     """Whether the boxes are disjoint on this dimension whenever digit `d` differs: both
     move by the same stride c along it and |c| exceeds what one reaches past the other.
-    `memo` keeps _affine's answers by the bounds' and digit's identity (a write checked
-    against itself has the same bounds on both sides)."""
+    `memo` keeps _affine's answers by the bound's and digit's identity (one access's bounds
+    are checked against many others')."""
 
     def affine(e):
         key = (id(e), id(d))
@@ -234,31 +236,52 @@ def _separates(
             memo[key] = _affine(e, d, digit_ids)
         return memo[key]
 
-    terms = [affine(e) for e in (*dim_w, *dim_a)]
-    if any(t is None for t in terms) or len({t[0] for t in terms}) != 1 or terms[0][0] == 0:
-        return False
-    c = abs(terms[0][0])
-    (_, lo_w), (_, hi_w), (_, lo_a), (_, hi_a) = terms
+    rests, c = [], 0
+    for e in (*dim_w, *dim_a):  # the first bound that fails decides: most do not move with d
+        term = affine(e)
+        if term is None or term[0] == 0 or (rests and term[0] != c):
+            return False
+        c = term[0]
+        rests.append(term[1])
+    c = abs(c)
+    lo_w, hi_w, lo_a, hi_a = rests
     gaps = (R.const_value(c + lo_a - hi_w), R.const_value(c + lo_w - hi_a))
     return all(g is not None and g > 0 for g in gaps)
 
 
-def _strided_apart(w: R.Access, a: R.Access, loop: T.For) -> bool:
-    """Whether a dimension separates the two accesses for every digit that tells iterations
-    apart (see the module docstring)."""
-    digits = _Digits(loop)
-    bw = _bounds_per_dim(w, digits)
-    ba = bw if a is w else _bounds_per_dim(a, digits)
-    if bw is None or ba is None:
-        return False
-    dims = list(zip(bw, ba))
-    digit_ids, memo = set(digits.of), {}
-    separated = {
-        digit
-        for digit, d in digits.vars.items()
-        if any(_separates(dim_w, dim_a, d, digit_ids, memo) for dim_w, dim_a in dims)
-    }
-    return digits.determine_loop(separated)
+class _Apart:
+    """Whether pairs of accesses inside one loop are apart (see the module docstring). One
+    per loop: the digits, each access's bounds in them and _affine's answers are shared by
+    every pair (a digit that one pair's accesses do not use separates nothing there)."""
+
+    def __init__(self, loop: T.For):
+        self.loop = loop
+        self.digits = _Digits(loop)
+        self.bounds: dict[int, list[R.Interval] | None] = {}
+        self.memo: dict = {}
+
+    def __call__(self, w: R.Access, a: R.Access) -> bool:
+        return _same_element_apart(w, a, self.loop.var) or self._strided(w, a)
+
+    def _bounds(self, access: R.Access) -> list[R.Interval] | None:
+        if id(access) not in self.bounds:
+            self.bounds[id(access)] = _bounds_per_dim(access, self.digits)
+        return self.bounds[id(access)]
+
+    def _strided(self, w: R.Access, a: R.Access) -> bool:
+        """Whether a dimension separates the two accesses for every digit that tells
+        iterations apart."""
+        bw, ba = self._bounds(w), self._bounds(a)
+        if bw is None or ba is None:
+            return False
+        dims = list(zip(bw, ba))
+        digit_ids = set(self.digits.of)
+        separated = {
+            digit
+            for digit, d in self.digits.vars.items()
+            if any(_separates(dim_w, dim_a, d, digit_ids, self.memo) for dim_w, dim_a in dims)
+        }
+        return self.digits.determine_loop(separated)
 
 
 def _names_fed_vars(access: R.Access, var: E.Var) -> bool:
@@ -275,10 +298,6 @@ def _same_element_apart(w: R.Access, a: R.Access, var: E.Var) -> bool:
         return False
     same = [lo for lo, _ in w.in_loops.ranges] == [lo for lo, _ in a.in_loops.ranges]
     return same and (_names_fed_vars(w, var) or _names_fed_vars(a, var))
-
-
-def _apart(w: R.Access, a: R.Access, loop: T.For) -> bool:
-    return _same_element_apart(w, a, loop.var) or _strided_apart(w, a, loop)
 
 
 def _where(access: R.Access) -> str:
@@ -304,15 +323,16 @@ def carried_dependence(loop: T.For) -> str | None:
     private = _private(loop)
     shared = [x for x in found if id(x.buffer) not in private]
     writes = [x for x in shared if x.kind == "writes"]
+    apart = _Apart(loop)
     for w in writes:
-        if not _apart(w, w, loop):
+        if not apart(w, w):
             return _self_overlap(w, loop)
     written = {id(w.buffer) for w in writes}
     for a in shared:
         if id(a.buffer) not in written:
             continue
         for w in writes:
-            if w.buffer is a.buffer and w is not a and not _apart(w, a, loop):
+            if w.buffer is a.buffer and w is not a and not apart(w, a):
                 return (
                     f"{_where(a)} {a.kind} {_region_text(a.region)}, which other iterations "
                     "of the loop write"
