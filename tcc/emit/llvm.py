@@ -39,6 +39,7 @@ so the same input gives the same bytes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -775,8 +776,14 @@ def link_objects(objects: Sequence[ObjectFile], symbols, target: str | Target) -
     target = parse_target(target)
     codes = [o.object_code for o in objects]
     libraries = ["m"] + (["gomp"] if any(o.uses_openmp for o in objects) else [])
-    shared = link_shared(codes, libraries) if target.is_host else None
-    return CpuModule(str(target), tuple(sorted(symbols)), combine_objects(codes), shared,
+    if target.is_host:  # two runs of the C compiler at once: each mostly waits on its start
+        with ThreadPoolExecutor(1) as pool:
+            combining = pool.submit(combine_objects, codes)
+            shared = link_shared(codes, libraries)
+            combined = combining.result()
+    else:
+        shared, combined = None, combine_objects(codes)
+    return CpuModule(str(target), tuple(sorted(symbols)), combined, shared,
                      "\n".join(o.llvm_ir for o in objects if o.llvm_ir))
 
 
