@@ -101,6 +101,27 @@ class PrimExpr:
 
     __repr__ = __str__
 
+    def __getstate__(self):
+        # a cached hash belongs to this process (str hashes are salted per process)
+        state = self.__dict__
+        return {k: v for k, v in state.items() if k != "_hash"} if "_hash" in state else state
+
+
+def _hash_once(cls):
+    """Cache the structural hash the dataclass generated: it walks the whole tree, and a
+    node is hashed again each time it keys a dict inside a bigger expression."""
+    structural = cls.__hash__
+
+    def __hash__(self):
+        state = self.__dict__
+        h = state.get("_hash")
+        if h is None:
+            h = state["_hash"] = structural(self)
+        return h
+
+    cls.__hash__ = __hash__
+    return cls
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Var(PrimExpr):
@@ -110,18 +131,21 @@ class Var(PrimExpr):
     dtype: str = INDEX_DTYPE
 
 
+@_hash_once
 @dataclass(frozen=True, repr=False)
 class IntImm(PrimExpr):
     value: int
     dtype: str = INDEX_DTYPE
 
 
+@_hash_once
 @dataclass(frozen=True, repr=False)
 class FloatImm(PrimExpr):
     value: float
     dtype: str = "float32"
 
 
+@_hash_once
 @dataclass(frozen=True, repr=False)
 class BinOp(PrimExpr):
     """`op` in BIN_OPS; `div` is true division (floats), `floordiv`/`floormod` round down."""
@@ -132,6 +156,7 @@ class BinOp(PrimExpr):
     dtype: str
 
 
+@_hash_once
 @dataclass(frozen=True, repr=False)
 class Cmp(PrimExpr):
     op: str
@@ -140,6 +165,7 @@ class Cmp(PrimExpr):
     dtype: str = "bool"
 
 
+@_hash_once
 @dataclass(frozen=True, repr=False)
 class Logic(PrimExpr):
     op: str
@@ -148,12 +174,14 @@ class Logic(PrimExpr):
     dtype: str = "bool"
 
 
+@_hash_once
 @dataclass(frozen=True, repr=False)
 class Not(PrimExpr):
     a: PrimExpr
     dtype: str = "bool"
 
 
+@_hash_once
 @dataclass(frozen=True, repr=False)
 class Select(PrimExpr):
     cond: PrimExpr
@@ -162,12 +190,14 @@ class Select(PrimExpr):
     dtype: str
 
 
+@_hash_once
 @dataclass(frozen=True, repr=False)
 class Cast(PrimExpr):
     value: PrimExpr
     dtype: str
 
 
+@_hash_once
 @dataclass(frozen=True, repr=False)
 class Call(PrimExpr):
     """A math intrinsic (`exp`, `erf`, ...), named in INTRINSICS, or a builtin in BUILTINS."""
@@ -177,6 +207,7 @@ class Call(PrimExpr):
     dtype: str
 
 
+@_hash_once
 @dataclass(frozen=True, repr=False)
 class BufferLoad(PrimExpr):
     buffer: object  # tcc.ir.tir.Buffer
