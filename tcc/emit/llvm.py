@@ -38,6 +38,7 @@ so the same input gives the same bytes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -139,6 +140,7 @@ class _KernelGen(ExprEmitter):
         self._plans: dict[int, tuple] = {}  # vectorized loop -> (loop, plan, lane variable)
         self._offsets: dict[tuple, tuple] = {}  # see _lane_offset
         self._tile: TileContext | None = None  # the unrolled loop whose gathers may be tiles
+        self.open_loops = 0  # loops around the code being emitted, in its function
 
     # -- functions and frames ------------------------------------------------------------------
 
@@ -174,6 +176,26 @@ class _KernelGen(ExprEmitter):
         slot.align = 64
         slot.type = PTR  # llvmlite types alloca results; every other pointer here is opaque
         return slot
+
+    def _spare_slot(self, t: ir.Type) -> ir.Value:
+        """A constant of type `t` in memory, all zeros: a speculated load reads it where its
+        own address may be out of bounds (see `ExprEmitter.guard`). Not a stack slot: LLVM's
+        SROA turns a load from a select of a stack slot back into branches."""
+        name = "tcc.spare." + re.sub(r"\W+", "_", str(t)).strip("_")
+        slot = self.module.globals.get(name)
+        if slot is None:
+            slot = ir.GlobalVariable(self.module, t, name)
+            slot.initializer = ir.Constant(t, None)
+            slot.global_constant = True
+            slot.linkage = "internal"
+            slot.align = 64
+        return slot
+
+    def _readable(self, p: ir.Value, t: ir.Type) -> ir.Value:
+        """`p`, or where the guard does not hold, a spare slot of the same type."""
+        if self.guard is None:
+            return p
+        return self.b.select(self.guard, p, self._spare_slot(t))
 
     def fail(self, fmt: str, *args: ir.Value) -> None:
         self.rt.set_error(self.b, f"{self.name}: {fmt}", *args)
@@ -244,20 +266,19 @@ class _KernelGen(ExprEmitter):
         b = self.b
         if self.vec is None:
             offset = self.expr(self._offset(buffer, indices))
-            return self.mem_to_reg(
-                b.load(b.gep(ptr, [offset], source_etype=elem), typ=elem, align=_align(elem)), dtype
-            )
+            p = self._readable(b.gep(ptr, [offset], source_etype=elem), elem)
+            return self.mem_to_reg(b.load(p, typ=elem, align=_align(elem)), dtype)
         u = self.vec[0]
         flat, kind = self._lane_offset(buffer, indices)
         if kind == "contiguous":
             vt = ir.VectorType(elem, self.env[u].type.count)
-            p = b.gep(ptr, [self._lane0(flat)], source_etype=elem)
+            p = self._readable(b.gep(ptr, [self._lane0(flat)], source_etype=elem), vt)
             if self.mask is not None and self._whole_lanes_inside(buffer, flat):
                 return self.mem_to_reg(b.load(p, typ=vt, align=_align(elem)), dtype)
             return self.mem_to_reg(
                 self.load_lanes(p, vt, _align(elem), widen=buffer not in self.stack_bufs),
                 dtype)
-        if kind == "gather" and self._tile is not None and self.mask is None:
+        if kind == "gather" and self._tile is not None and self.mask is None and self.guard is None:
             column = self._tile_column(buffer, indices, flat, ptr, elem)
             if column is not None:
                 return self.mem_to_reg(column, dtype)
@@ -267,13 +288,14 @@ class _KernelGen(ExprEmitter):
             # with none, the offset may be out of bounds, so read a slot of this frame instead
             active = b.icmp_unsigned("!=", b.bitcast(self.mask, ir.IntType(lanes_of(self.mask))),
                                      ir.Constant(ir.IntType(lanes_of(self.mask)), 0))
-            safe = b.select(active, b.gep(ptr, [offsets], source_etype=elem),
-                            self.alloca(elem))
+            safe = b.select(active, self._readable(b.gep(ptr, [offsets], source_etype=elem), elem),
+                            self._spare_slot(elem))
             return self.mem_to_reg(b.load(safe, typ=elem, align=_align(elem)), dtype)
         return self.mem_to_reg(
             self.lanewise(
                 lambda off: b.load(
-                    b.gep(ptr, [off], source_etype=elem), typ=elem, align=_align(elem)
+                    self._readable(b.gep(ptr, [off], source_etype=elem), elem), typ=elem,
+                    align=_align(elem)
                 ),
                 offsets,
             ),
@@ -386,7 +408,9 @@ class _KernelGen(ExprEmitter):
 
     def decided(self, cond: E.PrimExpr) -> bool | None:
         """A condition the unrolled copies being emitted fix: a select on a position within
-        a tile (the Winograd transforms') emits only the branch it takes."""
+        a tile (the Winograd transforms') emits only the branch it takes, and so does a
+        padding test that holds over the whole range of the loops it also depends on (the
+        copies of a convolution's row away from its edges)."""
         if not self.unrolled:
             return None
         mapping = {}
@@ -401,8 +425,48 @@ class _KernelGen(ExprEmitter):
         key = (cond, tuple(mapping.items()))
         if key not in self._decided:  # the same selects come back in every term of a sum
             c = E.substitute(cond, mapping)
-            self._decided[key] = bool(c.value) if isinstance(c, E.IntImm) else None
-        return self._decided[key]
+            if isinstance(c, E.IntImm):
+                self._decided[key] = bool(c.value)
+            else:
+                loops = {v: self.iter_exprs[v] for v in index_vars(c) or () if v in self.iter_exprs}
+                self._decided[key] = E.simplify(E.substitute(c, loops)) if loops else c
+        found = self._decided[key]
+        return found if found is None or isinstance(found, bool) else self._within_ranges(found)
+
+    def outside_loops(self) -> bool:
+        """No loop of this function runs around the code being emitted (unrolled copies
+        are no loop; the body of a parallel loop is its worker's, whose own loop over its
+        share of the iterations does not count)."""
+        return self.open_loops == 0
+
+    def _within_ranges(self, cond: E.PrimExpr) -> bool | None:
+        """`cond` (integer tests joined by and/or/not) when the ranges of the loops being
+        emitted settle it, else None."""
+        if isinstance(cond, E.IntImm):
+            return bool(cond.value)
+        if isinstance(cond, E.Not):
+            inner = self._within_ranges(cond.a)
+            return None if inner is None else not inner
+        if isinstance(cond, E.Logic):
+            a, b = self._within_ranges(cond.a), self._within_ranges(cond.b)
+            settles = cond.op == "or"  # the value of one side that settles the whole
+            if a is settles or b is settles:
+                return settles
+            return None if a is None or b is None else not settles
+        if not isinstance(cond, E.Cmp) or not cond.a.dtype.startswith("int"):
+            return None  # floats, and unsigned values whose difference wraps
+        span = bounds(E.simplify(cond.a - cond.b), self.ranges)
+        if span is None:
+            return None
+        lo, hi = const_value(span[0]), const_value(span[1])
+        holds = {"lt": (hi is not None and hi < 0, lo is not None and lo >= 0),
+                 "le": (hi is not None and hi <= 0, lo is not None and lo > 0),
+                 "gt": (lo is not None and lo > 0, hi is not None and hi <= 0),
+                 "ge": (lo is not None and lo >= 0, hi is not None and hi < 0),
+                 "eq": (lo == 0 and hi == 0, (lo is not None and lo > 0) or (hi is not None and hi < 0)),
+                 "ne": ((lo is not None and lo > 0) or (hi is not None and hi < 0), lo == 0 and hi == 0)}
+        always, never = holds[cond.op]
+        return True if always else False if never else None
 
     def _block(self, s: T.Block) -> None:
         outer = [self.env.get(iv.var) for iv in s.iter_vars]
@@ -452,7 +516,9 @@ class _KernelGen(ExprEmitter):
         cmp = b.icmp_signed if signed else b.icmp_unsigned
         b.cbranch(cmp("<", i, stop), inner, done)
         b.position_at_end(inner)
+        self.open_loops += 1
         body(i)
+        self.open_loops -= 1
         nxt = b.add(i, ir.Constant(start.type, 1))
         i.add_incoming(nxt, b.block)
         latch = b.branch(header)
@@ -584,10 +650,28 @@ class _KernelGen(ExprEmitter):
             f"{self.name}.parallel{self.outlined}",
         )
         fn.linkage = "internal"
+        # The worker only unpacks its captures and calls the loop's body, a function whose
+        # buffer parameters are noalias as the compute function's are: inlined, they become
+        # alias scopes, so a store to one buffer does not make LLVM load another again.
+        body = ir.Function(
+            self.module,
+            ir.FunctionType(ir.VoidType(), [v.type for _, v in captured] + [PTR]),
+            f"{self.name}.parallel{self.outlined}.body",
+        )
+        body.linkage = "internal"
+        body.attributes.add("alwaysinline")
+        for (key, _), arg in zip(captured, body.args):
+            if isinstance(key, T.Buffer):
+                arg.add_attribute("noalias")
         self.outlined += 1
+        unpack = ir.IRBuilder(fn.append_basic_block("entry"))
+        values = [unpack.load(unpack.gep(fn.args[0], [I32(0), I32(k)], source_etype=struct_t),
+                              typ=v.type) for k, (_, v) in enumerate(captured)]
+        unpack.call(body, [*values, fn.args[0]])
+        unpack.ret_void()
 
-        saved = (self.b, self.frame, self.env, self.bufs)
-        data = fn.args[0]
+        saved = (self.b, self.frame, self.env, self.bufs, self.open_loops)
+        data = body.args[-1]
 
         def fail_worker():  # the worker cannot report; the caller does after the join
             self.b.store(
@@ -595,16 +679,14 @@ class _KernelGen(ExprEmitter):
             )
             self.b.ret_void()
 
-        self.frame = self._new_frame(fn, fail_worker)
+        self.frame = self._new_frame(body, fail_worker)
         self.env, self.bufs = {}, {}
-        for k, (key, v) in enumerate(captured):
-            value = self.b.load(
-                self.b.gep(data, [I32(0), I32(k)], source_etype=struct_t), typ=v.type
-            )
+        for (key, _), value in zip(captured, body.args):
             (self.bufs if isinstance(key, T.Buffer) else self.env)[key] = value
+        self.open_loops = 0
         self._worker_loop(s)
         self.b.ret_void()
-        self.b, self.frame, self.env, self.bufs = saved
+        self.b, self.frame, self.env, self.bufs, self.open_loops = saved
 
         threads = b.load(self.rt.num_threads, typ=I32)
         work = nest_work(s)
@@ -643,7 +725,9 @@ class _KernelGen(ExprEmitter):
 
         def body(i):
             self.env[s.var] = self.convert(b.add(start, i), "int64", s.var.dtype)
+            self.open_loops -= 1  # each iteration is the body's one run in a parallel loop
             self.stmt(s.body)
+            self.open_loops += 1
 
         self.loop(lo, hi, body)
 

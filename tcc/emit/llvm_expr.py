@@ -27,6 +27,9 @@ division by zero gives 0 (as numpy does) instead of a hardware trap.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from llvmlite import ir
 
 from tcc.emit.llvm_math import FAST_MATH, FastMath
@@ -95,6 +98,16 @@ def children(e: E.PrimExpr):
     for name in getattr(e, "__dataclass_fields__", ()):
         x = getattr(e, name)
         yield from (y for y in (x if isinstance(x, tuple) else (x,)) if isinstance(y, E.PrimExpr))
+
+
+def _speculable(e: E.PrimExpr) -> bool:
+    """Whether `e` is cheap enough to evaluate where a select does not choose it: no load, or
+    one load (under casts) whose indices load nothing."""
+    while isinstance(e, E.Cast):
+        e = e.value
+    if isinstance(e, E.BufferLoad):
+        return not any(has_load(i) for i in e.indices)
+    return not has_load(e)
 
 
 def has_load(e: E.PrimExpr) -> bool:
@@ -229,6 +242,40 @@ def _fold_int(op: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value | None:
     return None
 
 
+def _fold_float(op: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value | None:
+    """`a op b` without an instruction where the result is exactly known now: the product of
+    two scalar float32/float64 constants (rounded as the hardware rounds), or adding -0.0,
+    which changes no value (-0.0 + -0.0 is -0.0, x + -0.0 is x, NaN stays NaN). Decided
+    selects leave both kinds in unrolled bodies (the Winograd transforms: 36 terms per
+    output, most of them zero)."""
+    if op == "mul" and dtype in ("float32", "float64"):
+        x, y = _scalar_float(a), _scalar_float(b)
+        if x is not None and y is not None:
+            kind = to_numpy(dtype).type
+            with np.errstate(all="ignore"):  # inf and NaN are values here
+                return const_value(dtype, kind(x) * kind(y))
+    if op == "add":
+        if _is_negative_zero(b) and (lanes_of(a) or 0) >= (lanes_of(b) or 0):
+            return a
+        if _is_negative_zero(a) and (lanes_of(b) or 0) >= (lanes_of(a) or 0):
+            return b
+    return None
+
+
+def _scalar_float(v: ir.Value) -> float | None:
+    if isinstance(v, ir.Constant) and isinstance(v.constant, float):
+        return v.constant
+    return None
+
+
+def _is_negative_zero(v: ir.Value) -> bool:
+    if not isinstance(v, ir.Constant):
+        return False
+    items = v.constant if isinstance(v.constant, list) else [v]
+    return all(isinstance(c, ir.Constant) and isinstance(c.constant, float) and c.constant == 0.0
+               and math.copysign(1.0, c.constant) < 0 for c in items)
+
+
 def _widened(lanes: int) -> int | None:
     """The power of two a contiguous access of `lanes` lanes is widened to, or None."""
     if lanes <= 2 or lanes & (lanes - 1) == 0:
@@ -249,6 +296,10 @@ class ExprEmitter:
     env: dict
     fp_contract: bool = True  # the target's choice: fuse float x * y + z (one rounding)
     mask: ir.Value | None = None  # the lanes that run (a lane-varying select's branch, a guard)
+    # Where a select is evaluated without a branch (`_speculated_select`): an i1 that says
+    # whether the loads of the branch being lowered may read their addresses; where it does
+    # not hold, a load reads a spare stack slot instead and its value is discarded.
+    guard: ir.Value | None = None
     # Integer index arithmetic emitted before, by expression: (basic block, value, the
     # values its variables had). An unrolled body computes the same indices in every copy;
     # emitted once, the IR LLVM parses and optimizes is several times smaller. A value is
@@ -412,9 +463,14 @@ class ExprEmitter:
             fused = self._mul_add(e)
             if fused is not None:
                 return fused
-        a, b = self.unify(self.expr_as(e.a, e.dtype), self.expr_as(e.b, e.dtype))
+        a, b = self.expr_as(e.a, e.dtype), self.expr_as(e.b, e.dtype)
         if is_float(e.dtype):
+            folded = _fold_float(e.op, a, b, e.dtype)
+            if folded is not None:
+                return folded
+            a, b = self.unify(a, b)
             return self.finish(self._float_bin(e.op, a, b, e.dtype), e.dtype)
+        a, b = self.unify(a, b)
         if e.dtype == "bool":
             a, b = self.convert(a, "bool", "int8"), self.convert(b, "bool", "int8")
             return self.convert(self._int_bin(e.op, a, b, "int8", e.b), "int8", "bool")
@@ -526,19 +582,49 @@ class ExprEmitter:
         """The condition's value when known at compile time (see the kernel emitter)."""
         return None
 
+    def outside_loops(self) -> bool:
+        """Whether no loop runs around the code being emitted, in its function (see the
+        kernel emitter)."""
+        return False
+
     def _select(self, e: E.Select) -> ir.Value:
         known = self.decided(e.cond)
         if known is not None:
             return self.expr_as(e.true_value if known else e.false_value, e.dtype)
         c = self.expr_as(e.cond, "bool")
         if has_load(e.true_value) or has_load(e.false_value):
-            return self._masked_select(c, e) if lanes_of(c) else self._guarded_select(c, e)
+            if lanes_of(c):
+                return self._masked_select(c, e)
+            if (_speculable(e.true_value) and _speculable(e.false_value)
+                    and self.outside_loops()):
+                return self._speculated_select(c, e)
+            return self._guarded_select(c, e)
         t, f = self.expr_as(e.true_value, e.dtype), self.expr_as(e.false_value, e.dtype)
         if lanes_of(c):
             c, t, f = self.unify(c, t, f)
         else:
             t, f = self.unify(t, f)
         return self.b.select(c, t, f)
+
+    def _speculated_select(self, c: ir.Value, e: E.Select) -> ir.Value:
+        """A select whose branches are single loads or load nothing (padding: `x[i]` where
+        `i` is inside, else 0), where no loop runs around it: both run, each load through an
+        address that is always readable, and a select picks. An unrolled body stays
+        straight-line code, so LLVM merges the loads of one address across its selects,
+        where a branch per select keeps each load apart. (Inside a loop a select stays a
+        branch, which LLVM can take out of the loop where the condition does not change in
+        it: a convolution's padding test in its loop over input channels.)"""
+        outer = self.guard
+        values = []
+        for value, holds in ((e.true_value, c), (e.false_value, None)):
+            if has_load(value):
+                holds = self.b.not_(c) if holds is None else holds
+                self.guard = holds if outer is None else self.b.and_(outer, holds)
+            try:
+                values.append(self.expr_as(value, e.dtype))
+            finally:
+                self.guard = outer
+        return self.b.select(c, *self.unify(*values))
 
     def _guarded_select(self, c: ir.Value, e: E.Select) -> ir.Value:
         """A select whose branches load: only the chosen branch runs (padding may index out of

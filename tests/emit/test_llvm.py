@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -492,12 +493,12 @@ def _entry_allocas(module, name: str) -> list[str]:
 def test_a_small_buffer_inside_a_loop_is_one_entry_block_alloca():
     """A register tile allocated per iteration takes stack space once, in the entry block
     (where LLVM's SROA can promote it), never malloc per iteration; inside a parallel loop
-    that entry block is the outlined function's, so every thread has its own tile."""
+    that entry block is the outlined loop body's, so every thread has its own tile."""
     module = build_module(parse_module(LOOP_LOCALS).prim_funcs, parse_target("llvm"))[0]
     assert 'call ptr @"malloc"' not in str(module)
     assert _entry_allocas(module, "row_sums.compute") == ["[16 x float]"]
     assert "[16 x float]" not in _entry_allocas(module, "row_sums_parallel.compute")
-    assert _entry_allocas(module, "row_sums_parallel.parallel0") == ["[16 x float]"]
+    assert _entry_allocas(module, "row_sums_parallel.parallel0.body") == ["[16 x float]"]
     with load(LOOP_LOCALS) as lib:
         a = rand(301, 16)
         want = (a * 2).reshape(301, 4, 4).sum(axis=2)
@@ -776,6 +777,73 @@ def pad_lanes(A: Buffer((6,), "float32"), B: Buffer((8,), "float32")):
         b = np.zeros(8, np.float32)
         lib.call("pad_lanes", [a, b])
         np.testing.assert_array_equal(b, np.concatenate([[5.0], a, [5.0]]))
+
+
+def _function_ir(text: str, name: str) -> str:
+    """The definition of function `name` in LLVM IR text (optimized or not)."""
+    start = re.search(rf'define [^\n]*@"?{re.escape(name)}"?\(', text).start()
+    return text[start: text.index("\n}\n", start)]
+
+
+def test_a_padding_select_outside_loops_is_straight_line_code_and_its_loads_merge():
+    """A select between one load and a constant, on a condition the same for every lane,
+    with no loop around it but a parallel one (an unrolled body, as the Winograd
+    transforms'), runs both sides (the load through an address that is always readable)
+    and picks: no branch, so the unrolled copies' loads of one element become one load for
+    their four stores. Inside a serial loop it stays a branch, which LLVM can take out of
+    the loop. Where the condition is false the index is far out of bounds, and the output
+    is right either way."""
+    src = """
+@prim_func
+def taps(A: Buffer((n, 8), "float32"), B: Buffer((n + 1, 4, 8), "float32")):
+    for i in parallel(0, n + 1):
+        for k in unrolled(0, 4):
+            for j in vectorized(0, 8):
+                B[i, k, j] = select(i >= 1, A[i - 1 + (1 - min(i, 1)) * 100000000000, j], 0.0) * 2.0
+
+
+@prim_func
+def taps_in_loop(A: Buffer((n, 8), "float32"), B: Buffer((n + 1, 4, 8), "float32")):
+    for i in serial(0, n + 1):
+        for k in unrolled(0, 4):
+            for j in vectorized(0, 8):
+                B[i, k, j] = select(i >= 1, A[i - 1 + (1 - min(i, 1)) * 100000000000, j], 0.0) * 2.0
+"""
+    raw = unoptimized_ir(src)
+    assert _function_ir(raw, "taps.parallel0.body").count("br i1") == 1  # the worker's loop
+    assert _function_ir(raw, "taps_in_loop.compute").count("br i1") == 1 + 4  # 4 selects
+    optimized = _function_ir(compile_text(src).llvm_ir, "taps.parallel0")
+    loads, stores = optimized.count("load <8 x float>"), optimized.count("store <8 x float>")
+    assert 1 <= loads and 4 * loads <= stores, optimized
+    with load(src) as lib:
+        for name in ("taps", "taps_in_loop"):
+            a = rand(3, 8)
+            b = np.full((4, 4, 8), np.nan, np.float32)
+            lib.call(name, [a, b])
+            want = np.concatenate([np.zeros((1, 8), np.float32), a * 2])[:, None, :]
+            np.testing.assert_array_equal(b, np.broadcast_to(want, (4, 4, 8)))
+
+
+def test_a_parallel_loop_body_keeps_its_buffers_apart():
+    """Inside a parallel loop the buffers are as noalias as in the kernel itself (the loop's
+    body is a function with noalias parameters, inlined into the worker), so LLVM knows a
+    store to one does not change another."""
+    src = """
+@prim_func
+def spread(A: Buffer((n,), "float32"), B: Buffer((n, 4), "float32")):
+    for i in parallel(0, n):
+        for k in unrolled(0, 4):
+            B[i, k] = A[i] * 2.0
+"""
+    worker = _function_ir(compile_text(src).llvm_ir, "spread.parallel0")
+    accesses = [line for line in worker.splitlines()
+                if re.search(r"(load|store) <?\d* ?x? ?float", line)]
+    assert accesses and all("!alias.scope" in line for line in accesses), worker
+    with load(src) as lib:
+        a = rand(5000)
+        b = np.zeros((5000, 4), np.float32)
+        lib.call("spread", [a, b])
+        np.testing.assert_array_equal(b, np.repeat(a[:, None] * 2, 4, axis=1))
 
 
 SMALL_OR_LARGE = """
