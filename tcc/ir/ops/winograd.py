@@ -17,23 +17,27 @@ runs it as three kernels, which alter-conv-layout puts in place of a `conv2d_nch
 * `winograd_output_nchwc`: Y = A^T M A (plus a bias) from M viewed as (6, 6, N, tiles
   down, tiles across, O / co, co), cropped to the output size, as NCHW{co}c.
 
-Each transform element is a sum of 36 terms, tile entry times coefficient, where the
+Each transform element is a sum over the tile, done one axis and then the other: in the
+input transform V[a, b] = sum over j of B^T[b, j] * (sum over i of B^T[a, i] * d[i, j]). The
 coefficients are selects on the element's position in the tile (`a`, `b` in the input
 transform; `h % 4`, `w % 4` in the output transform) and a term whose coefficient is zero
 is a select that yields -0.0 without loading its entry (adding -0.0 changes no sum). The
 elementwise rule unrolls those positions next to the vector lanes and the backend emits
-only the branch each copy takes, so every select is decided at compile time and LLVM drops
-the -0.0 terms: what runs is the sum of the nonzero terms (13 on average in the input
-transform, 20 in the output transform). A 64-channel 56 x 56 input transform ran 1.42 ms
+only the branch each copy takes, so every select is decided at compile time and the -0.0
+terms fold away: what runs is the nonzero terms (3 or 4 per inner sum in the input
+transform, 4 or 5 in the output transform), and the copies that share a position share
+its inner sums, which LLVM computes once. A 64-channel 56 x 56 input transform ran 1.42 ms
 with the selects at run time, 0.07-0.09 ms unrolled (2 threads of an Intel Xeon). Its
 loads are guarded only where a tap can fall in the padding or past the input's end (the
-first and last rows and columns of taps): guarding all 36 made it 3.3x slower.
+first and last rows and columns of taps): guarding all 36 made it 3.3x slower. A guarded
+tap is a select in straight-line code (the backend reads a zero constant in place of an
+out-of-bounds address), so the copies' loads of one tap merge into one.
 
 Error: the transforms scale values by up to 8 x 8 (A) and 5 x 5 (B) and divide by up to
 24 (G), so rounding grows with them. Compiled, in float32 throughout, one conv's largest
-error was 4e-6 to 9e-6 of its largest output at 64 to 512 channels (weights of scale
-1 / sqrt(9 C), 2 threads); the tests hold it to 1e-3 of the largest output, the bound
-tcc promises against direct convolution.
+error was 4.1e-6 to 1.4e-5 of its largest output at 64 to 512 channels (weights of scale
+1 / sqrt(9 C), 2 threads of an AMD EPYC; `benchmarks/winograd.py`); the tests hold it to
+1e-3 of the largest output, the bound tcc promises against direct convolution.
 """
 
 from __future__ import annotations
@@ -131,11 +135,12 @@ def _input_ref(x, *, padding):
 
 
 def _position_sum(pos_a, pos_b, rows, value, dtype: str):
-    """sum over i, j of rows[pos_a][i] * rows[pos_b][j] * value(i, j), for row positions
-    known only as expressions: each term a select that yields value(i, j) times the two
-    coefficients (selects over the positions), or -0.0 where a coefficient is zero, so each
-    value appears once in the expression, and once the positions are unrolled only the
-    nonzero terms are left."""
+    """sum over j of rows[pos_b][j] * (sum over i of rows[pos_a][i] * value(i, j)), for row
+    positions known only as expressions. Each term is a select on the positions that yields
+    the entry times its coefficient, or -0.0 where the coefficient is zero (adding -0.0
+    changes no sum), so once the positions are unrolled only the nonzero terms are left. The
+    inner sums depend on `pos_a` alone: the unrolled copies that share it compute the same
+    values, which LLVM computes once (the transform done one axis, then the other)."""
     def is_row(pos, rows_with):
         cond = None
         for k in rows_with:
@@ -149,19 +154,21 @@ def _position_sum(pos_a, pos_b, rows, value, dtype: str):
             out = te.if_then_else(te.equal(pos, k), te.const(float(rows[k][column]), dtype), out)
         return out
 
-    total = None
-    width = len(rows[0])
-    for i in range(width):
-        for j in range(width):
-            used_a = [k for k, r in enumerate(rows) if r[i]]
-            used_b = [k for k, r in enumerate(rows) if r[j]]
-            if not used_a or not used_b:
+    def weighted_sum(pos, terms):
+        total = None
+        for column, term in terms:
+            used = [k for k, r in enumerate(rows) if r[column]]
+            if not used or term is None:
                 continue
-            term = value(i, j) * (coefficient(pos_a, i) * coefficient(pos_b, j))
-            term = te.if_then_else(te.logical_and(is_row(pos_a, used_a), is_row(pos_b, used_b)),
-                                   term, te.const(-0.0, dtype))
+            term = te.if_then_else(is_row(pos, used), term * coefficient(pos, column),
+                                   te.const(-0.0, dtype))
             total = term if total is None else total + term
-    return total
+        return total
+
+    width = len(rows[0])
+    inner = [(j, weighted_sum(pos_a, [(i, value(i, j)) for i in range(width)]))
+             for j in range(width)]
+    return weighted_sum(pos_b, inner)
 
 
 def _input_compute(x, *, padding):
