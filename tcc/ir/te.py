@@ -27,7 +27,6 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from tcc.ir import expr as E
@@ -334,6 +333,8 @@ def _limits(dtype: str) -> tuple:
     if dtype == "bool":
         return (0, 1)
     if dtype == "bfloat16":
+        import ml_dtypes  # here: its import takes 0.4-0.6 s, which `tcc --help` need not pay
+
         info = ml_dtypes.finfo(ml_dtypes.bfloat16)
         return (float(info.min), float(info.max))
     npd = to_numpy(check_dtype(dtype))

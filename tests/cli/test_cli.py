@@ -230,9 +230,11 @@ def test_check_says_why_an_op_has_no_loop_program(tmp_path):
 
 def test_help_does_not_import_onnx():
     """onnx (with the ml_dtypes it loads) takes about a second to import: `tcc --help`, like
-    `tcc run PACK` and `tcc db`, reads no model and does not pay for it."""
-    code = ("import sys; from tcc.cli.main import main; main(['--help']); "
-            "print('onnx imported' if 'onnx' in sys.modules else 'onnx not imported')")
+    `tcc run PACK` and `tcc db`, reads no model and does not pay for it; nor for ml_dtypes
+    (0.4-0.6 s), which tcc itself imports only where a low-precision type is used."""
+    code = ("import sys; from tcc.cli.main import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('onnx', 'ml_dtypes') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "Commands:" in out.stdout
-    assert out.stdout.strip().endswith("onnx not imported")
+    assert out.stdout.strip().endswith("[]")
