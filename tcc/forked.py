@@ -9,6 +9,7 @@ only Python and LLVM.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable, Sequence
 
@@ -39,8 +40,12 @@ def forked_map(function: Callable, items: Sequence, jobs: int, serial_below: int
         return [function(item) for item in items]
 
     _BATCH[:] = [function, items]
+    # The children's garbage collections need not walk what they inherit (the model, its
+    # kernels): frozen, it is out of their view and its pages are not copied on write.
+    gc.freeze()
     try:
         with multiprocessing.get_context("fork").Pool(min(jobs, len(items))) as pool:
             return pool.map(_call, range(len(items)), chunksize=chunksize)
     finally:
+        gc.unfreeze()
         _BATCH[:] = [None, ()]
