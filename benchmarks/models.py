@@ -5,7 +5,8 @@
 
 Both run in this process, on the same seeded inputs and thread count; tcc's C runtime and
 onnxruntime alternate in rounds (`--rounds`), so that a shared machine's drift reaches
-both. tcc's pack runs in both of its runtimes: the Python loader (tcc.rt) and the C
+both, and each batch of runs starts after a pause (`SETTLE_S`), so that neither runs while
+the other's threads still spin (onnxruntime's do for a while after each run). tcc's pack runs in both of its runtimes: the Python loader (tcc.rt) and the C
 runtime (libtccrt.so, built with make into a temporary folder and called through ctypes,
 as tests/runtime_c does); the ratio is the C runtime's, the deployment runtime (the Python
 loader's is in its own column; it adds the interpreter's per-instruction cost). A model tcc cannot
@@ -90,7 +91,22 @@ def feeds_for(model, dims: dict, rng) -> dict:
     return feeds
 
 
+# onnxruntime's intra-op threads keep spinning for a while after a run (its default,
+# session.intra_op.allow_spinning), on the cores that whatever runs next needs: timed right
+# after onnxruntime, tcc's C runtime ran the BERT builder in 9.9 ms (median; 5.0-7.4 ms with
+# onnxruntime's spinning off), 5.6 ms after this pause (2 threads, AMD EPYC). Each timed
+# batch starts after it, so every contender runs on quiet cores, and onnxruntime keeps the
+# spinning that gives it its best latency.
+SETTLE_S = 0.25
+
+
+def settle() -> None:
+    time.sleep(SETTLE_S)
+
+
 def timed(fn, runs: int) -> list[float]:
+    """`runs` wall times in ms of `fn()`, after a pause (`SETTLE_S`) and one warm-up run."""
+    settle()
     fn()  # warm-up
     out = []
     for _ in range(runs):

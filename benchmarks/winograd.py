@@ -86,7 +86,7 @@ def uses_winograd(model) -> bool:
 
 def compare(name: str, model, winograd: bool | None, args) -> None:
     import onnxruntime as ort
-    from models import timed
+    from models import settle, timed
 
     (image,) = [i for i in model.graph.input
                 if i.name not in {t.name for t in model.graph.initializer}]
@@ -108,6 +108,7 @@ def compare(name: str, model, winograd: bool | None, args) -> None:
     rounds = {"direct": [], "winograd": [], "ort": []}
     for _ in range(args.rounds):
         for label, runner in runners.items():
+            settle()  # onnxruntime's spinning threads off the cores (models.SETTLE_S)
             rounds[label].append(runner.bench(feeds, runs)[0])
         rounds["ort"].append(statistics.median(timed(lambda: sess.run(None, feeds), runs)))
     med = {k: statistics.median(v) for k, v in rounds.items()}
