@@ -38,6 +38,7 @@ from tcc.ir.verify import verify_if_asked
 from tcc.lower.rules.decide import decide, decide_flag
 from tcc.lower.schedule import Schedule, ScheduleError, compact_buffers, unswitch_guards
 from tcc.lower.schedule.barriers import insert_barriers
+from tcc.lower.schedule.reduction import decompose_empty_reductions
 from tcc.lower.schedule.sampling import Decisions
 from tcc.lower.schedule.state import child_blocks
 
@@ -151,8 +152,9 @@ def finish_schedule(func: T.PrimFunc) -> T.PrimFunc:
     the primitives expect buffers allocated in blocks (a micro-kernel's local tile becomes
     registers); then tiles cut by a split that does not divide get a guard-free copy for all
     but the last, and a GPU block's threads wait where they share memory (insert_barriers;
-    nothing changes in a CPU kernel)."""
-    return insert_barriers(unswitch_guards(compact_buffers(func)))
+    nothing changes in a CPU kernel). First, a reduction that may run over no values gets its
+    init split off (`decompose_empty_reductions`), so that it still writes it."""
+    return insert_barriers(unswitch_guards(compact_buffers(decompose_empty_reductions(func))))
 
 
 def stage_rules(func: T.PrimFunc, target) -> list[str]:

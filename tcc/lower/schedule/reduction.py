@@ -26,7 +26,7 @@ from tcc.lower.schedule.rewrite import (
     substitute_stmt,
 )
 from tcc.lower.schedule.scope import unique_name
-from tcc.lower.schedule.state import Located, find_loop, replace
+from tcc.lower.schedule.state import Located, ScheduleError, find_loop, replace, walk
 
 
 def feeding_kinds(block: T.Block, var: E.Var) -> set[T.IterKind]:
@@ -159,3 +159,35 @@ def _stmt_vars(s: T.Stmt) -> list[E.Var]:
     found: list[E.Var] = []
     map_exprs(s, lambda e: found.append(e) if isinstance(e, E.Var) else None)
     return found
+
+
+def decompose_empty_reductions(func: T.PrimFunc) -> T.PrimFunc:
+    """`func` with the init of each reduction block whose reduction loops may run no
+    iteration (an extent not known to be at least 1: a size read when the program runs, 0
+    for an empty slice) split off before its outermost reduction loop (`decompose_reduction`).
+    Kept in the block, the init runs when every reduction variable is at its first value,
+    which a reduction over no values never reaches: its output would keep whatever the
+    buffer held, where it must hold the init (the sum of nothing is 0). Blocks whose loops
+    all run, blocks `decompose_reduction` refuses and GPU kernels (their thread loops) stay
+    as they are."""
+    if any(isinstance(loc.stmt, T.For) and loc.stmt.kind is T.ForKind.THREAD_BINDING
+           for loc in walk(func.body)):
+        return func
+    refused: set[str] = set()
+    while True:
+        for loc in walk(func.body):
+            block = loc.stmt
+            if not isinstance(block, T.Block) or block.init is None or block.name in refused:
+                continue
+            reducing = {id(v) for iv in block.iter_vars if iv.kind is T.IterKind.REDUCE
+                        for v in E.free_vars([iv.binding])}
+            feeding = [f for f in loc.loops() if id(f.var) in reducing]
+            if all(isinstance(f.extent, E.IntImm) and f.extent.value >= 1 for f in feeding):
+                continue
+            try:
+                func, _ = decompose_reduction(func, loc, find_loop(func, feeding[0].var))
+            except ScheduleError:
+                refused.add(block.name)
+            break  # the function changed: walk it again
+        else:
+            return func
