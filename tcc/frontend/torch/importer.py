@@ -24,28 +24,33 @@ import numpy as np
 
 from tcc.frontend.fold import emit_folded
 from tcc.frontend.torch.base import CONVERTERS, TorchNode, source_line, target_name
-from tcc.frontend.torch.symbolic import to_dim
+from tcc.frontend.torch.symbolic import to_condition, to_dim
 from tcc.infile import not_a_file
 from tcc.ir import expr as E
 from tcc.ir.builder import FunctionBuilder
 from tcc.ir.dtype import DTYPES
 from tcc.ir.errors import FrontendError, InternalError, TccError
 from tcc.ir.expr import Dim, PrimExpr, Var, prove_equal
-from tcc.ir.graph import Constant, Expr, ShapeExpr, ShapeType, TensorType, type_of
+from tcc.ir.graph import Call, Constant, Expr, ShapeExpr, ShapeType, TensorType, type_of
 from tcc.ir.module import IRModule
 
 INSTALL_HINT = "install it with `pip install 'tcc[torch]'`"
 
-# Nodes that only check or annotate what torch already knows (asserts on sizes, metadata
-# checks): they compute nothing the graph uses.
+# Nodes that only check or annotate what torch already knows (metadata checks, the ranges
+# of values read from tensors, which `_assert_scalar`s check): they compute nothing the
+# graph uses.
 IGNORED = frozenset({
-    "aten._assert_scalar.default",
     "aten._assert_tensor_metadata.default",
     "aten.sym_constrain_range_for_size.default",
     "aten.sym_constrain_range.default",
     "aten._assert_async.msg",
     "aten._assert_async.default",
 })
+
+
+# Scalar nodes converted here rather than by a converter of ops: a tensor's value read as a
+# size (`.item()`), and a check of sizes the program asserts.
+ITEM, ASSERT = "aten._local_scalar_dense.default", "aten._assert_scalar.default"
 
 
 # Ops tcc converts whole instead of from their decomposition: torch's decomposition of
@@ -118,6 +123,14 @@ class ImportContext:
         expr = getattr(getattr(size, "node", None), "expr", size)
         try:
             return to_dim(expr, self.var_of)
+        except FrontendError as e:
+            raise self.node.error(str(e)) if self.node else e from None
+
+    def condition(self, value) -> PrimExpr | bool:
+        """A tcc boolean from a torch SymBool (a condition on sizes)."""
+        expr = getattr(getattr(value, "node", None), "expr", value)
+        try:
+            return to_condition(expr, self.var_of)
         except FrontendError as e:
             raise self.node.error(str(e)) if self.node else e from None
 
@@ -227,7 +240,8 @@ def find_unsupported(program) -> list[tuple[str, list[str]]]:
         if n.op != "call_function":
             continue
         name = target_name(n.target)
-        if name in CONVERTERS or name in IGNORED or _is_symbolic_scalar(n.meta.get("val")):
+        if (name in CONVERTERS or name in IGNORED or name == ASSERT
+                or _is_symbolic_scalar(n.meta.get("val"))):
             continue
         line = source_line(n)
         found.setdefault(name, []).append(f"{n.name}" + (f" at {line}" if line else ""))
@@ -445,8 +459,15 @@ def _convert(ctx: ImportContext, fx_node) -> None:
     node = TorchNode(fx_node, _resolve(ctx, fx_node.args), _resolve(ctx, fx_node.kwargs))
     ctx.node = node
     val = node.val
+    if name == ITEM:
+        ctx.values[fx_node] = _item(ctx, node)
+        return
+    if name == ASSERT:
+        _assert(ctx, node)
+        return
     if _is_symbolic_scalar(val):  # size arithmetic: torch already knows the expression
-        ctx.values[fx_node] = ctx.dim(val) if _is_int(val) else _sym_number(val)
+        ctx.values[fx_node] = (ctx.dim(val) if _is_int(val) else ctx.condition(val)
+                               if type(val).__name__ == "SymBool" else _sym_number(val))
         return
     if _is_empty(val):  # no elements to compute: no kernel either
         ctx.values[fx_node] = ctx.emit("full", shape=list(ctx.shape(val)), value=0,
@@ -461,6 +482,47 @@ def _convert(ctx: ImportContext, fx_node) -> None:
     except Exception as e:  # a converter bug: keep the node in the message
         raise InternalError(f"{node.where()}: {type(e).__name__}: {e}") from e
     ctx.values[fx_node] = _checked(ctx, node, result)
+
+
+def _item(ctx: ImportContext, node: TorchNode):
+    """`.item()` of an integer tensor whose value the program uses as a size (torch's
+    unbacked symbol, `u0`): the VM reads it into that size variable when the program runs
+    (`tensor_to_shape`), and the shapes torch computed from it use the variable."""
+    import sympy
+
+    val = node.val
+    if not _is_int(val):
+        raise node.error(f"a {type(val).__name__} read from a tensor (.item()) is not "
+                         "supported; tcc reads integer values as sizes only")
+    expr = val.node.expr
+    if not isinstance(expr, sympy.Symbol):  # torch knows it from the sizes
+        return ctx.dim(val)
+    (t,) = node.args[:1]
+    if not isinstance(t, Expr) or not ctx.dtype_of(t).startswith(("int", "uint")):
+        raise node.error("`.item()` of a non-integer tensor used as a size is not supported")
+    source = node.fx.args[0]
+    if expr not in ctx.size_vars and expr not in ctx.symbol_names and hasattr(source, "name"):
+        ctx.symbol_names[expr] = f"{source.name}_item"  # read from tensor `n`: n_item
+    var = ctx.var_of(expr)
+    ctx.bb.bind(Call("tensor_to_shape", (t,), {}), ShapeType(1, (var,)), name=var.name)
+    return var
+
+
+def _assert(ctx: ImportContext, node: TorchNode) -> None:
+    """`torch._check(...)` on sizes, kept as a check the pack makes when it runs (a value
+    read from a tensor outside the range the program was traced for stops the run with
+    one line) instead of dropped."""
+    cond = node.args[0]
+    message = node.args[1] if len(node.args) > 1 and isinstance(node.args[1], str) else (
+        f"runtime assertion {node.name} failed")
+    if isinstance(cond, (bool, int)) or isinstance(cond, E.IntImm):
+        if not (cond.value if isinstance(cond, E.IntImm) else cond):
+            raise node.error(f"the program asserts what never holds: {message}")
+        return
+    if not isinstance(cond, PrimExpr):
+        raise node.error(f"an assertion on a {type(cond).__name__} is not supported")
+    ctx.bb.bind(ShapeExpr((), ((cond, f"the program's check {cond} failed: {message}"),)),
+                ShapeType(0, ()), name="check")
 
 
 def _resolve(ctx: ImportContext, a):

@@ -167,6 +167,21 @@ def _gather(ctx, node):
     return _on_vectors(ctx, node, convert)
 
 
+@converter("aten.nonzero.default")
+def _nonzero(ctx, node):
+    """torch.nonzero: the (count, ndim) indices of the nonzero elements, counted when the
+    program runs; the size torch names for the count (`u0`) is the count's variable."""
+    x = node.arg(0, "self")
+    if ctx.ndim_of(x) == 0:
+        raise node.error("nonzero of a 0-d tensor is not supported; flatten it first")
+    found = ctx.emit("nonzero", x)  # (ndim, count)
+    count = ctx.shape_of(found)[1]
+    symbol = getattr(getattr(node.val.shape[0], "node", None), "expr", None)
+    if symbol is not None and symbol not in ctx.size_vars:
+        ctx.size_vars[symbol] = count
+    return ctx.emit("transpose", found, axes=[1, 0])
+
+
 @converter("aten.index.Tensor")
 def _index(ctx, node):
     """x[..., i, j, ...] with integer index tensors: one index is a gather on its axis;

@@ -160,3 +160,62 @@ def test_a_size_outside_the_exported_range_stops_the_run_in_one_line(tmp_path):
 def test_a_program_without_ranges_has_no_checks():
     ep = export(Net(), torch.ones(2, 5, dtype=torch.int64), torch.randn(2, 4))
     assert "input_ranges" not in str(from_exported_program(ep)["main"])
+
+
+class Prefix(nn.Module):
+    """A size read from a tensor (`.item()`: torch's unbacked `u0`), with the program's own
+    checks on it."""
+
+    def forward(self, x, n):
+        k = n.item()
+        torch._check(k >= 0)
+        torch._check(k <= x.shape[0])
+        return x[:k] * 2, torch.arange(k, dtype=torch.float32).sum()
+
+
+def test_a_value_read_from_a_tensor_is_a_size_and_the_programs_checks_run(tmp_path):
+    """`.item()` of an integer tensor binds a size variable when the program runs (named
+    after the tensor: `n_item`), the shapes torch computed from it use that variable, and
+    each `torch._check` on it is checked when the pack runs, in the reference interpreter
+    and in both runtimes: a value outside stops the run in one line, naming the check."""
+    import numpy as np
+
+    from tcc.api import compile_to_bytes
+    from tcc.ir.errors import TccError
+    from tcc.ir.interp import run
+    from tcc.rt import load
+    from tests.runtime_c.capi import CRuntime, CRuntimeError, build_runtime
+
+    ep = export(Prefix(), torch.randn(8, 4), torch.tensor(5),
+                dynamic=[{0: Dim("rows", min=2, max=64)}, None])
+    mod = from_exported_program(ep)
+    assert "n_item" in str(mod["main"])
+    pack = tmp_path / "prefix.tvmpack"
+    pack.write_bytes(compile_to_bytes(mod, "llvm"))
+    crt = CRuntime(build_runtime(tmp_path / "crt") / "libtccrt.so").load(pack)
+    x = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
+    with load(pack) as m:
+        for k in (0, 3, 8):
+            n = np.array(k, np.int64)
+            want = [w.numpy() for w in Prefix()(torch.from_numpy(x), torch.tensor(k))]
+            for got in (run(mod, [x, n]), m.main(x, n), crt.run("main", [x, n])):
+                assert got[0].shape == (k, 4)
+                np.testing.assert_array_equal(got[0], want[0])
+                np.testing.assert_array_equal(got[1], want[1])
+        for k, check in ((9, "n_item <= x_dim0"), (-1, "n_item >= 0")):
+            n = np.array(k, np.int64)
+            words = f"the program's check {check} failed"
+            with pytest.raises(TccError, match=f"{words}.*n_item = {k}") as e:
+                m.main(x, n)
+            assert "\n" not in str(e.value)
+            with pytest.raises(TccError, match=words):
+                run(mod, [x, n])
+            with pytest.raises(CRuntimeError, match=words):
+                crt.run("main", [x, n])
+    crt.close()
+
+
+def test_a_float_read_from_a_tensor_is_refused_in_one_line():
+    ep = export(lambda x: x * x.max().item(), torch.randn(3))
+    with pytest.raises(FrontendError, match="SymFloat read from a tensor"):
+        from_exported_program(ep)

@@ -71,3 +71,11 @@ def test_tensors_made_from_sizes():
           more=[(randn(7, 3),)])
     check(lambda x: torch.arange(1, x.shape[0] * 2, 3, dtype=torch.float32), randn(6, 2),
           dynamic=[{0: Dim("n", min=3, max=64)}], more=[(randn(11, 2),)])
+
+
+def test_nonzero_counts_when_the_program_runs():
+    """torch.nonzero's count is a size torch knows only at run time (`u0`); the program
+    exported at one input matches eager at others with other counts."""
+    x = torch.tensor([[0.5, -1.0, 2.0], [0.0, 3.0, -0.5]])
+    more = [(torch.randn(2, 3),), (-torch.ones(2, 3),), (torch.ones(2, 3),)]
+    check(lambda x: torch.nonzero(x > 0), x, more=more)
