@@ -422,13 +422,15 @@ class _KernelGen(ExprEmitter):
                 mapping[v] = E.substitute(self.iter_exprs[v], self.unrolled)
         if not mapping:
             return None
-        key = (cond, tuple(mapping.items()))
+        # the other block variables, by the loops they are bound to
+        loops = {v: self.iter_exprs[v] for v in index_vars(cond) or ()
+                 if v not in mapping and v in self.iter_exprs}
+        key = (cond, tuple(mapping.items()), tuple(loops.items()))
         if key not in self._decided:  # the same selects come back in every term of a sum
             c = E.substitute(cond, mapping)
             if isinstance(c, E.IntImm):
                 self._decided[key] = bool(c.value)
             else:
-                loops = {v: self.iter_exprs[v] for v in index_vars(c) or () if v in self.iter_exprs}
                 self._decided[key] = E.simplify(E.substitute(c, loops)) if loops else c
         found = self._decided[key]
         return found if found is None or isinstance(found, bool) else self._within_ranges(found)

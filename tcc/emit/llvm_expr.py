@@ -298,7 +298,7 @@ class ExprEmitter:
     mask: ir.Value | None = None  # the lanes that run (a lane-varying select's branch, a guard)
     # Where a select is evaluated without a branch (`_speculated_select`): an i1 that says
     # whether the loads of the branch being lowered may read their addresses; where it does
-    # not hold, a load reads a spare stack slot instead and its value is discarded.
+    # not hold, a load reads a zero constant in memory instead and its value is discarded.
     guard: ir.Value | None = None
     # Integer index arithmetic emitted before, by expression: (basic block, value, the
     # values its variables had). An unrolled body computes the same indices in every copy;
