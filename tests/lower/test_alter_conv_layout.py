@@ -79,6 +79,46 @@ def main(x: Tensor((1, 8, 5, 5), "float32")) -> Tensor((1, 16, 5, 5), "float32")
     np.testing.assert_array_equal(got.const_values["b_8o"].reshape(-1), mod.const_values["b"])
 
 
+def test_a_conv1d_runs_as_a_blocked_conv2d_over_a_height_of_one():
+    """A strided, padded conv1d (a speech model's stem) is a conv2d over (N, C, 1, L): its
+    weight reshaped to (O, I, 1, K) at compile time, then packed as any conv2d's."""
+    mod, got = verify(
+        '''
+constants = {"w": Tensor((16, 8, 3), "float32"), "b": Tensor((16,), "float32")}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 8, 10), "float32")) -> Tensor((1, 16, 5), "float32"):
+    y: Tensor((1, 16, 5), "float32") = op.conv1d(x, const("w"), const("b"), strides=[2], padding=[1, 1], dilation=[1], groups=1)
+    return y
+''',
+        '''
+constants = {"w_OI1W_OIHW8i8o": Tensor((2, 1, 1, 3, 8, 8), "float32"), "b_8o": Tensor((2, 8), "float32")}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 8, 10), "float32")) -> Tensor((1, 16, 5), "float32"):
+    y_rows: Tensor((1, 8, 1, 10), "float32") = op.expand_dims(x, axes=[2])
+    y_rows_NCHW8c: Tensor((1, 1, 1, 10, 8), "float32") = op.layout_transform(y_rows, src="NCHW", dst="NCHW8c")
+    y_2d_c: Tensor((1, 2, 1, 5, 8), "float32") = op.conv2d_nchwc(y_rows_NCHW8c, const("w_OI1W_OIHW8i8o"), const("b_8o"), strides=[1, 2], padding=[0, 1, 0, 1], dilation=[1, 1], groups=1)
+    y_2d: Tensor((1, 16, 1, 5), "float32") = op.layout_transform(y_2d_c, src="NCHW8c", dst="NCHW")
+    y: Tensor((1, 16, 5), "float32") = op.squeeze(y_2d, axes=[2])
+    return y
+''',
+    )
+    w, packed = mod.const_values["w"], got.const_values["w_OI1W_OIHW8i8o"]
+    assert packed[1, 0, 0, 2, 5, 3] == w[8 + 3, 5, 2]
+
+
+def test_a_conv1d_whose_channels_do_not_block_stays():
+    unchanged('''
+constants = {"w": Tensor((6, 5, 3), "float32")}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 5, 10), "float32")) -> Tensor((1, 6, 8), "float32"):
+    y: Tensor((1, 6, 8), "float32") = op.conv1d(x, const("w"), strides=[1], padding=[0, 0], dilation=[1], groups=1)
+    return y
+''')
+
+
 def test_a_3x3_conv_with_enough_tiles_and_channels_runs_as_winograd():
     """32 channels at 28 x 28: 7 x 7 tiles of 4 x 4 outputs, each tile's 6 x 6 input
     transformed, one batched product over the 36 tile positions with the weights transformed
