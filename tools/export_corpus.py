@@ -134,6 +134,39 @@ def wav2vec2():
     return Wav2Vec2Model(cfg), ins
 
 
+def convnext():
+    from transformers import ConvNextConfig, ConvNextModel
+
+    # 4 x 4 patchify stem, 7 x 7 depthwise convs, LayerNorm over channels, GELU
+    cfg = ConvNextConfig(num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], image_size=64)
+    return ConvNextModel(cfg), image(64)
+
+
+def segformer():
+    from transformers import SegformerConfig, SegformerForSemanticSegmentation
+
+    # overlapping patch embeddings, efficient (spatially reduced) attention, an upsampling
+    # decoder
+    cfg = SegformerConfig(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[4, 2],
+                          hidden_sizes=[16, 32], num_attention_heads=[1, 2],
+                          decoder_hidden_size=32, num_labels=5, patch_sizes=[7, 3],
+                          strides=[4, 2], mlp_ratios=[2, 2])
+    return SegformerForSemanticSegmentation(cfg), image(64)
+
+
+def whisper_encoder():
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    # a conv1d stem (the second strided) over log-mel frames, then attention layers
+    cfg = WhisperConfig(num_mel_bins=16, d_model=64, encoder_layers=2,
+                        encoder_attention_heads=4, encoder_ffn_dim=128,
+                        max_source_positions=50)
+    ins = [{"name": "input_features", "dtype": "float32", "dims": ["batch", 16, 100],
+            "fill": "normal"}]
+    return WhisperEncoder(cfg), ins
+
+
 def lstm_lm():
     import torch
 
@@ -165,6 +198,9 @@ MODELS = {
     "mobilenet_v2_legacy": (mobilenet_v2, "legacy", 17),
     "wav2vec2_dynamo": (wav2vec2, "dynamo", 18),
     "lstm_legacy": (lstm_lm, "legacy", 17),
+    "convnext_legacy": (convnext, "legacy", 17),
+    "segformer_legacy": (segformer, "legacy", 17),
+    "whisper_encoder_legacy": (whisper_encoder, "legacy", 17),
 }
 # PyTorch programs (torch.export, saved with torch.export.save as NAME.pt2) of the same
 # builders, for the PyTorch frontend: name -> builder
