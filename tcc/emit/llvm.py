@@ -38,6 +38,7 @@ so the same input gives the same bytes.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -460,14 +461,13 @@ class _KernelGen(ExprEmitter):
         span = bounds(E.simplify(cond.a - cond.b), self.ranges)
         if span is None:
             return None
-        lo, hi = const_value(span[0]), const_value(span[1])
-        holds = {"lt": (hi is not None and hi < 0, lo is not None and lo >= 0),
-                 "le": (hi is not None and hi <= 0, lo is not None and lo > 0),
-                 "gt": (lo is not None and lo > 0, hi is not None and hi <= 0),
-                 "ge": (lo is not None and lo >= 0, hi is not None and hi < 0),
-                 "eq": (lo == 0 and hi == 0, (lo is not None and lo > 0) or (hi is not None and hi < 0)),
-                 "ne": ((lo is not None and lo > 0) or (hi is not None and hi < 0), lo == 0 and hi == 0)}
-        always, never = holds[cond.op]
+        lo, hi = const_value(span[0]), const_value(span[1])  # of a - b
+        lo = -math.inf if lo is None else lo
+        hi = math.inf if hi is None else hi
+        always, never = {"lt": (hi < 0, lo >= 0), "le": (hi <= 0, lo > 0),
+                         "gt": (lo > 0, hi <= 0), "ge": (lo >= 0, hi < 0),
+                         "eq": (lo == hi == 0, lo > 0 or hi < 0),
+                         "ne": (lo > 0 or hi < 0, lo == hi == 0)}[cond.op]
         return True if always else False if never else None
 
     def _block(self, s: T.Block) -> None:

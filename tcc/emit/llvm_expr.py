@@ -28,6 +28,7 @@ division by zero gives 0 (as numpy does) instead of a hardware trap.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from llvmlite import ir
@@ -614,17 +615,21 @@ class ExprEmitter:
         where a branch per select keeps each load apart. (Inside a loop a select stays a
         branch, which LLVM can take out of the loop where the condition does not change in
         it: a convolution's padding test in its loop over input channels.)"""
+        t = self._under_guard(lambda: c, e.true_value, e.dtype)
+        f = self._under_guard(lambda: self.b.not_(c), e.false_value, e.dtype)
+        return self.b.select(c, *self.unify(t, f))
+
+    def _under_guard(self, holds: Callable[[], ir.Value], e: E.PrimExpr, dtype: str) -> ir.Value:
+        """`e`, its loads reading their addresses only where `holds()` (and any enclosing
+        guard) is true."""
+        if not has_load(e):
+            return self.expr_as(e, dtype)
         outer = self.guard
-        values = []
-        for value, holds in ((e.true_value, c), (e.false_value, None)):
-            if has_load(value):
-                holds = self.b.not_(c) if holds is None else holds
-                self.guard = holds if outer is None else self.b.and_(outer, holds)
-            try:
-                values.append(self.expr_as(value, e.dtype))
-            finally:
-                self.guard = outer
-        return self.b.select(c, *self.unify(*values))
+        self.guard = holds() if outer is None else self.b.and_(outer, holds())
+        try:
+            return self.expr_as(e, dtype)
+        finally:
+            self.guard = outer
 
     def _guarded_select(self, c: ir.Value, e: E.Select) -> ir.Value:
         """A select whose branches load: only the chosen branch runs (padding may index out of

@@ -793,22 +793,15 @@ def test_a_padding_select_outside_loops_is_straight_line_code_and_its_loads_merg
     their four stores. Inside a serial loop it stays a branch, which LLVM can take out of
     the loop. Where the condition is false the index is far out of bounds, and the output
     is right either way."""
-    src = """
+    taps = """
 @prim_func
-def taps(A: Buffer((n, 8), "float32"), B: Buffer((n + 1, 4, 8), "float32")):
-    for i in parallel(0, n + 1):
-        for k in unrolled(0, 4):
-            for j in vectorized(0, 8):
-                B[i, k, j] = select(i >= 1, A[i - 1 + (1 - min(i, 1)) * 100000000000, j], 0.0) * 2.0
-
-
-@prim_func
-def taps_in_loop(A: Buffer((n, 8), "float32"), B: Buffer((n + 1, 4, 8), "float32")):
-    for i in serial(0, n + 1):
+def {name}(A: Buffer((n, 8), "float32"), B: Buffer((n + 1, 4, 8), "float32")):
+    for i in {kind}(0, n + 1):
         for k in unrolled(0, 4):
             for j in vectorized(0, 8):
                 B[i, k, j] = select(i >= 1, A[i - 1 + (1 - min(i, 1)) * 100000000000, j], 0.0) * 2.0
 """
+    src = taps.format(name="taps", kind="parallel") + taps.format(name="taps_in_loop", kind="serial")
     raw = unoptimized_ir(src)
     assert _function_ir(raw, "taps.parallel0.body").count("br i1") == 1  # the worker's loop
     assert _function_ir(raw, "taps_in_loop.compute").count("br i1") == 1 + 4  # 4 selects

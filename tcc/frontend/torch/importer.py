@@ -120,17 +120,18 @@ class ImportContext:
         """A tcc size from a torch size: an int, a SymInt, or a sympy expression."""
         if isinstance(size, int):
             return size
-        expr = getattr(getattr(size, "node", None), "expr", size)
-        try:
-            return to_dim(expr, self.var_of)
-        except FrontendError as e:
-            raise self.node.error(str(e)) if self.node else e from None
+        return self._from_sympy(size, to_dim)
 
     def condition(self, value) -> PrimExpr | bool:
         """A tcc boolean from a torch SymBool (a condition on sizes)."""
+        return self._from_sympy(value, to_condition)
+
+    def _from_sympy(self, value, convert):
+        """`convert` (to_dim, to_condition) of the sympy expression behind a torch symbolic
+        value, its error naming the node being converted."""
         expr = getattr(getattr(value, "node", None), "expr", value)
         try:
-            return to_condition(expr, self.var_of)
+            return convert(expr, self.var_of)
         except FrontendError as e:
             raise self.node.error(str(e)) if self.node else e from None
 
@@ -515,8 +516,10 @@ def _assert(ctx: ImportContext, node: TorchNode) -> None:
     cond = node.args[0]
     message = node.args[1] if len(node.args) > 1 and isinstance(node.args[1], str) else (
         f"runtime assertion {node.name} failed")
-    if isinstance(cond, (bool, int)) or isinstance(cond, E.IntImm):
-        if not (cond.value if isinstance(cond, E.IntImm) else cond):
+    if isinstance(cond, E.IntImm):
+        cond = bool(cond.value)
+    if isinstance(cond, (bool, int)):  # settled when the program was imported
+        if not cond:
             raise node.error(f"the program asserts what never holds: {message}")
         return
     if not isinstance(cond, PrimExpr):
