@@ -1,7 +1,7 @@
 """User-facing error types. Every user error is a TccError subclass with a one-line message."""
 
 
-from tcc.errors import TccError
+from tcc.errors import InternalError, TccError
 
 __all__ = [
     "FrontendError",
@@ -33,10 +33,6 @@ class FrontendError(TccError):
 
 class InputError(TccError):
     """A run-time input that does not match the function signature."""
-
-
-class InternalError(Exception):
-    """A compiler bug: an invariant tcc itself should have kept. Please report it."""
 
 
 class NoLoopProgram(TccError):
