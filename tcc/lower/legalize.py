@@ -140,10 +140,16 @@ class KernelTable:
     def __init__(self, functions: dict):
         self.functions = functions
         self.by_hash: dict[str, str] = {}
+        # id -> (func, its hash): callers hand in the PrimFunc they built for a signature
+        # each time that signature recurs, and hashing it again costs as much as the first time
+        self.hashed: dict[int, tuple[PrimFunc, str]] = {}
 
     def add(self, func: PrimFunc, hint: str) -> str:
         """The name of `func` in the module, `<hint>_kernel` (made unique) when it is new."""
-        key = structural_hash(func)
+        known = self.hashed.get(id(func))
+        if known is None or known[0] is not func:
+            known = self.hashed[id(func)] = (func, structural_hash(func))
+        key = known[1]
         name = self.by_hash.get(key)
         if name is None:
             name = _kernel_name(hint, set(self.functions))
