@@ -3,6 +3,14 @@ LLVM's optimization level costs in compile time and gives in latency.
 
     .venv/bin/python benchmarks/compile_time.py [--models resnet50,densenet121]
                                                 [--variants O3] [--runs 20] [--threads 2]
+                                                [--command [--rounds 3]]
+
+With `--command`, each model is written to an .onnx file and `tcc compile` runs as a command
+(wall time, Python's start and imports included), `--rounds` times each of: cold (a fresh
+cache folder), warm kernels (every kernel from the kernel cache, the pack cache off:
+TCC_PACK_CACHE_MB=0) and a pack-cache hit; min and median per kind. One untimed compile
+first writes Python's bytecode caches and reads the model into the page cache, as a user's
+earlier compile would have.
 
 A variant names LLVM's settings: `O<level>` (tcc.emit.llvm.OPT_LEVEL; tcc compiles at O3),
 with `-no-unroll` for LLVM's loop unroller off (tcc.emit.llvm.LLVM_UNROLL). For each model
@@ -63,6 +71,9 @@ def main(argv=None) -> int:
                    help="comma-separated LLVM settings (O3, O2-no-unroll, ...), first is the base")
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--command", action="store_true",
+                   help="time `tcc compile` as a command: cold, warm kernels, pack-cache hit")
+    p.add_argument("--rounds", type=int, default=3, help="with --command: runs of each kind")
     args = p.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
     for v in variants:
@@ -75,8 +86,10 @@ def main(argv=None) -> int:
     unknown = [m for m in wanted if m not in known]
     if unknown:
         p.error(f"unknown model(s) {', '.join(unknown)}; known: bert, gpt2, {', '.join(LIGHT)}")
-    rt = c_runtime() if len(variants) > 1 else None
     print(f"cores: {len(os.sched_getaffinity(0))}, CPU: {cpu_name()}")
+    if args.command:
+        return _commands([(n, m) for n, m, _ in models() if n in wanted], args.rounds)
+    rt = c_runtime() if len(variants) > 1 else None
     width = max(len(v) for v in variants)
     print(f"{'model':12s} {'':{width}s} {'':5s} " + " ".join(f"{s:>8s}" for s in STAGES)
           + f" {'wall s':>7s} {'cached':>7s}")
@@ -98,6 +111,46 @@ def main(argv=None) -> int:
             packs[variant] = cold
         if rt is not None:
             _race(rt, name, model, make_feeds, packs, variants, args)
+    return 0
+
+
+def _timed_compile(name: str, source: Path, cache: Path, extra: dict, check: str) -> float:
+    """Seconds `tcc compile -v SOURCE` took as a command, with `cache` as its cache folder
+    and `extra` in its environment; its output must contain `check`."""
+    import subprocess
+
+    tcc = [sys.executable, "-c", "import sys; from tcc.cli.entry import main; sys.exit(main())"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    t0 = time.perf_counter()
+    out = subprocess.run([*tcc, "compile", "-v", str(source), "-o", str(source.with_suffix(".tvmpack"))],
+                         env={**env, "TCC_CACHE_DIR": str(cache), **extra},
+                         capture_output=True, text=True, check=True).stdout
+    took = time.perf_counter() - t0
+    if check not in out:
+        raise SystemExit(f"{name}: expected {check!r} in:\n{out}")
+    return took
+
+
+def _commands(named_models, rounds: int) -> int:
+    import onnx
+
+    print(f"{'model':12s} {'kind':14s} {'min s':>6s} {'median s':>8s}  runs")
+    for name, model in named_models:
+        with tempfile.TemporaryDirectory() as d:
+            source = Path(d) / f"{name}.onnx"
+            onnx.save(model, source)
+            _timed_compile(name, source, Path(d) / "first", {}, "compiled")
+            times = {"cold": [], "warm kernels": [], "pack cache hit": []}
+            for k in range(rounds):
+                cache = Path(d) / f"cache{k}"
+                times["cold"].append(_timed_compile(name, source, cache, {}, "0 of"))
+                times["warm kernels"].append(
+                    _timed_compile(name, source, cache, {"TCC_PACK_CACHE_MB": "0"}, "kernel(s) from"))
+                times["pack cache hit"].append(
+                    _timed_compile(name, source, cache, {}, "from the pack cache"))
+            for kind, ts in times.items():
+                print(f"{name:12s} {kind:14s} {min(ts):6.2f} {statistics.median(ts):8.2f}  "
+                      + " ".join(f"{t:.2f}" for t in ts), flush=True)
     return 0
 
 

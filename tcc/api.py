@@ -38,6 +38,10 @@ class StageTimes:
     tuned: int = 0  # kernels scheduled by a tuning record
     kernels_cached: int = 0  # kernels whose object code came from the compile cache
     kernels_compiled: int = 0
+    # files the import read besides the source (an ONNX model's external data), relative
+    # to the source's folder
+    read: list[str] = field(default_factory=list)
+    from_pack_cache: bool = False  # the whole pack came from the pack cache
     cacheable: bool = True  # whether the target's kernels go through the compile cache
 
 
@@ -50,13 +54,14 @@ def is_torch_program(source) -> bool:
     return torch is not None and isinstance(source, torch.export.ExportedProgram)
 
 
-def load_module(source, guarded: list[str] | None = None):
+def load_module(source, guarded: list[str] | None = None, read: list[str] | None = None):
     """An IRModule from an ONNX model (ModelProto, bytes or .onnx path), a PyTorch program
     (`torch.export.ExportedProgram` or .pt2 path) or a .tcir path.
 
     A .tcir file comes from outside this process, so its kernels' buffer accesses that cannot
     be proven in bounds are guarded (tcc.ir.verify.guard_module; listed in `guarded`): no
-    index a file states reaches memory outside its buffer. (TCC_VERIFY=1 refuses them.)"""
+    index a file states reaches memory outside its buffer. (TCC_VERIFY=1 refuses them.)
+    The files an ONNX model's external data lies in are added to `read`."""
     from tcc.frontend.onnx import from_onnx
     from tcc.ir.module import IRModule
 
@@ -75,7 +80,7 @@ def load_module(source, guarded: list[str] | None = None):
         if guarded is not None:
             guarded += found
         return mod
-    return from_onnx(source)
+    return from_onnx(source, read=read)
 
 
 def _legalized(mod):
@@ -145,9 +150,10 @@ def compile_to_bytes(
     planning"); without it each is allocated on its own. `sign` is the path of an Ed25519
     private key (PEM) that signs the pack (docs/security.md). `db` is a tuning database whose
     best record for each kernel and this target schedules it instead of the default rules
-    (docs/tuning.md). With `cache`, kernels compiled before come from the compile cache
-    (tcc.emit.object_cache; the pack is the same either way); `jobs` processes compile
-    the kernels (default: this process's cores)."""
+    (docs/tuning.md). With `cache`, a file compiled before with the same options comes
+    whole from the pack cache (tcc.emit.pack_cache; CPU packs, not signed ones), and kernels
+    compiled before come from the kernel cache (tcc.emit.object_cache): the pack is the
+    same either way. `jobs` processes compile the kernels (default: this process's cores)."""
     from tcc.emit.cpu_kernels import compile_kernels
     from tcc.emit.object_cache import ObjectCache
     from tcc.emit.pack import pack_bytes
@@ -171,7 +177,25 @@ def compile_to_bytes(
         times.seconds[name] = time.perf_counter() - t0
         return out
 
-    state["mod"] = stage("import", lambda: load_module(source, times.guarded))
+    packs, key = None, None
+    if (cache and sign is None and parsed_target.kind == "llvm"
+            and isinstance(source, (str, os.PathLike))):
+        from tcc.emit.pack_cache import PackCache
+
+        packs = PackCache()
+    if packs is not None and packs.limit:
+        key, hit = stage("cache", lambda: packs.lookup(source, str(parsed_target), db, {
+            "optimize": optimize, "disable_passes": sorted(disable_passes),
+            "schedule": schedule, "plan_memory": plan_memory}))
+        if hit is not None:
+            data, header = hit
+            warnings = header.get("warnings", {})
+            times.guarded += warnings.get("guarded", [])
+            times.tuning_warnings += warnings.get("tuning_warnings", [])
+            times.tuned, times.from_pack_cache = warnings.get("tuned", 0), True
+            return data
+
+    state["mod"] = stage("import", lambda: load_module(source, times.guarded, times.read))
     if optimize:
         from tcc.lower.passes import run_pipeline
 
@@ -190,20 +214,22 @@ def compile_to_bytes(
         cuda = stage("kernels", lambda: compile_cuda_module(
             state["lowered"].prim_funcs, parsed_target, schedule, state["tuned"]))
         times.kernels_compiled, times.cacheable = len(cuda.kernels), False
-        return stage("pack", lambda: pack_bytes(
+        data = stage("pack", lambda: pack_bytes(
             state["exe"], None, str(parsed_target), state["lowered"].const_values, sign=signer,
             device_kernels={"cuda": cuda.device_kernels(parsed_target)}))
-    built = stage("kernels", lambda: compile_kernels(
-        state["lowered"].prim_funcs, parsed_target, schedule, state["tuned"], jobs,
-        ObjectCache() if cache else None))
-    times.kernels_cached, times.kernels_compiled = built.cached, built.compiled
-    return stage(
-        "pack",
-        lambda: pack_bytes(
+    else:
+        built = stage("kernels", lambda: compile_kernels(
+            state["lowered"].prim_funcs, parsed_target, schedule, state["tuned"], jobs,
+            ObjectCache() if cache else None))
+        times.kernels_cached, times.kernels_compiled = built.cached, built.compiled
+        data = stage("pack", lambda: pack_bytes(
             state["exe"], built.module, str(parsed_target), state["lowered"].const_values,
-            sign=signer,
-        ),
-    )
+            sign=signer))
+    if key is not None:
+        packs.put(key, data, source, times.read, {
+            "guarded": times.guarded, "tuning_warnings": times.tuning_warnings,
+            "tuned": times.tuned})
+    return data
 
 
 def _tuned(lowered, target: str, db, times: StageTimes) -> dict:

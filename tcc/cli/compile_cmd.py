@@ -14,6 +14,7 @@ from tcc.errors import TccError
 from tcc.infile import not_a_file
 
 _STAGES = {
+    "cache": "looking for the pack in the pack cache",
     "import": "importing",
     "optimize": "optimizing the graph",
     "legalize": "legalizing ops to loop programs",
@@ -63,9 +64,12 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
             Console(highlight=False).print(f"  {name:9s} {s * 1000:9.1f} ms")
         if db is not None:
             Console(highlight=False).print(f"  {times.tuned} kernel(s) scheduled by {db}")
-        if cache and times.cacheable:
-            from tcc.emit.object_cache import cache_dir
+        from tcc.emit.object_cache import cache_dir
 
+        if times.from_pack_cache:
+            Console(highlight=False).print(
+                f"  the pack from the pack cache ({cache_dir('packs')})", soft_wrap=True)
+        elif cache and times.cacheable:
             Console(highlight=False).print(
                 f"  {times.kernels_cached} of {times.kernels_cached + times.kernels_compiled} "
                 f"kernel(s) from the compile cache ({cache_dir()})", soft_wrap=True)
@@ -89,9 +93,11 @@ _db = click.option(
 )
 _no_cache = click.option(
     "--no-cache", is_flag=True,
-    help="Compile every kernel, without reading or adding to the compile cache "
-         "($TCC_CACHE_DIR, else $XDG_CACHE_HOME/tcc/objects or ~/.cache/tcc/objects). The "
-         "pack is the same either way.",
+    help="Compile the model and every kernel, without reading or adding to the compile "
+         "caches: whole packs by model, options and tcc ($TCC_CACHE_DIR/packs, else "
+         "$XDG_CACHE_HOME/tcc/packs or ~/.cache/tcc/packs; at most $TCC_PACK_CACHE_MB, 2048 "
+         "MB by default) and kernels' object code ($TCC_CACHE_DIR, else .../tcc/objects). "
+         "The pack is the same either way.",
 )
 _no_schedule = click.option(
     "--no-schedule", is_flag=True,

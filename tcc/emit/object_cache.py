@@ -25,12 +25,15 @@ from pathlib import Path
 MAGIC = b"tcc-object-cache 1\n"
 
 
-def cache_dir() -> Path:
+def cache_dir(kind: str = "objects") -> Path:
+    """The folder of the kernel cache ("objects": `$TCC_CACHE_DIR` itself) or of the pack
+    cache ("packs": `$TCC_CACHE_DIR/packs`, tcc.emit.pack_cache); without TCC_CACHE_DIR,
+    `$XDG_CACHE_HOME/tcc/<kind>`, else `~/.cache/tcc/<kind>`."""
     explicit = os.environ.get("TCC_CACHE_DIR")
     if explicit:
-        return Path(explicit)
+        return Path(explicit) if kind == "objects" else Path(explicit) / kind
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tcc" / "objects"
+    return Path(base) / "tcc" / kind
 
 
 @functools.cache

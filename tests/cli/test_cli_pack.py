@@ -163,22 +163,26 @@ def test_string_inputs_are_refused_at_compile_time(tmp_path, out_type):
     assert not (tmp_path / "s.tvmpack").exists()
 
 
-def test_compile_v_names_the_stages_and_the_kernels_the_cache_gave(tmp_path, monkeypatch):
+def test_compile_v_names_the_stages_and_what_the_caches_gave(tmp_path, monkeypatch):
     monkeypatch.setenv("TCC_CACHE_DIR", str(tmp_path / "cache"))
     onnx.save(_model(), tmp_path / "m.onnx")
 
-    def compile_(*options):
+    def compile_(*options, env=None):
         r = CliRunner().invoke(cli, ["compile", str(tmp_path / "m.onnx"), "-o",
-                                     str(tmp_path / "m.tvmpack"), "-v", *options])
+                                     str(tmp_path / "m.tvmpack"), "-v", *options], env=env)
         assert r.exit_code == 0, r.output
-        return r.output, (tmp_path / "m.tvmpack").read_bytes()
+        stages = [line.split()[0] for line in r.output.splitlines() if line.endswith(" ms")]
+        return r.output, stages, (tmp_path / "m.tvmpack").read_bytes()
 
-    cold, cold_pack = compile_()
-    stages = [line.split()[0] for line in cold.splitlines() if line.endswith(" ms")]
-    assert stages == ["import", "optimize", "legalize", "vm", "kernels", "pack"]
+    cold, stages, cold_pack = compile_()
+    assert stages == ["cache", "import", "optimize", "legalize", "vm", "kernels", "pack"]
     assert f"0 of 1 kernel(s) from the compile cache ({tmp_path / 'cache'})" in cold
-    warm, warm_pack = compile_()
+    again, stages, again_pack = compile_()
+    assert stages == ["cache"]
+    assert f"the pack from the pack cache ({tmp_path / 'cache' / 'packs'})" in again
+    warm, stages, warm_pack = compile_(env={"TCC_PACK_CACHE_MB": "0"})
+    assert stages == ["import", "optimize", "legalize", "vm", "kernels", "pack"]
     assert "1 of 1 kernel(s) from the compile cache" in warm
-    bypassed, bypassed_pack = compile_("--no-cache")
-    assert "compile cache" not in bypassed
-    assert cold_pack == warm_pack == bypassed_pack
+    bypassed, stages, bypassed_pack = compile_("--no-cache")
+    assert "cache" not in bypassed and stages[0] == "import"
+    assert cold_pack == again_pack == warm_pack == bypassed_pack

@@ -316,8 +316,10 @@ def _initializer_array(t: onnx.TensorProto) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 
-def load_model(model_or_path) -> onnx.ModelProto:
-    """Read an ONNX model from a path or bytes, or pass a ModelProto through."""
+def load_model(model_or_path, read: list[str] | None = None) -> onnx.ModelProto:
+    """Read an ONNX model from a path or bytes, or pass a ModelProto through. A model read
+    from a path may keep tensors in other files beside it (external data): their names,
+    relative to its folder, are added to `read`."""
     if isinstance(model_or_path, onnx.ModelProto):
         return model_or_path
     if isinstance(model_or_path, (bytes, bytearray)):
@@ -332,9 +334,50 @@ def load_model(model_or_path) -> onnx.ModelProto:
     if why:
         raise FrontendError(f"{path}: {why}")
     try:
-        return onnx.load(path)
+        model = onnx.load(path, load_external_data=False)
+        files = external_data_files(model)
+        if files:
+            from onnx.external_data_helper import load_external_data_for_model
+
+            load_external_data_for_model(model, os.path.dirname(path))
+        if read is not None:
+            read += files
+        return model
     except Exception as e:
         raise FrontendError(f"{path}: not a valid ONNX model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'parse failed'}); check the file is a complete .onnx export") from None
+
+
+def external_data_files(model: onnx.ModelProto) -> list[str]:
+    """The files (relative to the model's folder) its tensors keep their data in, in order
+    of first use: initializers, sparse ones, and tensors in attributes, subgraphs included."""
+    files: dict[str, None] = {}
+
+    def tensor(t: onnx.TensorProto) -> None:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            files.update(dict.fromkeys(e.value for e in t.external_data if e.key == "location"))
+
+    def nodes(ns) -> None:
+        for node in ns:
+            for a in node.attribute:
+                if a.HasField("t"):
+                    tensor(a.t)
+                for t in a.tensors:
+                    tensor(t)
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    graph(g)
+
+    def graph(g: onnx.GraphProto) -> None:
+        for t in g.initializer:
+            tensor(t)
+        for s in g.sparse_initializer:
+            tensor(s.values)
+            tensor(s.indices)
+        nodes(g.node)
+
+    graph(model.graph)
+    for f in model.functions:
+        nodes(f.node)
+    return list(files)
 
 
 def check_structure(model: onnx.ModelProto) -> None:
@@ -439,9 +482,10 @@ def value_type(ctx: ImportContext, name: str, tt: onnx.TypeProto) -> Type:
     return TensorType(tuple(dims), dtype)
 
 
-def from_onnx(model_or_path, name: str = "main") -> IRModule:
-    """Import an ONNX model (ModelProto, bytes or path) as an IRModule with function `name`."""
-    model = load_model(model_or_path)
+def from_onnx(model_or_path, name: str = "main", read: list[str] | None = None) -> IRModule:
+    """Import an ONNX model (ModelProto, bytes or path) as an IRModule with function `name`;
+    the files of its external data are added to `read` (load_model)."""
+    model = load_model(model_or_path, read)
     try:
         check_structure(model)
     except FrontendError as e:

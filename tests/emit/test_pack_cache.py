@@ -1,0 +1,113 @@
+"""The pack cache (tcc.emit.pack_cache): a file compiled again with the same options and the
+same tcc gives the pack of its first compile, and anything the compile read that changed
+since (the file, its external data, an option, TCC_VERIFY) is a miss that compiles anew."""
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper
+
+from tcc.api import StageTimes, compile_to_bytes
+from tcc.emit.pack_cache import PackCache
+
+
+def _model(seed: int):
+    rng = np.random.default_rng(seed)
+    w = helper.make_tensor("w", TP.FLOAT, [64, 32],
+                           rng.standard_normal(64 * 32).astype(np.float32).tobytes(), raw=True)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TP.FLOAT, [2, 64])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, [2, 32])], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _compile(path, **options):
+    times = StageTimes()
+    return compile_to_bytes(path, times=times, **options), times
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TCC_PACK_CACHE_MB", raising=False)
+    return tmp_path / "cache" / "packs"
+
+
+def test_a_second_compile_is_the_first_ones_pack(tmp_path, cache):
+    onnx.save(_model(0), tmp_path / "m.onnx")
+    first, times = _compile(tmp_path / "m.onnx")
+    assert not times.from_pack_cache and list(times.seconds)[0] == "cache"
+    again, times = _compile(tmp_path / "m.onnx")
+    assert times.from_pack_cache and list(times.seconds) == ["cache"]
+    assert again == first == _compile(tmp_path / "m.onnx", cache=False)[0]
+
+
+def test_what_changes_the_compile_is_a_miss(tmp_path, cache, monkeypatch):
+    onnx.save(_model(0), tmp_path / "m.onnx")
+    first, _ = _compile(tmp_path / "m.onnx")
+    for options in ({"optimize": False}, {"plan_memory": False}, {"disable_passes": ["fuse-ops"]}):
+        data, times = _compile(tmp_path / "m.onnx", **options)
+        assert not times.from_pack_cache, options
+        assert data == _compile(tmp_path / "m.onnx", cache=False, **options)[0]
+    monkeypatch.setenv("TCC_VERIFY", "0" if os.environ.get("TCC_VERIFY") == "1" else "1")
+    assert not _compile(tmp_path / "m.onnx")[1].from_pack_cache
+    monkeypatch.undo()
+    onnx.save(_model(1), tmp_path / "m.onnx")  # new weights, same kernels
+    data, times = _compile(tmp_path / "m.onnx")
+    assert not times.from_pack_cache and data != first
+
+
+def test_changed_external_data_is_a_miss(tmp_path, cache):
+    """An ONNX model may keep its weights in another file: the entry lists it, and a hit
+    checks it again."""
+    onnx.save(_model(0), tmp_path / "m.onnx", save_as_external_data=True,
+              all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    first, times = _compile(tmp_path / "m.onnx")
+    assert times.read == ["weights.bin"]
+    assert _compile(tmp_path / "m.onnx")[1].from_pack_cache
+    weights = tmp_path / "weights.bin"  # other weights, and the model file as it was
+    weights.write_bytes(np.frombuffer(weights.read_bytes(), np.float32)[::-1].tobytes())
+    data, times = _compile(tmp_path / "m.onnx")
+    assert not times.from_pack_cache
+    assert data != first and data == _compile(tmp_path / "m.onnx", cache=False)[0]
+    (tmp_path / "weights.bin").unlink()
+    with pytest.raises(Exception, match="weights.bin"):  # no entry hides a missing file
+        _compile(tmp_path / "m.onnx")
+
+
+def test_a_damaged_entry_is_a_miss_and_is_written_again(tmp_path, cache):
+    onnx.save(_model(0), tmp_path / "m.onnx")
+    first, _ = _compile(tmp_path / "m.onnx")
+    (entry,) = [p for p in cache.rglob("*") if p.is_file()]
+    raw = bytearray(entry.read_bytes())
+    raw[-10] ^= 0xFF
+    entry.write_bytes(bytes(raw))
+    data, times = _compile(tmp_path / "m.onnx")
+    assert not times.from_pack_cache and data == first
+    assert _compile(tmp_path / "m.onnx")[1].from_pack_cache
+
+
+def test_off_and_bypassed(tmp_path, cache, monkeypatch):
+    onnx.save(_model(0), tmp_path / "m.onnx")
+    _compile(tmp_path / "m.onnx", cache=False)
+    assert not cache.exists()
+    monkeypatch.setenv("TCC_PACK_CACHE_MB", "0")
+    _compile(tmp_path / "m.onnx")
+    _, times = _compile(tmp_path / "m.onnx")
+    assert not cache.exists() and not times.from_pack_cache and "cache" not in times.seconds
+
+
+def test_the_least_recently_used_entries_go_first(tmp_path):
+    packs = PackCache(tmp_path / "packs", limit=3500)  # three entries of 1000 bytes and a header
+    source = tmp_path / "m.onnx"
+    source.write_bytes(b"model")
+    for i, key in enumerate(["aa01", "bb02", "cc03"]):
+        packs.put(key, bytes(1000), source, [], {})
+        os.utime(packs._path(key), ns=(i * 10**9, i * 10**9))
+    assert packs.get("aa01", source) is not None  # used now: the newest
+    packs.put("dd04", bytes(1000), source, [], {})
+    kept = sorted(p.parent.name + p.name for p in (tmp_path / "packs").rglob("*") if p.is_file())
+    assert kept == ["aa01", "cc03", "dd04"]
