@@ -67,10 +67,45 @@ def tcc_backend(gm, example_inputs, **_options):
                 log.warning("tcc runs this graph eagerly: %s", _reason(e))
                 return forward
 
-        return aot_autograd(fw_compiler=forward_compiler, decompositions=table)(gm, example_inputs)
+        return aot_autograd(fw_compiler=forward_compiler, decompositions=table)(
+            _views_as_reshapes(gm), example_inputs)
     except Exception as e:  # noqa: BLE001
         log.warning("tcc runs this graph eagerly: %s", _reason(e))
         return gm.forward
+
+
+def _views_as_reshapes(gm):
+    """`gm` with its views of a new shape as reshapes, in a graph of its own (the caller's
+    `gm` is what runs eagerly on a fallback): AOT autograd traces with fake tensors, whose
+    strides can differ from the real ones (scaled dot-product attention's output, which
+    GPT-2 views), so a view that works on the real tensor fails in the trace.
+    tcc's tensors have no strides and a reshape gives the view's values. A graph that writes
+    in place is left as it is: there a view's aliasing is part of what it computes."""
+    import copy
+
+    import torch
+
+    view, reshape = torch.ops.aten.view.default, torch.ops.aten.reshape.default
+    nodes = list(gm.graph.nodes)
+    if not any(n.op == "call_function" and n.target is view for n in nodes) or any(
+            _writes_in_place(n) for n in nodes):
+        return gm
+    graph = copy.deepcopy(gm.graph)
+    for n in graph.nodes:
+        if n.op == "call_function" and n.target is view:
+            n.target = reshape
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _writes_in_place(node) -> bool:
+    if node.op == "call_method":
+        return node.target.endswith("_") and not node.target.startswith("_")
+    if node.op != "call_function":
+        return False
+    schema = getattr(node.target, "_schema", None)
+    if schema is not None:
+        return schema.is_mutable
+    return getattr(node.target, "__name__", "").endswith("_")
 
 
 def _role(node, example) -> tuple[str, object]:

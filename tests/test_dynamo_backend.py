@@ -81,3 +81,37 @@ def test_a_graph_that_needs_gradients_runs_eagerly(caplog):
     out.sum().backward()  # eager kept autograd working
     assert model.weight.grad is not None
     assert any("needs gradients" in r.getMessage() for r in caplog.records)
+
+
+class Attention(nn.Module):
+    """GPT-2's attention as transformers writes it: a masked scaled dot-product attention
+    whose heads are merged back by reshapes, then flattened by a view for the projection."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(16, 48), nn.Linear(16, 16)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = (t.view(b, s, -1, 8).transpose(1, 2) for t in self.qkv(x).split(16, dim=2))
+        mask = torch.ones(s, s, dtype=torch.bool).tril().expand(b, 1, s, s)
+        out = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        out = out.reshape(b, -1, s, 8).transpose(1, 2).reshape(b, s, -1)
+        return self.proj(out.view(-1, 16)).view(b, s, 16)
+
+
+def test_a_view_that_fake_tensors_refuse_compiles(caplog):
+    """AOT autograd's fake attention output has strides the exported view refuses, though
+    the real tensor takes it: tcc traces views as reshapes (same values)."""
+    torch.manual_seed(0)
+    batch, seq = torch.export.Dim("batch", min=1, max=8), torch.export.Dim("seq", min=2, max=64)
+    program = torch.export.export(Attention().eval(), (torch.randn(2, 5, 16),),
+                                  dynamic_shapes=({0: batch, 1: seq},))
+    assert torch.ops.aten.view.default in {n.target for n in program.graph.nodes}
+    module = program.module()
+    compiled = torch.compile(module, backend="tcc")
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="tcc.dynamo"):
+        for shape in ((2, 5, 16), (3, 7, 16)):
+            x = torch.randn(*shape)
+            torch.testing.assert_close(compiled(x), module(x), rtol=1e-4, atol=1e-5)
+    assert [r.getMessage() for r in caplog.records if r.name == "tcc.dynamo"] == []

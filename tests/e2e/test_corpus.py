@@ -158,8 +158,6 @@ def test_corpus_program(name, crt, tmp_path):
 # Programs some of whose graphs torch.compile(backend="tcc") still leaves to eager mode, and
 # why; every other program's graphs must all go to tcc.
 KNOWN_FALLBACKS = {
-    # AOT autograd's fake tensors give the attention output strides its later view refuses
-    "gpt2_pt2": "Cannot view a tensor",
     # the suite's TCC_VERIFY=1 refuses a fused reshape whose index it cannot prove in bounds
     # after the schedule rules (without it, the graph compiles)
     "wav2vec2_pt2": "not provably within",
