@@ -112,6 +112,7 @@ class _Prover:
         self.by_var: dict[E.Var, E.PrimExpr] = {}  # the same, for substitution
         self.facts: list[tuple[E.PrimExpr, E.PrimExpr | None, E.PrimExpr | None]] = []
         self.positive: list[int] = []  # size variables (by id) >= 1 where the loops around run
+        self.least: dict[int, int] = {}  # id(size variable) -> its least value (a precondition's)
         self.running: list = []  # the extents (>= 1) of those loops that depend on sizes
 
     def range(self, e, depth: int = 0) -> Range:
@@ -179,7 +180,7 @@ class _Prover:
         if _has_load(e) or self._looped(e):
             return False
         e = E.simplify(e)
-        positive = set(self.positive)
+        positive = self.least_values()
         lo = _lowest(e, set(), positive)
         if lo is not None and lo >= 1:
             return True
@@ -290,6 +291,9 @@ class _Prover:
             c = E.const(e.b.value, e.dtype)
             self._fact(e.a, None if lo is None else E.simplify(E.binop("floordiv", lo + (c - 1), c)),
                        None if hi is None else E.simplify(E.binop("floordiv", hi, c)))
+        elif e.op == "mul" and isinstance(e.b, E.IntImm) and e.b.value < 0:
+            # x * -c in [lo, hi]: x * c in [-hi, -lo] (`183 - i % 13 * 16 >= 0`: i % 13 <= 11)
+            self._fact(E.binop("mul", e.a, E.const(-e.b.value, e.dtype)), from_(0, hi), from_(0, lo))
 
     def _looped(self, e) -> bool:
         return any(id(v) in self.loops or id(v) in self.bindings for v in E.free_vars(e))
@@ -315,10 +319,20 @@ class _Prover:
         needs: list = []
         if not (any(self.at_least(lo, E.const(0)) for lo, _ in ranges) or self.implied(simple)):
             needs.append(self._needed([lo for lo, _ in ranges], self._nonneg_condition))
-        if not (any(self.at_most(hi, top) for _, hi in ranges) or self.implied(top - simple)):
+        if not (any(self.at_most(hi, top) for _, hi in ranges) or self.implied_at_most(simple, top)):
             needs.append(self._needed([hi for _, hi in ranges],
                                       lambda hi: E.Cmp("le", E.simplify(hi + 1), E.simplify(E.const(dim)))))
         return None if None in needs else tuple(needs)
+
+    def implied_at_most(self, e, top) -> bool:
+        """Whether conditions around say `e` <= `top` (`implied`), also through a division
+        by a constant: `x // c <= top` where `x <= (top + 1) * c - 1` (a row of 16 lanes
+        guarded by `i % 13 * 16 + lane <= 198`, read through a reshape's `// 64`)."""
+        if self.implied(top - e):
+            return True
+        if isinstance(e, E.BinOp) and e.op == "floordiv" and isinstance(e.b, E.IntImm) and e.b.value > 0:
+            return self.implied(E.simplify((top + 1) * e.b - 1 - e.a))
+        return False
 
     def _nonneg_condition(self, lo):
         """`lo >= 0`, readably: the side of a min that is not already proven (a clamp's
@@ -427,14 +441,21 @@ class _Prover:
             return False
         lo = E.simplify(lo)
         looped = set(self.loops) | set(self.bindings)
-        if isinstance(lo, E.IntImm) and lo.value >= 0 or _nonneg_in_sizes(lo, looped, set(self.positive)):
+        if isinstance(lo, E.IntImm) and lo.value >= 0 or _nonneg_in_sizes(lo, looped, self.least_values()):
             return True
         relaxed = _relax_floordiv(lo, 1)
         if relaxed is lo:
             return False
         relaxed = E.simplify(relaxed)
         return isinstance(relaxed, E.IntImm) and relaxed.value >= 0 or _nonneg_in_sizes(
-            relaxed, looped, set(self.positive))
+            relaxed, looped, self.least_values())
+
+    def least_values(self) -> dict[int, int]:
+        """id(size variable) -> the least value it takes here, where more than 0 is known."""
+        least = dict.fromkeys(self.positive, 1)
+        for key, value in self.least.items():
+            least[key] = max(value, least.get(key, 0))
+        return least
 
 
 def _relax_floordiv(e, sign: int):
@@ -555,21 +576,21 @@ def _constant(r: Range) -> int | None:
     return lo.value if isinstance(lo, E.IntImm) and lo == hi else None
 
 
-def _nonneg_in_sizes(e, looped: set[int], positive: set[int]) -> bool:
+def _nonneg_in_sizes(e, looped: set[int], positive: dict[int, int]) -> bool:
     """Whether `e`, over size variables only, is >= 0 for all sizes >= 0, those in `positive`
-    >= 1. A loop or block variable left in `e` (from a condition's bound) is not a size:
-    nothing is known."""
+    at least the value it gives. A loop or block variable left in `e` (from a condition's
+    bound) is not a size: nothing is known."""
     lo = _lowest(e, looped, positive)
     return lo is not None and lo >= 0
 
 
-def _lowest(e, looped: set[int], positive: set[int]) -> int | None:
-    """The least value of `e` with size variables >= 0 (>= 1 in `positive`), when interval
-    arithmetic tells."""
+def _lowest(e, looped: set[int], positive: dict[int, int]) -> int | None:
+    """The least value of `e` with size variables >= 0 (those in `positive` at least the
+    value it gives), when interval arithmetic tells."""
     if isinstance(e, E.IntImm):
         return e.value
     if isinstance(e, E.Var):
-        return None if id(e) in looped else 1 if id(e) in positive else 0
+        return None if id(e) in looped else positive.get(id(e), 0)
     if not isinstance(e, E.BinOp):
         return None
     a = _lowest(e.a, looped, positive)
@@ -606,7 +627,7 @@ def _positive_when(e, least: int = 1) -> set[int]:
         return _positive_when(e.a, least - e.b.value if e.op == "add" else least + e.b.value)
     if e.op == "floordiv" and isinstance(e.b, E.IntImm) and e.b.value > 0 and least >= 1:
         return _positive_when(e.a, least * e.b.value)
-    if e.op == "mul" and least >= 1 and all(_nonneg_in_sizes(x, set(), set()) for x in (e.a, e.b)):
+    if e.op == "mul" and least >= 1 and all(_nonneg_in_sizes(x, set(), {}) for x in (e.a, e.b)):
         return _positive_when(e.a) | _positive_when(e.b)  # factors >= 0: each must be >= 1
     if e.op == "min":
         return _positive_when(e.a, least) | _positive_when(e.b, least)
@@ -660,7 +681,7 @@ def _guard(func: T.PrimFunc, name: str, unmet: list[str]) -> tuple[T.PrimFunc, l
     for cond in have:  # the entry checks them: what they say holds everywhere inside
         p._learn(cond, True)
         if cond.op == "ge" and isinstance(cond.a, E.Var) and isinstance(cond.b, E.IntImm) and cond.b.value >= 1:
-            p.positive.append(id(cond.a))
+            p.least[id(cond.a)] = max(cond.b.value, p.least.get(id(cond.a), 0))
 
     def unproven(buf, indices, where: str, kind: str) -> str | None:
         """Why the access is not proven (its first index that may leave the buffer), or None

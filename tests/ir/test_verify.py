@@ -278,3 +278,69 @@ def test_a_branch_taken_only_for_a_size_of_at_least_1_needs_no_precondition():
     func = parse_module(text)["f"]
     assert unproven_accesses(func, "f") == []
     assert PRECONDITIONS_ATTR not in dict(guard_accesses(func, "f")[0].attrs)
+
+
+_RESHAPED_ROW = '''\
+@prim_func
+def f(A: Buffer((398, 64), "float32"), B: Buffer((2, 4, 16, 199), "float32")):
+    for fused in parallel(0, 1664):
+        if 183 - fused % 13 * 16 >= 0:
+            for lane in serial(0, 16):
+                with block("full"):
+                    v0 = axis.spatial(2, fused // 832)
+                    v1 = axis.spatial(4, fused // 208 % 4)
+                    v2 = axis.spatial(16, fused // 13 % 16)
+                    v3 = axis.spatial(199, fused % 13 * 16 + lane)
+                    reads(A[(v0 * 12736 + v3 * 64 + v1 * 16 + v2) // 64, (v1 * 16 + v2) % 64])
+                    writes(B[v0, v1, v2, v3])
+                    B[v0, v1, v2, v3] = A[(v0 * 12736 + v3 * 64 + v1 * 16 + v2) // 64, (v1 * 16 + v2) % 64]
+        else:
+            for lane in serial(0, 16):
+                if fused % 13 * 16 + lane < {limit}:
+                    with block("tail"):
+                        v0 = axis.spatial(2, fused // 832)
+                        v1 = axis.spatial(4, fused // 208 % 4)
+                        v2 = axis.spatial(16, fused // 13 % 16)
+                        v3 = axis.spatial(199, fused % 13 * 16 + lane)
+                        reads(A[(v0 * 12736 + v3 * 64 + v1 * 16 + v2) // 64, (v1 * 16 + v2) % 64])
+                        writes(B[v0, v1, v2, v3])
+                        B[v0, v1, v2, v3] = A[(v0 * 12736 + v3 * 64 + v1 * 16 + v2) // 64, (v1 * 16 + v2) % 64]
+'''
+
+
+@pytest.mark.parametrize("limit, proven", [(199, True), (200, False)])
+def test_a_row_of_lanes_read_through_a_reshape(limit, proven):
+    """wav2vec2's attention input, vectorized by 16 over 199 frames: the full rows' `183 -
+    fused % 13 * 16 >= 0` bounds fused % 13 by 11, and the tail's condition on the lane
+    bounds the row read through the reshape's `// 64`."""
+    unproven = unproven_accesses(parse_module(_RESHAPED_ROW.format(limit=limit))["f"], "f")
+    assert (unproven == []) == proven, unproven
+    if not proven:
+        assert all("block 'tail'" in u for u in unproven)
+
+
+_FRAMES = '''\
+@prim_func{attrs}
+def f(B: Buffer((b, 4, n // 20 - 1, n // 20 - 1), "float32"), n: int64):
+    for fused in parallel(0, b * (n // 20) * 4 - b * 4):
+        for j0 in serial(0, (n // 20 + 14) // 16):
+            for j1 in serial(0, 16):
+                if j0 * 16 + j1 < n // 20 - 1:
+                    with block("full"):
+                        v0 = axis.spatial(b, fused // (n // 20 * 4 - 4))
+                        v1 = axis.spatial(4, fused // (n // 20 - 1) % 4)
+                        v2 = axis.spatial(n // 20 - 1, fused % (n // 20 - 1))
+                        v3 = axis.spatial(n // 20 - 1, j0 * 16 + j1)
+                        writes(B[v0, v1, v2, v3])
+                        B[v0, v1, v2, v3] = 0.0
+'''
+
+
+@pytest.mark.parametrize("least, proven", [(None, False), (20, False), (40, True), (60, True)])
+def test_a_precondition_s_least_size_bounds_a_length_over_it(least, proven):
+    """`fused % (n // 20 - 1)` is a row index only where the length is at least 1: a kernel
+    whose preconditions (the ranges its caller checks, tcc.ir.facts) put n at 40 or more
+    has that proven; n >= 20 allows a length of 0."""
+    attrs = "" if least is None else f'(attrs={{"preconditions": (n >= {least},)}})'
+    unproven = unproven_accesses(parse_module(_FRAMES.format(attrs=attrs))["f"], "f")
+    assert (unproven == []) == proven, unproven
