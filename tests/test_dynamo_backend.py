@@ -115,3 +115,22 @@ def test_a_view_that_fake_tensors_refuse_compiles(caplog):
             x = torch.randn(*shape)
             torch.testing.assert_close(compiled(x), module(x), rtol=1e-4, atol=1e-5)
     assert [r.getMessage() for r in caplog.records if r.name == "tcc.dynamo"] == []
+
+
+class Frames(nn.Module):
+    """A size computed from a dynamic one (wav2vec2's frame count): `n // 20 - 1` is a
+    length only where n >= 20, which Dynamo's guards keep as the range of n."""
+
+    def forward(self, x):
+        n = x.shape[1] // 20 - 1
+        return x[:, :n] + torch.full((x.shape[0], n), 2.0)
+
+
+def test_the_ranges_dynamos_guards_keep_are_facts(caplog):
+    model = Frames()
+    compiled = torch.compile(model, backend="tcc")
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="tcc.dynamo"):
+        for shape in ((2, 4000), (3, 6000), (1, 45)):
+            x = torch.randn(*shape)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert [r.getMessage() for r in caplog.records if r.name == "tcc.dynamo"] == []

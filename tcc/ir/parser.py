@@ -10,9 +10,11 @@ whose one-line message starts with `file:line:col:`; docs/ir-text.md describes t
 from __future__ import annotations
 
 import ast
+import contextlib
 from typing import Any
 
 from tcc.ir import expr as E
+from tcc.ir import facts
 from tcc.ir import graph as G
 from tcc.ir import tir as T
 from tcc.ir.builder import infer_call
@@ -479,15 +481,20 @@ class Parser:
                 raise self.error(a, f"parameter {a.arg!r} needs a type annotation")
             t = self.type_(a.annotation, scope, define=True)
             params.append(self.define(scope, a, a.arg, G.Var(a.arg, t)))
-        bindings, ret = [], None
-        for i, stmt in enumerate(node.body):
-            if isinstance(stmt, ast.Return) and i == len(node.body) - 1 and stmt.value:
-                ret = self.operand(stmt.value, scope)
-            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                bindings.append(self.binding(stmt, scope))
-            else:
-                raise self.error(stmt, "unsupported statement in a graph function; expected "
-                                       "`name: type = value` bindings and a final return")
+        bindings, ret, at_entry = [], None, True
+        with contextlib.ExitStack() as assumed:
+            for i, stmt in enumerate(node.body):
+                if isinstance(stmt, ast.Return) and i == len(node.body) - 1 and stmt.value:
+                    ret = self.operand(stmt.value, scope)
+                elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    bindings.append(self.binding(stmt, scope))
+                    ranges = facts.checked_ranges(bindings[-1]) if at_entry else None
+                    at_entry = ranges is not None
+                    if ranges:  # checked first: the types of the ops after assume them
+                        assumed.enter_context(facts.assuming(ranges))
+                else:
+                    raise self.error(stmt, "unsupported statement in a graph function; expected "
+                                           "`name: type = value` bindings and a final return")
         if ret is None:
             raise self.error(node, f"function {node.name!r} must end with a return of a value")
         if node.returns is not None:

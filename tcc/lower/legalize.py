@@ -17,7 +17,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from tcc.ir import te
+from tcc.ir import expr as E
+from tcc.ir import facts, te
 from tcc.ir.builder import infer_call
 from tcc.ir.errors import InternalError, NoLoopProgram
 from tcc.ir.expr import PrimExpr, Var, free_vars
@@ -39,6 +40,7 @@ from tcc.ir.ops._storage_types import decode, encode
 from tcc.ir.ops.registry import get_op, normalize_attrs
 from tcc.ir.structural import attr_key, structural_hash
 from tcc.ir.tir import PrimFunc
+from tcc.ir.verify import PRECONDITIONS_ATTR
 
 # PrimFunc attribute: the graph bindings whose computation the PrimFunc merges.
 ORIGINS_ATTR = "origins"
@@ -133,6 +135,29 @@ def _kernel_name(hint: str, used: set[str]) -> str:
     return name
 
 
+def with_size_ranges(func: PrimFunc) -> PrimFunc:
+    """`func` with the ranges of its size variables (tcc.ir.facts: the ranges its caller
+    checks at entry) among its preconditions, which its entry checks and every proof over
+    it may use (tcc.ir.verify); `func` itself when the facts give none."""
+    ranges = facts.known_ranges()
+    if not ranges:
+        return func
+    sizes = {v for v in func.params if isinstance(v, Var)}
+    sizes |= {v for b in func.buffers for d in b.shape if isinstance(d, PrimExpr) for v in free_vars(d)}
+    conds = []
+    for var in sorted((v for v in sizes if v in ranges), key=lambda v: v.name):
+        lo, hi = ranges[var]
+        conds += ([E.compare("ge", var, lo)] if lo > 0 else []) + (
+            [E.compare("le", var, hi)] if hi is not None else [])
+    attrs = dict(func.attrs)
+    have = tuple(attrs.get(PRECONDITIONS_ATTR, ()))
+    conds = [c for c in conds if c not in have]
+    if not conds:
+        return func
+    kept = tuple((k, v) for k, v in func.attrs if k != PRECONDITIONS_ATTR)
+    return dataclasses.replace(func, attrs=kept + ((PRECONDITIONS_ATTR, (*have, *conds)),))
+
+
 class KernelTable:
     """Adds PrimFuncs to a module's functions, once per structure: a PrimFunc equal to one
     added before (by structural hash) reuses that one's name."""
@@ -140,16 +165,19 @@ class KernelTable:
     def __init__(self, functions: dict):
         self.functions = functions
         self.by_hash: dict[str, str] = {}
-        # id -> (func, its hash): callers hand in the PrimFunc they built for a signature
-        # each time that signature recurs, and hashing it again costs as much as the first time
-        self.hashed: dict[int, tuple[PrimFunc, str]] = {}
+        # id -> (func as given, as added, its hash): callers hand in the PrimFunc they built
+        # for a signature each time that signature recurs, and hashing it again costs as
+        # much as the first time
+        self.hashed: dict[int, tuple[PrimFunc, PrimFunc, str]] = {}
 
     def add(self, func: PrimFunc, hint: str) -> str:
-        """The name of `func` in the module, `<hint>_kernel` (made unique) when it is new."""
+        """The name of `func` in the module, `<hint>_kernel` (made unique) when it is new,
+        with the ranges tcc.ir.facts gives its size variables among its preconditions."""
         known = self.hashed.get(id(func))
         if known is None or known[0] is not func:
-            known = self.hashed[id(func)] = (func, structural_hash(func))
-        key = known[1]
+            ranged = with_size_ranges(func)
+            known = self.hashed[id(func)] = (func, ranged, structural_hash(ranged))
+        _, func, key = known
         name = self.by_hash.get(key)
         if name is None:
             name = _kernel_name(hint, set(self.functions))
@@ -206,11 +234,12 @@ def legalize(mod: IRModule, keep: frozenset[str] = frozenset()) -> IRModule:
     from tcc.lower.passes.lower_dynamic_shapes import lower_dynamic_shapes
     from tcc.lower.passes.lower_recurrent import lower_recurrent
 
-    mod = lower_dynamic_shapes(lower_recurrent(mod))
-    lg = _Legalizer(mod, keep)
-    for name, f in mod.graph_functions.items():
-        lg.out.functions[name] = lg.function(f)
-    return lg.out
+    with facts.assuming(facts.module_ranges(mod)):  # the sizes' ranges the functions check
+        mod = lower_dynamic_shapes(lower_recurrent(mod))
+        lg = _Legalizer(mod, keep)
+        for name, f in mod.graph_functions.items():
+            lg.out.functions[name] = lg.function(f)
+        return lg.out
 
 
 def kernel_origins(mod: IRModule) -> dict[str, list[str]]:

@@ -27,6 +27,7 @@ from tcc.frontend.torch.base import CONVERTERS, TorchNode, source_line, target_n
 from tcc.frontend.torch.symbolic import to_condition, to_dim
 from tcc.infile import not_a_file
 from tcc.ir import expr as E
+from tcc.ir import facts
 from tcc.ir.builder import FunctionBuilder
 from tcc.ir.dtype import DTYPES
 from tcc.ir.errors import FrontendError, InternalError, TccError
@@ -263,10 +264,11 @@ def from_exported_program(program_or_path, name: str = "main") -> IRModule:
         raise FrontendError(format_unsupported(unsupported))
     ctx = ImportContext()
     _bind_inputs(ctx, ep)
-    _check_ranges(ctx, ep)
-    _convert_calls(ctx, ep.graph)
-    outputs, names = _outputs(ctx, ep)
-    return _finished(ctx, name, outputs, names)
+    ranges = _check_ranges(ctx, _user_inputs(ep), ep.range_constraints.get)
+    with facts.assuming(ranges):
+        _convert_calls(ctx, ep.graph)
+        outputs, names = _outputs(ctx, ep)
+        return _finished(ctx, name, outputs, names)
 
 
 def from_graph(graph, constants: dict, name: str = "main") -> IRModule:
@@ -283,7 +285,8 @@ def from_graph(graph, constants: dict, name: str = "main") -> IRModule:
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     inputs = [n for n in placeholders if n.name not in constants
               and not _is_symbolic_scalar(n.meta.get("val"))]
-    _name_symbols(ctx, [(n.name, n.meta.get("val")) for n in inputs])
+    named = [(n.name, n.meta.get("val")) for n in inputs]
+    _name_symbols(ctx, named)
     for n in placeholders:
         if n.name in constants:
             ctx.values[n] = _constant(ctx, n.name, constants[n.name])
@@ -291,13 +294,25 @@ def from_graph(graph, constants: dict, name: str = "main") -> IRModule:
             ctx.values[n] = ctx.dim(n.meta["val"])
         else:
             ctx.values[n] = _tensor_param(ctx, n)
-    _convert_calls(ctx, graph)
-    out_node = next(n for n in graph.nodes if n.op == "output")
-    results = out_node.args[0]
-    results = list(results) if isinstance(results, (list, tuple)) else [results]
-    outputs = [_output_value(ctx, r) for r in results]
-    names = ["output" if i == 0 else f"output_{i}" for i in range(len(outputs))]
-    return _finished(ctx, name, outputs, names)
+    with facts.assuming(_check_ranges(ctx, named, _guarded_range(named), GUARDED_FOR)):
+        _convert_calls(ctx, graph)
+        out_node = next(n for n in graph.nodes if n.op == "output")
+        results = out_node.args[0]
+        results = list(results) if isinstance(results, (list, tuple)) else [results]
+        outputs = [_output_value(ctx, r) for r in results]
+        names = ["output" if i == 0 else f"output_{i}" for i in range(len(outputs))]
+        return _finished(ctx, name, outputs, names)
+
+
+def _guarded_range(named):
+    """`range_of` for _check_ranges from the shape environment of the fake inputs: the
+    range each size lies in when Dynamo's guards pass (which is when the graph runs)."""
+    for _, fake in named:
+        for d in getattr(fake, "shape", ()):
+            env = getattr(getattr(d, "node", None), "shape_env", None)
+            if env is not None:
+                return env.var_to_range.get
+    return lambda symbol: None
 
 
 def _convert_calls(ctx: ImportContext, graph) -> None:
@@ -366,34 +381,52 @@ def _bind_inputs(ctx: ImportContext, ep) -> None:
                                 "which tcc does not support")
 
 
-def _check_ranges(ctx: ImportContext, ep) -> None:
-    """The range torch.export was given for each dynamic input size (`Dim(min=, max=)`),
-    checked when the pack runs: a size outside it stops the run with one line, as the
-    program run by torch refuses it, instead of running code traced for other sizes."""
+EXPORTED_FOR = ("the range the program was exported for; export it again with a Dim that covers "
+                "this size")
+GUARDED_FOR = "the range torch.compile's guards compiled this graph for"
+
+
+def _check_ranges(ctx: ImportContext, inputs, range_of, why: str = EXPORTED_FOR) -> dict:
+    """The range torch was given or found for each dynamic input size (torch.export's
+    `Dim(min=, max=)`, the ranges Dynamo's guards keep), checked when the pack runs: a size
+    outside it stops the run with one line, as the program run by torch refuses it,
+    instead of running code traced for other sizes. Returns the ranges (size variable ->
+    (least, most or None)), which hold for everything after the check (tcc.ir.facts).
+    `inputs` are (input name, fake tensor) pairs; `range_of(symbol)` is torch's range of a
+    symbol (lower and upper bound), or None; `why` ends each check's message."""
+    checks, ranges = [], {}
+    for input_name, fake in inputs:
+        for k, d in enumerate(getattr(fake, "shape", ())):
+            symbol = getattr(getattr(d, "node", None), "expr", None)
+            if symbol is None or not getattr(symbol, "is_Symbol", False):
+                continue
+            bounds = range_of(symbol)
+            var = ctx.var_of(symbol)
+            if bounds is None or var in ranges:
+                continue
+            low, high = _finite(bounds.lower), _finite(bounds.upper)
+            low = max(low or 0, 0)
+            if low == 0 and high is None:
+                continue
+            ranges[var] = (low, high)
+            conds = ([E.compare("ge", var, low)] if low > 0 else []) + (
+                [E.compare("le", var, high)] if high is not None else [])
+            span = f"at least {low}" if high is None else f"from {low} to {high}"
+            checks += [(cond, f"input {input_name!r} dimension {k} must be {span}, {why}")
+                       for cond in conds]  # one bound each
+    if checks:
+        ctx.bb.bind(ShapeExpr((), tuple(checks)), ShapeType(0, ()), name="input_ranges")
+    return ranges
+
+
+def _user_inputs(ep) -> list:
+    """(name, fake tensor) of each tensor the caller of the program passes."""
     from torch.export.graph_signature import InputKind, TensorArgument
 
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    checks, seen = [], set()
-    for spec in ep.graph_signature.input_specs:
-        if spec.kind != InputKind.USER_INPUT or not isinstance(spec.arg, TensorArgument):
-            continue
-        fake = placeholders[spec.arg.name].meta.get("val")
-        for k, d in enumerate(getattr(fake, "shape", ())):
-            symbol = getattr(getattr(d, "node", None), "expr", None)
-            bounds = ep.range_constraints.get(symbol) if symbol is not None else None
-            if bounds is None or symbol in seen:
-                continue
-            seen.add(symbol)
-            var = ctx.var_of(symbol)
-            low, high = _finite(bounds.lower), _finite(bounds.upper)
-            conds = ([E.compare("ge", var, low)] if low is not None and low > 0 else []) + (
-                [E.compare("le", var, high)] if high is not None else [])
-            span = f"at least {low}" if high is None else f"from {max(low or 0, 0)} to {high}"
-            checks += [(cond, f"input {spec.arg.name!r} dimension {k} must be {span}, the range "
-                              "the program was exported for; export it again with a Dim that "
-                              "covers this size") for cond in conds]  # one bound each
-    if checks:
-        ctx.bb.bind(ShapeExpr((), tuple(checks)), ShapeType(0, ()), name="input_ranges")
+    return [(spec.arg.name, placeholders[spec.arg.name].meta.get("val"))
+            for spec in ep.graph_signature.input_specs
+            if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, TensorArgument)]
 
 
 def _finite(bound) -> int | None:

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from tcc.ir import expr as E
-from tcc.ir import te
+from tcc.ir import facts, te
 from tcc.ir.dtype import is_float, is_int, to_numpy
 from tcc.ir.errors import NoLoopProgram, ShapeError
 from tcc.ir.expr import BinOp, Dim, Var, as_dim, fresh_var, max_expr, min_expr, prove_equal
@@ -134,16 +134,18 @@ def fresh_vars(n: int, hint: str) -> tuple[Var, ...]:
 
 
 def known_nonneg(e: Dim) -> bool:
-    """True when `e` is provably >= 0 (size variables are never negative)."""
+    """True when `e` is provably >= 0: size variables are never negative, and the ranges
+    of tcc.ir.facts bound them further (`n // 20 - 1` where n >= 20)."""
     if isinstance(e, int):
         return e >= 0
     if isinstance(e, Var):
         return True
-    if isinstance(e, BinOp) and e.op in ("add", "mul", "floordiv", "min"):
-        return known_nonneg(e.a) and known_nonneg(e.b)
-    if isinstance(e, BinOp) and e.op == "max":
-        return known_nonneg(e.a) or known_nonneg(e.b)
-    return False
+    if isinstance(e, BinOp) and e.op in ("add", "mul", "floordiv", "min") and (
+            known_nonneg(e.a) and known_nonneg(e.b)):
+        return True
+    if isinstance(e, BinOp) and e.op == "max" and (known_nonneg(e.a) or known_nonneg(e.b)):
+        return True
+    return facts.known_nonneg(e)
 
 
 def nonneg(e: Dim) -> Dim:

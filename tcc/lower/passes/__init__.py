@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from tcc.errors import TccError
+from tcc.ir import facts
 from tcc.ir.module import IRModule
 from tcc.ir.verify import verify_if_asked
 
@@ -115,11 +116,12 @@ def run_pipeline(
     skip = {check_pass_name(n, "pass in --disable-pass") for n in disable}
     if print_after is not None and print_after != "all":
         check_pass_name(print_after, "pass in --print-after")
-    for name in PIPELINE:
-        if name in skip or not _applies(name, target):
-            continue
-        mod = PASSES[name](mod, target) if name in TARGETED else PASSES[name](mod)
-        verify_if_asked(mod, f"pass {name}", stated=False)
-        if print_after in ("all", name):
-            on_print(f"# IR after {name}\n{mod}")
+    with facts.assuming(facts.module_ranges(mod)):  # the sizes' ranges the functions check
+        for name in PIPELINE:
+            if name in skip or not _applies(name, target):
+                continue
+            mod = PASSES[name](mod, target) if name in TARGETED else PASSES[name](mod)
+            verify_if_asked(mod, f"pass {name}", stated=False)
+            if print_after in ("all", name):
+                on_print(f"# IR after {name}\n{mod}")
     return mod

@@ -231,8 +231,9 @@ class _Fuser:
         shared = self.out.functions[name]
         origins = dict.fromkeys(dict(shared.attrs).get(ORIGINS_ATTR, ()))
         origins.update(dict.fromkeys(b.var.name for b in members))
-        attrs = ((ORIGINS_ATTR, tuple(origins)),)
-        self.out.functions[name] = dataclasses.replace(shared, attrs=attrs)
+        attrs = tuple((k, v) for k, v in shared.attrs if k != ORIGINS_ATTR)
+        self.out.functions[name] = dataclasses.replace(
+            shared, attrs=attrs + ((ORIGINS_ATTR, tuple(origins)),))
         return G.CallTIR(name, tuple(operands), members[-1].var.type, te.scalar_params(func))
 
     def function(self, fn: G.Function) -> G.Function:

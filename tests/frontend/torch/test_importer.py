@@ -219,3 +219,33 @@ def test_a_float_read_from_a_tensor_is_refused_in_one_line():
     ep = export(lambda x: x * x.max().item(), torch.randn(3))
     with pytest.raises(FrontendError, match="SymFloat read from a tensor"):
         from_exported_program(ep)
+
+
+class Trim(nn.Module):
+    def forward(self, x):
+        return x[:, : x.shape[1] - 3] * 2
+
+
+def test_the_exported_ranges_are_facts_the_shape_rules_and_kernels_use(tmp_path):
+    """`x[:, :n - 3]` has a length only where n >= 3: with Dim(min=5), import proves it from
+    the range (without it, the slice was refused), and each kernel over n states the
+    range among its preconditions, which its entry checks and its proofs use."""
+    import numpy as np
+
+    from tcc.api import compile_to_bytes, lower
+    from tcc.ir.verify import PRECONDITIONS_ATTR
+    from tcc.lower.passes import run_pipeline
+    from tcc.rt import load
+
+    n = Dim("n", min=5, max=4000)
+    ep = export(Trim(), torch.randn(2, 100), dynamic=[{1: n}])
+    mod = from_exported_program(ep)
+    kernels = lower(run_pipeline(mod)).prim_funcs
+    stated = [str(c) for f in kernels.values() for c in dict(f.attrs).get(PRECONDITIONS_ATTR, ())]
+    assert kernels and "x_dim1 >= 5" in stated and "x_dim1 <= 4000" in stated
+    pack = tmp_path / "trim.tvmpack"
+    pack.write_bytes(compile_to_bytes(mod, "llvm"))
+    with load(pack) as m:
+        for size in (5, 6, 100):
+            x = np.random.default_rng(size).standard_normal((2, size)).astype(np.float32)
+            np.testing.assert_array_equal(m.main(x)[0], Trim()(torch.from_numpy(x)).numpy())
