@@ -558,3 +558,52 @@ def test_a_padded_convolution_computes_what_the_pad_and_convolution_did():
     padded, folded = (tcc.api.compile_onnx(m, optimize=False)({"x": x})[0]
                       for m in (mod, simplified))
     np.testing.assert_array_equal(folded, padded)
+
+
+_LINEAR = '''
+constants = {"w": Tensor((8, 16), "float32"), "b": Tensor((16,), "float32")}
+
+@function(inputs=["x"], outputs=["y", "z", "h", "o"])
+def main(x: Tensor((n, s, 8), "float32")) -> Tuple(Tensor((n, s, 16), "float32"), Tensor((n, s, 4, 4), "float32"), Tensor((n, s, 16), "float32"), Tensor((n * s, 16), "float32")):
+    flat: Tensor((n * s, 8), "float32") = op.reshape(x, shape=[n * s, 8])
+    mm: Tensor((n * s, 16), "float32") = op.matmul(flat, const("w"))
+    biased: Tensor((n * s, 16), "float32") = op.add(mm, const("b"))
+    y: Tensor((n, s, 16), "float32") = op.reshape(biased, shape=[n, s, 16])
+    mm2: Tensor((n * s, 16), "float32") = op.matmul(flat, const("w"))
+    z: Tensor((n, s, 4, 4), "float32") = op.reshape(mm2, shape=[n, s, 4, 4])
+    mm3: Tensor((n * s, 16), "float32") = op.matmul(flat, const("w"))
+    h: Tensor((n, s, 16), "float32") = op.reshape(mm3, shape=[n, s, 16])
+    o: Tensor((n * s, 16), "float32") = op.relu(mm3)
+    return y, z, h, o
+'''
+
+
+def test_a_linear_layer_over_flattened_rows_multiplies_the_rows_in_place():
+    """PyTorch's nn.Linear as torch.export writes it (`view`, `addmm` or `mm`, `view`)
+    becomes the matmul of the unflattened input, as an ONNX export has it; a product that
+    something else also reads keeps its flattened form."""
+    consts = {"w": np.random.default_rng(0).standard_normal((8, 16)).astype(F32),
+              "b": np.random.default_rng(1).standard_normal(16).astype(F32)}
+    verify(_LINEAR, '''
+constants = {"w": Tensor((8, 16), "float32"), "b": Tensor((16,), "float32")}
+
+@function(inputs=["x"], outputs=["y", "z", "h", "o"])
+def main(x: Tensor((n, s, 8), "float32")) -> Tuple(Tensor((n, s, 16), "float32"), Tensor((n, s, 4, 4), "float32"), Tensor((n, s, 16), "float32"), Tensor((n * s, 16), "float32")):
+    flat: Tensor((n * s, 8), "float32") = op.reshape(x, shape=[n * s, 8])
+    mm: Tensor((n * s, 16), "float32") = op.matmul(flat, const("w"))
+    biased: Tensor((n * s, 16), "float32") = op.add(mm, const("b"))
+    y_matmul: Tensor((n, s, 16), "float32") = op.matmul(x, const("w"))
+    y: Tensor((n, s, 16), "float32") = op.add(y_matmul, const("b"))
+    mm2: Tensor((n * s, 16), "float32") = op.matmul(flat, const("w"))
+    z_matmul: Tensor((n, s, 16), "float32") = op.matmul(x, const("w"))
+    z: Tensor((n, s, 4, 4), "float32") = op.reshape(z_matmul, shape=[n, s, 4, 4])
+    mm3: Tensor((n * s, 16), "float32") = op.matmul(flat, const("w"))
+    h: Tensor((n, s, 16), "float32") = op.reshape(mm3, shape=[n, s, 16])
+    o: Tensor((n * s, 16), "float32") = op.relu(mm3)
+    return y, z, h, o
+''', consts)
+    mod = parse_module(_LINEAR)
+    mod.const_values.update(consts)
+    x = np.random.default_rng(2).standard_normal((2, 3, 8)).astype(F32)
+    for want, got in zip(run(mod, [x]), run(simplify_algebra(mod), [x])):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

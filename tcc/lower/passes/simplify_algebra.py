@@ -10,7 +10,11 @@ a reshape, squeeze or expand_dims chain, or a transpose, that gives x's own shap
 element order back); any other reshape/squeeze/expand_dims of such a chain becomes one
 reshape of the chain's source, and a transpose of a transpose becomes one transpose with
 the composed permutation; a pad by zero everywhere is its input, and a convolution of a
-zero pad of the spatial axes reads the pad's input with the pads added to its own padding.
+zero pad of the spatial axes reads the pad's input with the pads added to its own padding;
+a reshape that unflattens the rows of `matmul(reshape(x), w)` (plus a bias), single-use,
+becomes `matmul(x, w)` (plus the bias; reshaped where its target is another shape): each
+element is the same dot product of a row of x and a column of w, though the schedule
+rules may split its sum differently for the unflattened shape (the last bits may differ).
 Every rewrite keeps the binding's result type (dtype and shape,
 provably equal dimensions), and one forward sweep reaches the fixed point, since each rule
 only looks at values defined earlier, already simplified.
@@ -39,6 +43,7 @@ from tcc.ir.builder import infer_call
 from tcc.ir.dtype import INT_DTYPES
 from tcc.ir.expr import prove_equal
 from tcc.ir.module import IRModule
+from tcc.ir.ops.registry import prod
 from tcc.lower.passes import register_pass
 
 # Binary op -> (its neutral value, the operand positions where that value is neutral).
@@ -60,6 +65,7 @@ class _Scope:
 
     defs: dict[int, G.Call]
     const_values: Mapping[str, np.ndarray]
+    uses: Mapping[int, int] = dataclasses.field(default_factory=dict)  # id(var) -> reads
 
     def producer(self, e: G.Expr | None, ops: frozenset[str]) -> G.Call | None:
         """The call that defines `e` when it is one of `ops`."""
@@ -234,12 +240,61 @@ def _explicit_padding(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None
     return _call(call.op, (pad.args[0], *call.args[1:]), {**call.attrs, "padding": padding}, out)
 
 
+def _rows(x: G.Expr, flat: G.Expr) -> bool:
+    """`flat` is `x` (rank >= 3) with its leading axes flattened into rows, the last kept."""
+    xt, ft = G.type_of(x), G.type_of(flat)
+    if not (isinstance(xt, G.TensorType) and isinstance(ft, G.TensorType)) or xt.ndim < 3 \
+            or ft.ndim != 2 or not prove_equal(xt.shape[-1], ft.shape[-1]):
+        return False
+    return prove_equal(prod(xt.shape[:-1]), ft.shape[0])
+
+
+def _unflattened_matmul(call: G.Call, out: G.Type, scope: _Scope) -> G.Expr | None:
+    """A reshape of `matmul(reshape(x), w)`, or of that plus a bias, where the inner reshape
+    flattens x's leading axes into rows: the reshape of `matmul(x, w)` (plus the bias)
+    instead, without the flattening (PyTorch's nn.Linear, exported as `view`, `mm` or
+    `addmm`, `view`; ONNX exports multiply x itself). A matmul over x then takes its
+    neighbours into one kernel as it does for an ONNX export (the view between them kept
+    LLaMA's gated MLP in three kernels where ONNX's needs two). The flattened product and
+    its bias sum must have no other reader."""
+    inner = call.args[0]
+    bias = None
+    add = scope.producer(inner, frozenset({"add"}))
+    if add is not None and scope.uses.get(id(inner)) == 1:
+        inner, bias = add.args
+    product = scope.producer(inner, frozenset({"matmul"}))
+    if product is None or scope.uses.get(id(inner)) != 1:
+        return None
+    flat, w = product.args
+    flatten = scope.producer(flat, frozenset({"reshape"}))
+    wt = G.type_of(w)
+    if flatten is None or not isinstance(wt, G.TensorType) or wt.ndim != 2:
+        return None
+    x = flatten.args[0]
+    if not _rows(x, flat):
+        return None
+    if bias is not None:
+        bt = G.type_of(bias)
+        if not isinstance(bt, G.TensorType) or bt.ndim > 1 or bt.dtype != out.dtype:
+            return None
+    attrs, result = infer_call("matmul", (x, w), product.attrs)
+    value = G.Call("matmul", (x, w), attrs)
+    if bias is not None:
+        attrs, result = infer_call("add", (G.Var("sum", result), bias), add.attrs)
+        value = G.Call("add", (value, bias), attrs)
+    if _same_type(result, out):
+        return value
+    attrs, result = infer_call("reshape", (G.Var("product", result),), call.attrs)
+    return G.Call("reshape", (value,), attrs) if _same_type(result, out) else None
+
+
 RULES: dict[str, tuple[Rule, ...]] = {
     **{op: (_neutral_operand,) for op in NEUTRAL},
     "pow": (_neutral_operand, _square, _cube),
     "cast": (_same_dtype_cast,),
     "identity": (_copy,),
-    **{op: (_collapse_reshapes,) for op in RESHAPES},
+    **{op: (_collapse_reshapes,) for op in RESHAPES - {"reshape"}},
+    "reshape": (_collapse_reshapes, _unflattened_matmul),
     "transpose": (_identity_transpose, _merge_transposes),
     "pad": (_no_padding,),
     **{op: (_explicit_padding,) for op in ("conv1d", "conv2d", "conv3d")},
@@ -269,6 +324,7 @@ def _bind_operand_calls(call: G.Call, var: G.Var, kept: list[G.Binding]) -> G.Ca
     args = []
     for arg in call.args:
         if isinstance(arg, G.Call):
+            arg = _bind_operand_calls(arg, var, kept)  # its own operand calls first
             operand = G.Var(f"{var.name}_{arg.op}", infer_call(arg.op, arg.args, arg.attrs)[1])
             kept.append(G.Binding(operand, arg))
             arg = operand
@@ -279,7 +335,10 @@ def _bind_operand_calls(call: G.Call, var: G.Var, kept: list[G.Binding]) -> G.Ca
 
 
 def _simplify_function(fn: G.Function, const_values: Mapping[str, np.ndarray]) -> G.Function:
-    scope = _Scope({}, const_values)
+    uses: dict[int, int] = {}
+    for v in G.used_vars(tuple(b.value for b in fn.bindings)) + G.used_vars(fn.ret):
+        uses[id(v)] = uses.get(id(v), 0) + 1
+    scope = _Scope({}, const_values, uses)
     mapping: dict[int, G.Var] = {}
     kept = []
     for b in fn.bindings:
