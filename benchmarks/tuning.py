@@ -1,6 +1,6 @@
 """tcc tune, measured: search quality, tuned kernels, tuned models (one run each, CPU named).
 
-    .venv/bin/python benchmarks/tuning.py search  [--trials 500] [--png curve.png]
+    .venv/bin/python benchmarks/tuning.py search  [--trials 500] [--png curve.png] [--pack-rounds 7]
     .venv/bin/python benchmarks/tuning.py kernels [--trials 300]
     .venv/bin/python benchmarks/tuning.py models  [--trials 2000] [--budget 20m]
                                                   [--models resnet50,shufflenet,...]
@@ -53,6 +53,8 @@ def _args(argv):
     p.add_argument("--trials", type=int, default=None)
     p.add_argument("--budget", default=None, help="models: per-model tuning budget (20m)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--pack-rounds", type=int, default=7,
+                   help="search: alternating rounds of the untuned and tuned packs")
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--tasks", default="matmul1024,conv3x3,attention_bmm,depthwise",
                    help=f"search: some of {','.join(SEARCH_TASKS)}, or model:NAME for a "
@@ -279,7 +281,8 @@ def search_mode(args, target, work: Path) -> None:
                   f"{again['evolutionary']:.2f}x (evolutionary / random "
                   f"{again['evolutionary'] / again['random']:.2f})", flush=True)
             feeds = feeds_of(np.random.default_rng(1))
-            line, ratio = packs_line(label, model, feeds, target, finalists, args)
+            line, ratio = packs_line(label, model, feeds, target, finalists, args,
+                                     args.pack_rounds)
             print(line, flush=True)
             wins.setdefault(task, []).append(ratio)
     if args.seeds > 1:

@@ -61,6 +61,9 @@ class TaskState:
     space: TaskSpace
     bench: KernelBench | None = None  # or a runner's bench of the same interface
     default_seconds: float | None = None
+    # every time of one default call seen: its own measurement's and the baselines each
+    # candidate's measurement times beside it; default_seconds is their median
+    default_times: list = field(default_factory=list)
     best_ratio: float = 1.0  # the best confirmed latency over the default's
     best_point: dict | None = None  # its decisions (None: the default is best)
     confirmations: dict = field(default_factory=dict)  # point key -> confirmed ratios
@@ -143,8 +146,8 @@ class Tuner:
                 continue
             state.space.measured[key] = ratio
             state.trials += 1
-            if r.default and r.latency is not None:
-                state.default_seconds = r.latency
+            self._saw_default(state, r.seconds if r.default and r.latency is not None
+                              else r.baseline if r.status == "ok" else ())
             if ratio is not None:
                 kept.append((ratio, point))
         self._settle_best(state)
@@ -189,7 +192,7 @@ class Tuner:
             return None
         if state.default_seconds is None:
             self._record(state, default.trace, state.bench.default, default=True)
-            state.default_seconds = state.bench.default_latency
+            self._saw_default(state, state.bench.default.seconds)
             state.space.measured[point_key(default.point)] = 1.0
             state.trials += 1
             self.progress.trials += 1
@@ -208,6 +211,7 @@ class Tuner:
         leader = None  # the round's best candidate, with its ratio
         for c, m in zip(candidates, bench.measure_each(candidates)):
             self._record(state, c.trace, m)
+            self._saw_default(state, m.baseline if m.status == "ok" else ())
             ratio = m.ratio
             state.space.measured[point_key(c.point)] = ratio
             state.space.measured_kernels.add(c.key)
@@ -237,9 +241,20 @@ class Tuner:
         measured = state.bench.measure([x.func for x in contenders], repeats=CONFIRM_REPEATS)
         for x, m in zip(contenders, measured):
             self._record(state, x.trace, m, confirmed=True)
+            self._saw_default(state, m.baseline if m.status == "ok" else ())
             if m.ratio is not None:
                 self._add_confirmation(state, point_key(x.point), m.ratio)
         self._settle_best(state)
+
+    @staticmethod
+    def _saw_default(state: TaskState, times) -> None:
+        """Count times of one default call: the task's latency (which weighs it against the
+        others, and the estimate of one run) is their median, so that one measurement
+        disturbed by the machine (a kernel of microseconds timed at 24 ms once) does not
+        draw every trial to that task."""
+        if times:
+            state.default_times.extend(times)
+            state.default_seconds = statistics.median(state.default_times)
 
     @staticmethod
     def _add_confirmation(state: TaskState, key, ratio: float, point_measured: bool = True):

@@ -177,3 +177,41 @@ def test_a_best_confirmed_once_is_confirmed_again_when_the_tune_ends(tmp_path):
     tuner._confirm(state, lucky)
     tuner._confirm_leaders()
     assert script[id(lucky.func)] == [0.45]
+
+
+class _OnceSlowBench:
+    """A bench whose default measured 24 ms once, where every candidate's paired baseline
+    times it at 10 us."""
+
+    default = Measurement(seconds=(0.024, 0.024, 0.024))
+
+    def measure_each(self, candidates, repeats=None):
+        for _ in candidates:
+            yield Measurement(seconds=(9e-6,), baseline=(1e-5,))
+
+    def measure(self, funcs, repeats=None):
+        return list(self.measure_each(funcs, repeats))
+
+
+def test_a_default_timed_slow_once_takes_the_latency_its_baselines_give(tmp_path):
+    """A task's latency weighs it against the others: a default disturbed once by the
+    machine (a kernel of microseconds timed at 24 ms) would draw every trial to that task.
+    Its latency is the median of every time of the default seen, its own and the baselines
+    timed beside each candidate, in the tune and after a resume."""
+    import time
+
+    from tcc.tune.tuner import Progress
+
+    lowered, target, sizes = _setup(tmp_path)
+    db = Database(tmp_path / "t.db")
+    tuner = Tuner(lowered, target, db, sizes)
+    tuner.progress = Progress(tuner.states, 0, 100, time.monotonic())
+    state = tuner.states[0]
+    state.bench = _OnceSlowBench()
+    tuner._record(state, state.space.realize({}).trace, state.bench.default, default=True)
+    tuner._saw_default(state, state.bench.default.seconds)
+    assert state.default_seconds == 0.024
+    tuner._round(state, 8, lambda progress: None)
+    assert state.default_seconds == 1e-5
+    resumed = Tuner(lowered, target, Database(tmp_path / "t.db"), sizes).states[0]
+    assert resumed.default_seconds == 1e-5
