@@ -52,9 +52,14 @@ def test_what_changes_the_compile_is_a_miss(tmp_path, cache, monkeypatch):
         data, times = _compile(tmp_path / "m.onnx", **options)
         assert not times.from_pack_cache, options
         assert data == _compile(tmp_path / "m.onnx", cache=False, **options)[0]
-    monkeypatch.setenv("TCC_VERIFY", "0" if os.environ.get("TCC_VERIFY") == "1" else "1")
+    verify = os.environ.get("TCC_VERIFY")
+    monkeypatch.setenv("TCC_VERIFY", "0" if verify == "1" else "1")
     assert not _compile(tmp_path / "m.onnx")[1].from_pack_cache
-    monkeypatch.undo()
+    if verify is None:
+        monkeypatch.delenv("TCC_VERIFY")
+    else:
+        monkeypatch.setenv("TCC_VERIFY", verify)
+    assert _compile(tmp_path / "m.onnx")[1].from_pack_cache  # as it was: the first entry
     onnx.save(_model(1), tmp_path / "m.onnx")  # new weights, same kernels
     data, times = _compile(tmp_path / "m.onnx")
     assert not times.from_pack_cache and data != first
