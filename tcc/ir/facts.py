@@ -22,7 +22,19 @@ from collections.abc import Iterator, Mapping
 from tcc.ir import expr as E
 
 Range = tuple[int, "int | None"]  # (least, most); most None: unbounded
-_ACTIVE: list[dict[int, tuple[E.Var, int, int | None]]] = []
+_ACTIVE: list[dict[E.Var, Range]] = []  # size variables compare by identity
+
+
+def narrowed(a: Range, b: Range) -> Range:
+    """The range both `a` and `b` say."""
+    return max(a[0], b[0]), a[1] if b[1] is None else b[1] if a[1] is None else min(a[1], b[1])
+
+
+def conditions(var: E.Var, range_: Range) -> list[E.PrimExpr]:
+    """The checks that hold `var` in `range_`: `var >= least` (unless 0), `var <= most`."""
+    lo, hi = range_
+    return ([E.compare("ge", var, lo)] if lo > 0 else []) + (
+        [E.compare("le", var, hi)] if hi is not None else [])
 
 
 @contextlib.contextmanager
@@ -30,12 +42,8 @@ def assuming(ranges: Mapping[E.Var, Range]) -> Iterator[None]:
     """Within the block, each variable of `ranges` lies in its range (with the ranges of
     enclosing blocks, narrowed where both give one)."""
     merged = dict(_ACTIVE[-1]) if _ACTIVE else {}
-    for var, (lo, hi) in ranges.items():
-        if id(var) in merged:
-            _, old_lo, old_hi = merged[id(var)]
-            lo = max(lo, old_lo)
-            hi = old_hi if hi is None else hi if old_hi is None else min(hi, old_hi)
-        merged[id(var)] = (var, max(lo, 0), hi)
+    for var, range_ in ranges.items():
+        merged[var] = narrowed(merged.get(var, (0, None)), range_)
     _ACTIVE.append(merged)
     try:
         yield
@@ -45,15 +53,12 @@ def assuming(ranges: Mapping[E.Var, Range]) -> Iterator[None]:
 
 def range_of(var: E.Var) -> Range:
     """The range the facts give `var`: (0, None) without one."""
-    if _ACTIVE and id(var) in _ACTIVE[-1]:
-        _, lo, hi = _ACTIVE[-1][id(var)]
-        return lo, hi
-    return 0, None
+    return _ACTIVE[-1].get(var, (0, None)) if _ACTIVE else (0, None)
 
 
 def known_ranges() -> dict[E.Var, Range]:
     """Every variable the facts give a range, with it."""
-    return {var: (lo, hi) for var, lo, hi in _ACTIVE[-1].values()} if _ACTIVE else {}
+    return dict(_ACTIVE[-1]) if _ACTIVE else {}
 
 
 def bounds(e) -> tuple[int | None, int | None]:
@@ -107,12 +112,8 @@ def checked_ranges(binding) -> dict[E.Var, Range] | None:
         if not (isinstance(cond, E.Cmp) and isinstance(cond.a, E.Var)
                 and isinstance(cond.b, E.IntImm) and cond.op in ("ge", "le")):
             continue
-        lo, hi = found.get(cond.a, (0, None))
-        if cond.op == "ge":
-            lo = max(lo, cond.b.value)
-        else:
-            hi = cond.b.value if hi is None else min(hi, cond.b.value)
-        found[cond.a] = (lo, hi)
+        bound = (cond.b.value, None) if cond.op == "ge" else (0, cond.b.value)
+        found[cond.a] = narrowed(found.get(cond.a, (0, None)), bound)
     return found
 
 
@@ -123,10 +124,8 @@ def entry_ranges(fn) -> dict[E.Var, Range]:
         ranges = checked_ranges(b)
         if ranges is None:
             break
-        for var, (lo, hi) in ranges.items():
-            old_lo, old_hi = found.get(var, (0, None))
-            found[var] = (max(lo, old_lo), hi if old_hi is None else old_hi if hi is None
-                          else min(hi, old_hi))
+        for var, range_ in ranges.items():
+            found[var] = narrowed(found.get(var, (0, None)), range_)
     return found
 
 

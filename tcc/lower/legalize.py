@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from tcc.ir import expr as E
 from tcc.ir import facts, te
 from tcc.ir.builder import infer_call
 from tcc.ir.errors import InternalError, NoLoopProgram
@@ -41,6 +40,7 @@ from tcc.ir.ops.registry import get_op, normalize_attrs
 from tcc.ir.structural import attr_key, structural_hash
 from tcc.ir.tir import PrimFunc
 from tcc.ir.verify import PRECONDITIONS_ATTR
+from tcc.lower.schedule.blocks import func_vars
 
 # PrimFunc attribute: the graph bindings whose computation the PrimFunc merges.
 ORIGINS_ATTR = "origins"
@@ -142,13 +142,9 @@ def with_size_ranges(func: PrimFunc) -> PrimFunc:
     ranges = facts.known_ranges()
     if not ranges:
         return func
-    sizes = {v for v in func.params if isinstance(v, Var)}
-    sizes |= {v for b in func.buffers for d in b.shape if isinstance(d, PrimExpr) for v in free_vars(d)}
-    conds = []
-    for var in sorted((v for v in sizes if v in ranges), key=lambda v: v.name):
-        lo, hi = ranges[var]
-        conds += ([E.compare("ge", var, lo)] if lo > 0 else []) + (
-            [E.compare("le", var, hi)] if hi is not None else [])
+    sizes = func_vars(func)
+    conds = [c for var in sorted((v for v in ranges if id(v) in sizes), key=lambda v: v.name)
+             for c in facts.conditions(var, ranges[var])]
     attrs = dict(func.attrs)
     have = tuple(attrs.get(PRECONDITIONS_ATTR, ()))
     conds = [c for c in conds if c not in have]

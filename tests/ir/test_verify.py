@@ -1,6 +1,8 @@
 """tcc/ir/verify.py: a module read from a file is refused, with the loop named, when it
 breaks a rule the stages rely on."""
 
+import textwrap
+
 import pytest
 
 from tcc.ir.irfile import load_module, write_container
@@ -280,32 +282,28 @@ def test_a_branch_taken_only_for_a_size_of_at_least_1_needs_no_precondition():
     assert PRECONDITIONS_ATTR not in dict(guard_accesses(func, "f")[0].attrs)
 
 
-_RESHAPED_ROW = '''\
+_ROW_BLOCK = """\
+with block("{name}"):
+    v0 = axis.spatial(2, fused // 832)
+    v1 = axis.spatial(4, fused // 208 % 4)
+    v2 = axis.spatial(16, fused // 13 % 16)
+    v3 = axis.spatial(199, fused % 13 * 16 + lane)
+    reads(A[(v0 * 12736 + v3 * 64 + v1 * 16 + v2) // 64, (v1 * 16 + v2) % 64])
+    writes(B[v0, v1, v2, v3])
+    B[v0, v1, v2, v3] = A[(v0 * 12736 + v3 * 64 + v1 * 16 + v2) // 64, (v1 * 16 + v2) % 64]
+"""
+
+_RESHAPED_ROW = f'''\
 @prim_func
 def f(A: Buffer((398, 64), "float32"), B: Buffer((2, 4, 16, 199), "float32")):
     for fused in parallel(0, 1664):
         if 183 - fused % 13 * 16 >= 0:
             for lane in serial(0, 16):
-                with block("full"):
-                    v0 = axis.spatial(2, fused // 832)
-                    v1 = axis.spatial(4, fused // 208 % 4)
-                    v2 = axis.spatial(16, fused // 13 % 16)
-                    v3 = axis.spatial(199, fused % 13 * 16 + lane)
-                    reads(A[(v0 * 12736 + v3 * 64 + v1 * 16 + v2) // 64, (v1 * 16 + v2) % 64])
-                    writes(B[v0, v1, v2, v3])
-                    B[v0, v1, v2, v3] = A[(v0 * 12736 + v3 * 64 + v1 * 16 + v2) // 64, (v1 * 16 + v2) % 64]
+{textwrap.indent(_ROW_BLOCK.format(name="full"), " " * 16)}\
         else:
             for lane in serial(0, 16):
-                if fused % 13 * 16 + lane < {limit}:
-                    with block("tail"):
-                        v0 = axis.spatial(2, fused // 832)
-                        v1 = axis.spatial(4, fused // 208 % 4)
-                        v2 = axis.spatial(16, fused // 13 % 16)
-                        v3 = axis.spatial(199, fused % 13 * 16 + lane)
-                        reads(A[(v0 * 12736 + v3 * 64 + v1 * 16 + v2) // 64, (v1 * 16 + v2) % 64])
-                        writes(B[v0, v1, v2, v3])
-                        B[v0, v1, v2, v3] = A[(v0 * 12736 + v3 * 64 + v1 * 16 + v2) // 64, (v1 * 16 + v2) % 64]
-'''
+                if fused % 13 * 16 + lane < {{limit}}:
+{textwrap.indent(_ROW_BLOCK.format(name="tail"), " " * 20)}'''
 
 
 @pytest.mark.parametrize("limit, proven", [(199, True), (200, False)])

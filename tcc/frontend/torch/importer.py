@@ -409,8 +409,7 @@ def _check_ranges(ctx: ImportContext, inputs, range_of, why: str = EXPORTED_FOR)
             if low == 0 and high is None:
                 continue
             ranges[var] = (low, high)
-            conds = ([E.compare("ge", var, low)] if low > 0 else []) + (
-                [E.compare("le", var, high)] if high is not None else [])
+            conds = facts.conditions(var, (low, high))
             span = f"at least {low}" if high is None else f"from {low} to {high}"
             checks += [(cond, f"input {input_name!r} dimension {k} must be {span}, {why}")
                        for cond in conds]  # one bound each
