@@ -137,6 +137,7 @@ class _KernelGen(ExprEmitter):
         self.stack_bufs: dict[T.Buffer, int] = {}
         self.ranges: dict[int, Interval] = {}  # serial, unrolled and lane loop variables
         self.reuse = {}
+        self._stores: dict[T.Buffer, int] = {}  # stores emitted to each buffer (memory_state)
         # keyed by id, the object kept beside it (an id is unique only while it lives)
         self._plans: dict[int, tuple] = {}  # vectorized loop -> (loop, plan, lane variable)
         self._offsets: dict[tuple, tuple] = {}  # see _lane_offset
@@ -237,9 +238,13 @@ class _KernelGen(ExprEmitter):
             with otherwise:
                 self.stmt(s.else_case)
 
+    def memory_state(self, buffer: T.Buffer) -> tuple | None:
+        return self.bufs.get(buffer), self._stores.get(buffer, 0)
+
     def _store(self, s: T.BufferStore) -> None:
         ptr, dtype = self._buffer(s.buffer), s.buffer.dtype
         value = self.expr_as(s.value, dtype)
+        self._stores[s.buffer] = self._stores.get(s.buffer, 0) + 1
         elem = mem_type(dtype)
         if self.vec is not None:  # the plan made every store contiguous
             lanes = self.env[self.vec[0]].type.count

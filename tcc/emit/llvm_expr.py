@@ -301,11 +301,15 @@ class ExprEmitter:
     # whether the loads of the branch being lowered may read their addresses; where it does
     # not hold, a load reads a zero constant in memory instead and its value is discarded.
     guard: ir.Value | None = None
-    # Integer index arithmetic emitted before, by expression: (basic block, value, the
-    # values its variables had). An unrolled body computes the same indices in every copy;
-    # emitted once, the IR LLVM parses and optimizes is several times smaller. A value is
-    # reused where its block dominates the builder's (`DominatorBuilder`) and while its
-    # variables keep their values. None: nothing is reused.
+    # Values emitted before. An unrolled body computes the same indices, and often the same
+    # loads and sums, in every copy; emitted once, the IR LLVM parses and optimizes is several
+    # times smaller. Integer index arithmetic, by expression: (basic block, value, the values
+    # its variables had), reused where its block dominates the builder's (`DominatorBuilder`)
+    # and while its variables keep their values. Any other value (a load by the load, the
+    # rest by the id of the expression): (the same, the state of the memory it loads,
+    # `memory_state`, and the expression), reused only later in its own basic block, while
+    # its variables keep their values and nothing has been stored to the buffers it loads:
+    # within one block, every run of the use has just run the value. None: nothing is reused.
     reuse: dict | None = None
 
     # -- helpers -------------------------------------------------------------------------------
@@ -432,20 +436,51 @@ class ExprEmitter:
         handler = _HANDLERS.get(type(e))
         if handler is None:
             raise CodegenError(f"the LLVM backend cannot lower expression {e} ({type(e).__name__})")
-        if self.reuse is None or type(e) not in _REUSABLE or is_float(e.dtype):
+        if self.reuse is None or type(e) not in _VALUE_OPS:
             return handler(self, e)
-        free = index_vars(e)
+        free = index_vars(e) if type(e) in _INDEX_OPS else None
         if free is None:
-            return handler(self, e)
+            return self._value(e, handler)
         block, env = self.b.block, self.env
         hit = self.reuse.get(e)
-        if (hit is not None and all(env.get(v) is x for v, x in hit[2])
+        if (hit is not None and all(_same_value(env.get(v), x) for v, x in hit[2])
                 and self.b.dominates(hit[0])):
             return hit[1]
         value = handler(self, e)
         if self.b.block is block:
             self.reuse[e] = (block, value, tuple((v, env.get(v)) for v in free))
         return value
+
+    def _value(self, e: E.PrimExpr, handler) -> ir.Value:
+        """`e`, not index arithmetic: emitted before in this basic block when `reuse` says
+        so. A value emitted under a speculation guard or a lane mask is kept for no other
+        use (its inactive lanes and unguarded loads hold anything), but may use one."""
+        inputs = value_inputs(e)
+        if inputs is None:
+            return handler(self, e)
+        free, buffers = inputs
+        block, env = self.b.block, self.env
+        # A load by its structure (two reads of one element are often two objects); anything
+        # else by identity: the copies of a body emit the same objects, and comparing two
+        # float trees by structure walks both.
+        key = e if type(e) is E.BufferLoad else id(e)
+        hit = self.reuse.get(key)
+        if (hit is not None and hit[0] is block and (key is e or hit[4] is e)
+                and all(_same_value(env.get(v), x) for v, x in hit[2])
+                and all(_same_memory(self.memory_state(buf), m) for buf, m in hit[3])):
+            return hit[1]
+        value = handler(self, e)
+        if self.guard is None and self.mask is None and self.b.block is block:
+            memory = tuple((buf, self.memory_state(buf)) for buf in buffers)
+            if all(m is not None for _, m in memory):
+                self.reuse[key] = (block, value, tuple((v, env.get(v)) for v in free), memory, e)
+        return value
+
+    def memory_state(self, buffer) -> tuple | None:
+        """(the pointer a load of `buffer` reads through, how many stores to it have been
+        emitted), which a load's value is reused only while it stays; None: loads of it are
+        not reused."""
+        return None
 
     def _var(self, e: E.Var) -> ir.Value:
         v = self.env.get(e)
@@ -806,8 +841,21 @@ class ExprEmitter:
         raise NotImplementedError
 
 
-_REUSABLE = frozenset({E.BinOp, E.Cmp, E.Logic, E.Not, E.Select, E.Cast})
+_INDEX_OPS = frozenset({E.BinOp, E.Cmp, E.Logic, E.Not, E.Select, E.Cast})
+_VALUE_OPS = _INDEX_OPS | {E.BufferLoad, E.Call}  # tcc expressions have no side effects
 _INDEX_VARS: dict = {}  # expression -> its variables, or None when it is not index arithmetic
+_VALUE_INPUTS: dict = {}  # id -> (expression, (its variables, the buffers it loads) or None)
+
+
+def _same_value(a: ir.Value | None, b: ir.Value | None) -> bool:
+    """Whether two values a variable was bound to are the same: one value, or equal
+    constants (an unrolled copy binds a new constant object each time)."""
+    return a is b or (type(a) is ir.Constant and type(b) is ir.Constant and a.type == b.type
+                      and a.constant == b.constant)
+
+
+def _same_memory(a: tuple | None, b: tuple) -> bool:
+    return a is not None and a[0] is b[0] and a[1] == b[1]
 
 
 def index_vars(e: E.PrimExpr) -> tuple | None:
@@ -825,13 +873,36 @@ def index_vars(e: E.PrimExpr) -> tuple | None:
     except KeyError:
         pass
     found: tuple | None = None
-    if type(e) in _REUSABLE:
+    if type(e) in _INDEX_OPS:
         parts = [index_vars(c) for c in children(e)]
         if all(p is not None for p in parts):
             found = tuple(dict.fromkeys(v for p in parts for v in p))
     if len(_INDEX_VARS) > 100_000:
         _INDEX_VARS.clear()
     _INDEX_VARS[e] = found
+    return found
+
+
+def value_inputs(e: E.PrimExpr) -> tuple[tuple, tuple] | None:
+    """(the variables, the buffers loaded) of `e` when it is built of operators, loads,
+    calls, variables and constants (its value depends on nothing else), else None."""
+    if isinstance(e, E.Var):
+        return (e,), ()
+    if isinstance(e, (E.IntImm, E.FloatImm)):
+        return (), ()
+    hit = _VALUE_INPUTS.get(id(e))  # by identity, as `ExprEmitter._value` keys its values
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    found: tuple | None = None
+    if type(e) in _VALUE_OPS:
+        parts = [value_inputs(c) for c in children(e)]
+        if all(p is not None for p in parts):
+            loaded = (e.buffer,) if isinstance(e, E.BufferLoad) else ()
+            found = (tuple(dict.fromkeys(v for p in parts for v in p[0])),
+                     tuple(dict.fromkeys(loaded + tuple(b for p in parts for b in p[1]))))
+    if len(_VALUE_INPUTS) > 100_000:
+        _VALUE_INPUTS.clear()
+    _VALUE_INPUTS[id(e)] = (e, found)  # the entry keeps `e` alive, so its id stays its own
     return found
 
 

@@ -435,6 +435,60 @@ def guarded(A: Buffer((40,), "int64"), B: Buffer((40,), "int64")):
     np.testing.assert_array_equal(b, want)
 
 
+def _compute_body(text: str, name: str) -> str:
+    body = text[text.index(f'@"{name}.compute"') :]
+    return body[: body.index("\n}\n")]
+
+
+def test_unrolled_copies_load_once_until_the_buffer_is_stored():
+    # every copy reads A[t, :] (never stored: one load) and C[t, :], which the copy before
+    # stored (loaded again in each copy)
+    src = """
+@prim_func
+def chain(A: Buffer((n, 8), "float32"), C: Buffer((n, 8), "float32")):
+    for t in serial(0, n):
+        for i in unrolled(0, 4):
+            for j in vectorized(0, 8):
+                with block("C"):
+                    vt = axis.spatial(n, t)
+                    vj = axis.spatial(8, j)
+                    C[vt, vj] = C[vt, vj] * 2.0 + A[vt, vj] * A[vt, vj]
+"""
+    body = _compute_body(unoptimized_ir(src), "chain")
+    assert body.count("load <8 x float>") == 1 + 4
+    a, c = rand(3, 8), rand(3, 8)
+    want = c.copy()
+    for _ in range(4):
+        want = want * np.float32(2) + a * a
+    with load(src) as lib:
+        lib.call("chain", [a, c])
+    np.testing.assert_allclose(c, want, rtol=1e-5)
+
+
+def test_a_load_is_reused_only_in_its_own_block_and_never_from_under_a_guard():
+    # B[0]'s select reads A[0] only where n > 3 (elsewhere a zero in memory): B[1] must load
+    # A[0] itself. In the loop, A[0] was loaded before the loop but is stored later in the
+    # body: each iteration loads it again.
+    src = """
+@prim_func
+def guarded(A: Buffer((n,), "float32"), B: Buffer((5,), "float32")):
+    B[0] = select(n > 3, A[0], 0.0)
+    B[1] = A[0]
+    for t in serial(0, 3):
+        B[t + 2] = A[0] + 1.0
+        A[0] = A[0] * 2.0
+"""
+    for n in (2, 5):
+        a = rand(n)
+        b = np.zeros(5, np.float32)
+        first = a[0]
+        want = [first if n > 3 else 0.0, first] + [first * 2.0**t + 1 for t in range(3)]
+        with load(src) as lib:
+            lib.call("guarded", [a, b])
+        np.testing.assert_allclose(b, want, rtol=1e-6)
+        assert a[0] == np.float32(first * 8)
+
+
 def test_local_buffers_on_stack_and_heap():
     src = """
 @prim_func
