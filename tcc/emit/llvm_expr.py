@@ -107,13 +107,8 @@ def _speculable(e: E.PrimExpr) -> bool:
     while isinstance(e, E.Cast):
         e = e.value
     if isinstance(e, E.BufferLoad):
-        return not any(has_load(i) for i in e.indices)
-    return not has_load(e)
-
-
-def has_load(e: E.PrimExpr) -> bool:
-    """True when evaluating `e` reads memory."""
-    return isinstance(e, E.BufferLoad) or any(has_load(c) for c in children(e))
+        return not any(E.has_load(i) for i in e.indices)
+    return not E.has_load(e)
 
 
 def const_value(dtype: str, value) -> ir.Constant:
@@ -628,7 +623,7 @@ class ExprEmitter:
         if known is not None:
             return self.expr_as(e.true_value if known else e.false_value, e.dtype)
         c = self.expr_as(e.cond, "bool")
-        if has_load(e.true_value) or has_load(e.false_value):
+        if E.has_load(e.true_value) or E.has_load(e.false_value):
             if lanes_of(c):
                 return self._masked_select(c, e)
             if (_speculable(e.true_value) and _speculable(e.false_value)
@@ -657,7 +652,7 @@ class ExprEmitter:
     def _under_guard(self, holds: Callable[[], ir.Value], e: E.PrimExpr, dtype: str) -> ir.Value:
         """`e`, its loads reading their addresses only where `holds()` (and any enclosing
         guard) is true."""
-        if not has_load(e):
+        if not E.has_load(e):
             return self.expr_as(e, dtype)
         outer = self.guard
         self.guard = holds() if outer is None else self.b.and_(outer, holds())
@@ -697,7 +692,7 @@ class ExprEmitter:
 
     def _masked(self, lanes: ir.Value, e: E.PrimExpr, dtype: str) -> ir.Value:
         """`e` with its loads limited to `lanes` (and to the lanes of any enclosing mask)."""
-        if not has_load(e):
+        if not E.has_load(e):
             return self.expr_as(e, dtype)
         outer = self.mask
         self.mask = lanes if outer is None else self.b.and_(outer, lanes)

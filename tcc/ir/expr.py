@@ -102,9 +102,15 @@ class PrimExpr:
     __repr__ = __str__
 
     def __getstate__(self):
-        # a cached hash belongs to this process (str hashes are salted per process)
+        # a cached hash belongs to this process (str hashes are salted per process); what
+        # else a node keeps (`_free`, `_loads`) is found again where it is asked for
         state = self.__dict__
-        return {k: v for k, v in state.items() if k != "_hash"} if "_hash" in state else state
+        if any(k in state for k in _CACHED):
+            return {k: v for k, v in state.items() if k not in _CACHED}
+        return state
+
+
+_CACHED = ("_hash", "_free", "_loads")  # what a node keeps of its own, not pickled
 
 
 def _hash_once(cls):
@@ -552,25 +558,73 @@ def prove_equal(a: Dim, b: Dim) -> bool:
 
 def free_vars(e) -> list[Var]:
     """Variables of an expression (or of a nested list/tuple of them), in first-seen order."""
+    return list(_free(e))
+
+
+def _free(x) -> tuple[Var, ...]:
+    """free_vars, kept by each expression node once found (as its hash is): the rules ask
+    again for the variables of every subexpression of the trees they walk."""
+    if isinstance(x, Var):
+        return (x,)
+    if isinstance(x, PrimExpr):
+        state = x.__dict__
+        found = state.get("_free")
+        if found is None:
+            found = state["_free"] = _merged([_free(getattr(x, f)) for f in x.__dataclass_fields__])
+        return found
+    if isinstance(x, (list, tuple)):
+        return _merged([_free(y) for y in x])
+    return ()
+
+
+def _merged(parts: list[tuple]) -> tuple:
+    parts = [p for p in parts if p]
+    if len(parts) <= 1:
+        return parts[0] if parts else ()
     seen: dict[int, Var] = {}
+    for p in parts:
+        for v in p:
+            seen.setdefault(id(v), v)
+    return tuple(seen.values())
 
-    def visit(x):
-        if isinstance(x, Var):
-            seen.setdefault(id(x), x)
-        elif isinstance(x, (list, tuple)):
-            for y in x:
-                visit(y)
-        elif isinstance(x, PrimExpr):
-            for f in x.__dataclass_fields__:
-                visit(getattr(x, f))
 
-    visit(e)
-    return list(seen.values())
+def has_load(e) -> bool:
+    """Whether evaluating `e` (an expression or nested lists of them) reads memory: a buffer
+    load anywhere in it, inside another load's indices too. Kept by each node once found."""
+    if isinstance(e, BufferLoad):
+        return True
+    if isinstance(e, PrimExpr):
+        state = e.__dict__
+        found = state.get("_loads")
+        if found is None:
+            found = state["_loads"] = any(has_load(getattr(e, f)) for f in e.__dataclass_fields__)
+        return found
+    if isinstance(e, (list, tuple)):
+        return any(has_load(x) for x in e)
+    return False
 
 
 def uses(e, var: Var) -> bool:
-    """True when `var` (by identity) occurs in `e` (an expression or nested lists of them)."""
-    return any(v is var for v in free_vars(e))
+    """True when `var` (by identity) occurs in `e` (an expression or nested lists of them).
+    A tree whose variables are not kept yet is walked, to the first use (an index built for
+    one question is never asked again, and keeping the variables of each of its nodes
+    costs more than the walk)."""
+    if isinstance(e, PrimExpr) and "_free" in e.__dict__:
+        return any(v is var for v in e.__dict__["_free"])
+    return _walk_uses(e, var)
+
+
+def _walk_uses(x, var: Var) -> bool:
+    if isinstance(x, Var):
+        return x is var
+    if isinstance(x, PrimExpr):
+        found = x.__dict__.get("_free")
+        if found is not None:
+            return any(v is var for v in found)
+        return any(_walk_uses(getattr(x, f), var) for f in x.__dataclass_fields__)
+    if isinstance(x, (list, tuple)):
+        return any(_walk_uses(y, var) for y in x)
+    return False
 
 
 def substitute(e, mapping: dict) -> object:

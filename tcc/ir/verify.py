@@ -145,7 +145,7 @@ class _Prover:
             return _join("min", t[0], f[0]), _join("max", t[1], f[1])
         if not isinstance(e, E.BinOp):
             return None, None
-        if not _has_load(e) and not self._looped(e):
+        if not E.has_load(e) and not self._looped(e):
             return e, e  # sizes only (`batch * seq - 1`): fixed for the call
         a, b = self.range(e.a, depth + 1), self.range(e.b, depth + 1)
         if e.op == "add":
@@ -177,7 +177,7 @@ class _Prover:
     def _size(self, e) -> bool:
         """Whether `e` is fixed for the call and at least 1 where it is used (`seq` inside a
         loop over it, `(seq + 15) // 16 * 4`, a factor of the extent of a loop around)."""
-        if _has_load(e) or self._looped(e):
+        if E.has_load(e) or self._looped(e):
             return False
         e = E.simplify(e)
         positive = self.least_values()
@@ -268,7 +268,7 @@ class _Prover:
             return
 
         def fixed(x):
-            return not self._looped(x) and not _has_load(x)
+            return not self._looped(x) and not E.has_load(x)
 
         def minus(b, k):  # b - k
             return None if b is None else E.simplify(b - k)
@@ -355,7 +355,7 @@ class _Prover:
             if bound is None:
                 continue
             bound = E.simplify(bound)
-            if self._looped(bound) or _has_load(bound):
+            if self._looped(bound) or E.has_load(bound):
                 continue
             cond = condition(bound)
             slack = E.simplify(cond.b - cond.a if cond.op == "le" else cond.a - cond.b)
@@ -532,25 +532,6 @@ def _product(factors):
     for f in factors[1:]:
         out = out * f
     return out
-
-
-def _has_load(e) -> bool:
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, E.BufferLoad):
-            return True
-        if isinstance(x, (E.BinOp, E.Cmp, E.Logic)):
-            stack.extend((x.a, x.b))
-        elif isinstance(x, E.Select):
-            stack.extend((x.cond, x.true_value, x.false_value))
-        elif isinstance(x, E.Not):
-            stack.append(x.a)
-        elif isinstance(x, E.Cast):
-            stack.append(x.value)
-        elif isinstance(x, E.Call):
-            stack.extend(x.args)
-    return False
 
 
 _NEGATED = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}

@@ -6,16 +6,23 @@ from hypothesis import strategies as st
 
 from tcc.ir.expr import (
     BinOp,
+    BufferLoad,
     IntImm,
+    PrimExpr,
     Var,
     as_dim,
     binop,
     evaluate,
+    free_vars,
+    has_load,
     max_expr,
     min_expr,
     prove_equal,
     simplify,
+    uses,
 )
+from tcc.ir.tir import Buffer
+from tests.ir.strategies import Env, exprs
 
 n, m = Var("n"), Var("m")
 
@@ -104,3 +111,43 @@ def test_division_forms_preserve_value(e, nv, mv):
         expr._DIVISION_FORMS[0] = False
     env = {n: nv, m: mv}
     assert evaluate(strong, env) == evaluate(e, env)
+
+
+_x, _y, _i = Var("x", "float32"), Var("y", "int32"), Var("i")
+_TABLE = Buffer("t", (4, n), "float32")
+
+
+def _walk(e, found: list, loads: list) -> None:
+    """free_vars' and has_load's answers, found by a plain walk of the whole tree."""
+    if isinstance(e, Var):
+        if not any(v is e for v in found):
+            found.append(e)
+        return
+    if isinstance(e, BufferLoad):
+        loads.append(e)
+    for name in getattr(e, "__dataclass_fields__", ()):
+        x = getattr(e, name)
+        for y in x if isinstance(x, tuple) else (x,):
+            if isinstance(y, PrimExpr):
+                _walk(y, found, loads)
+
+
+@settings(max_examples=200, deadline=None)
+@given(exprs("float32", Env([n, m, _x, _y, _i], [_TABLE]), depth=4), st.booleans())
+def test_kept_variables_and_loads_agree_with_a_walk(e, children_first):
+    """A node keeps its variables and whether it loads; asked in any order (the children
+    first, whose answers the parent then reuses), the answers are the whole tree's."""
+    want, loads = [], []
+    _walk(e, want, loads)
+    if children_first:
+        for name in e.__dataclass_fields__:
+            x = getattr(e, name)
+            for y in x if isinstance(x, tuple) else (x,):
+                if isinstance(y, PrimExpr):
+                    free_vars(y), has_load(y)
+    for _ in range(2):  # found, then kept
+        assert [id(v) for v in free_vars(e)] == [id(v) for v in want]
+        assert has_load(e) == bool(loads)
+        assert all(uses(e, v) for v in want) and not uses(e, Var("elsewhere"))
+    both = [*want, *(v for v in (_x, m) if not any(v is w for w in want))]
+    assert [id(v) for v in free_vars([e, _x, m])] == [id(v) for v in both]

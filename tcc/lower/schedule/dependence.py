@@ -41,10 +41,6 @@ from tcc.lower.schedule.rewrite import map_exprs, substitute_expr
 from tcc.lower.schedule.state import walk
 
 
-def _has_load(e: E.PrimExpr) -> bool:
-    return next(R.iter_loads(e), None) is not None
-
-
 def _undeclared(s: T.Stmt, in_block: bool = False) -> str | None:
     """The reason to refuse when something under the loop touches memory without a block
     declaring it (inside a block, its regions, loads and stores state every access)."""
@@ -56,7 +52,7 @@ def _undeclared(s: T.Stmt, in_block: bool = False) -> str | None:
     if isinstance(s, T.SeqStmt):
         return next((r for x in s.stmts for r in [_undeclared(x, in_block)] if r), None)
     if isinstance(s, T.IfThenElse):
-        if not in_block and _has_load(s.cond):
+        if not in_block and E.has_load(s.cond):
             return f"a condition reads memory (`{format_expr(s.cond)}`) outside any block"
         cases = [x for x in (s.then_case, s.else_case) if x is not None]
         return next((r for x in cases for r in [_undeclared(x, in_block)] if r), None)

@@ -65,7 +65,7 @@ def bounds(e: E.PrimExpr, ranges: dict[int, Interval], facts=()) -> Interval | N
 def _bounds(e: E.PrimExpr, ranges: dict[int, Interval], facts) -> Interval | None:
     if isinstance(e, E.Var):
         return ranges.get(id(e), (e, e))
-    if next(iter_loads(e), None) is None and not any(id(v) in ranges for v in E.free_vars(e)):
+    if not E.has_load(e) and not any(id(v) in ranges for v in E.free_vars(e)):
         return e, e  # fixed: exact, where the rules below would lose `t % 4` to [0, 3]
     if not isinstance(e, E.BinOp):
         return None

@@ -40,7 +40,6 @@ import dataclasses
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.dtype import INT_DTYPES
-from tcc.lower.schedule.regions import iter_loads
 from tcc.lower.schedule.rewrite import conjunction, conjuncts, map_exprs
 
 _FLIP = {"gt": "lt", "ge": "le"}
@@ -178,7 +177,7 @@ def _unswitch(loop: T.For, body: T.Stmt, scope: list[T.For]) -> T.Stmt:
     proven: dict[E.PrimExpr, E.PrimExpr | None] = {}  # conjunct -> its test (None: always)
     for terms, in_loops, path, bound in found:
         for c, analysed in zip(terms, in_loops):
-            if next(iter_loads(analysed), None) is not None:  # reads memory
+            if E.has_load(analysed):
                 continue
             slack = _slack(analysed)
             hit = None if slack is None else _worst_corner(slack, scope, path, bound)
