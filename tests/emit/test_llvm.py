@@ -34,6 +34,12 @@ def unoptimized_ir(src: str) -> str:
     return str(build_module(parse_module(src).prim_funcs, parse_target("llvm"))[0])
 
 
+def function_ir(text: str, name: str) -> str:
+    """The definition of function `name` in LLVM IR text (optimized or not)."""
+    start = re.search(rf'define [^\n]*@"?{re.escape(name)}"?\(', text).start()
+    return text[start: text.index("\n}\n", start)]
+
+
 def rand(*shape, dtype="float32"):
     return RNG.standard_normal(shape).astype(dtype)
 
@@ -303,12 +309,10 @@ def vector():
 
 def test_vectorized_loop_becomes_vector_ops():
     text = unoptimized_ir(VECTOR)
-    vadd = text[text.index('define internal i32 @"vadd.compute"') :]
-    vadd = vadd[: vadd.index("\n}\n")]
+    vadd = function_ir(text, "vadd.compute")
     assert "load <16 x float>" in vadd and "store <16 x float>" in vadd
     assert '<16 x float> @"llvm.maximum.v16f32"' in vadd
-    vlong = text[text.index('define internal i32 @"vlong.compute"') :]
-    assert "<4 x double>" in vlong[: vlong.index("\n}\n")]  # 100 = 25 steps of 4 lanes
+    assert "<4 x double>" in function_ir(text, "vlong.compute")  # 100 = 25 steps of 4 lanes
 
 
 def test_vectorized_loops_compute_the_same(vector):
@@ -329,8 +333,7 @@ def test_vectorized_loops_compute_the_same(vector):
 def test_vectorized_loops_that_would_change_meaning_stay_scalar(vector):
     text = unoptimized_ir(VECTOR)
     for name in ("vreduce", "vsymbolic", "vshift"):
-        body = text[text.index(f'define internal i32 @"{name}.compute"') :]
-        body = body[: body.index("\n}\n")]
+        body = function_ir(text, f"{name}.compute")
         assert "x float>" not in body, name
         assert "!llvm.loop" in body, name
     assert '!"llvm.loop.vectorize.enable", i1 1' in text
@@ -361,8 +364,7 @@ def unrolled_long(A: Buffer((40,), "int64")):
         A[i] = i + 1
 """
     text = unoptimized_ir(src)
-    small = text[text.index('@"unrolled_small.compute"') :]
-    assert "phi" not in small[: small.index("\n}\n")]  # copied out, no loop left
+    assert "phi" not in function_ir(text, "unrolled_small.compute")  # copied out, no loop left
     assert '!"llvm.loop.unroll.enable", i1 1' in text
     with load(src) as lib:
         a = np.zeros(4, np.int64)
@@ -389,8 +391,7 @@ def tiled(A: Buffer((n, 8), "float32"), B: Buffer((n, 8), "float32")):
                     B[vi, vj] = B[vi, vj] + A[vi, vj] * cast("float32", i)
 """
     text = unoptimized_ir(src)
-    body = text[text.index('@"tiled.compute"') :]
-    body = body[: body.index("\n}\n")]
+    body = function_ir(text, "tiled.compute")
     assert body.count("sdiv") == 1
     assert "add i64 0," not in body and "mul i64 0," not in body
     assert "undef" not in body and "insertelement <8 x float> poison" in body
@@ -419,8 +420,7 @@ def guarded(A: Buffer((40,), "int64"), B: Buffer((40,), "int64")):
             B[i * 5 + t // 3 + 20] = int64(7)
 """
     text = unoptimized_ir(src)
-    body = text[text.index('@"guarded.compute"') :]
-    body = body[: body.index("\n}\n")]
+    body = function_ir(text, "guarded.compute")
     assert body.count("sdiv") == 1
     a = np.arange(40, dtype=np.int64)
     b = np.zeros(40, np.int64)
@@ -433,11 +433,6 @@ def guarded(A: Buffer((40,), "int64"), B: Buffer((40,), "int64")):
     with load(src) as lib:
         lib.call("guarded", [a, b])
     np.testing.assert_array_equal(b, want)
-
-
-def _compute_body(text: str, name: str) -> str:
-    body = text[text.index(f'@"{name}.compute"') :]
-    return body[: body.index("\n}\n")]
 
 
 def test_unrolled_copies_load_once_until_the_buffer_is_stored():
@@ -454,7 +449,7 @@ def chain(A: Buffer((n, 8), "float32"), C: Buffer((n, 8), "float32")):
                     vj = axis.spatial(8, j)
                     C[vt, vj] = C[vt, vj] * 2.0 + A[vt, vj] * A[vt, vj]
 """
-    body = _compute_body(unoptimized_ir(src), "chain")
+    body = function_ir(unoptimized_ir(src), "chain.compute")
     assert body.count("load <8 x float>") == 1 + 4
     a, c = rand(3, 8), rand(3, 8)
     want = c.copy()
@@ -816,10 +811,7 @@ def pad_lanes(A: Buffer((6,), "float32"), B: Buffer((8,), "float32")):
         B[j] = select(j >= 1 and j < 7, A[j - 1 + (1 - min(j, 1)) * 100000000000], 5.0)
 """
     text = unoptimized_ir(src)
-    pad = text[text.index('@"pad.compute"') :]
-    assert (
-        "load <8 x float>" in pad[: pad.index("\n}\n")]
-    )  # the condition is the same for all lanes
+    assert "load <8 x float>" in function_ir(text, "pad.compute")  # the condition is the same for all lanes
     with load(src) as lib:
         a = rand(3, 8)
         b = np.zeros((5, 8), np.float32)
@@ -831,12 +823,6 @@ def pad_lanes(A: Buffer((6,), "float32"), B: Buffer((8,), "float32")):
         b = np.zeros(8, np.float32)
         lib.call("pad_lanes", [a, b])
         np.testing.assert_array_equal(b, np.concatenate([[5.0], a, [5.0]]))
-
-
-def _function_ir(text: str, name: str) -> str:
-    """The definition of function `name` in LLVM IR text (optimized or not)."""
-    start = re.search(rf'define [^\n]*@"?{re.escape(name)}"?\(', text).start()
-    return text[start: text.index("\n}\n", start)]
 
 
 def test_a_padding_select_outside_loops_is_straight_line_code_and_its_loads_merge():
@@ -857,9 +843,9 @@ def {name}(A: Buffer((n, 8), "float32"), B: Buffer((n + 1, 4, 8), "float32")):
 """
     src = taps.format(name="taps", kind="parallel") + taps.format(name="taps_in_loop", kind="serial")
     raw = unoptimized_ir(src)
-    assert _function_ir(raw, "taps.parallel0.body").count("br i1") == 1  # the worker's loop
-    assert _function_ir(raw, "taps_in_loop.compute").count("br i1") == 1 + 4  # 4 selects
-    optimized = _function_ir(compile_text(src).llvm_ir, "taps.parallel0")
+    assert function_ir(raw, "taps.parallel0.body").count("br i1") == 1  # the worker's loop
+    assert function_ir(raw, "taps_in_loop.compute").count("br i1") == 1 + 4  # 4 selects
+    optimized = function_ir(compile_text(src).llvm_ir, "taps.parallel0")
     loads, stores = optimized.count("load <8 x float>"), optimized.count("store <8 x float>")
     assert 1 <= loads and 4 * loads <= stores, optimized
     with load(src) as lib:
@@ -882,7 +868,7 @@ def spread(A: Buffer((n,), "float32"), B: Buffer((n, 4), "float32")):
         for k in unrolled(0, 4):
             B[i, k] = A[i] * 2.0
 """
-    worker = _function_ir(compile_text(src).llvm_ir, "spread.parallel0")
+    worker = function_ir(compile_text(src).llvm_ir, "spread.parallel0")
     accesses = [line for line in worker.splitlines()
                 if re.search(r"(load|store) <?\d* ?x? ?float", line)]
     assert accesses and all("!alias.scope" in line for line in accesses), worker
