@@ -164,7 +164,8 @@ def _gather(ctx, node):
         return ctx.emit("gather_elements", x, ctx.cast(node.arg(2, "index"), "int64"),
                         axis=_axis(node.arg(1, "dim"), ctx.ndim_of(x)))
 
-    return _on_vectors(ctx, node, convert)
+    # the result has the index's shape: of a 0-d tensor, 0-d or one element
+    return _on_vectors(ctx, node, convert, list(ctx.shape_of(node.arg(2, "index"))))
 
 
 @converter("aten.nonzero.default")
@@ -295,14 +296,14 @@ def _scatter(ctx, node):
     return _on_vectors(ctx, node, lambda: _scatter_elements(ctx, node))
 
 
-def _on_vectors(ctx, node, convert):
-    """`convert()` with 0-d operands seen as 1-element vectors (tcc's scatters need an axis),
-    its result made 0-d again."""
+def _on_vectors(ctx, node, convert, result_shape=()):
+    """`convert()` with 0-d operands seen as 1-element vectors (tcc's scatters and gathers
+    need an axis), its result reshaped to `result_shape` (0-d unless given)."""
     if ctx.ndim_of(node.arg(0, "self")) > 0:
         return convert()
     node.args = tuple(ctx.emit("reshape", a, shape=[1]) if isinstance(a, Expr) and ctx.ndim_of(a) == 0
                       else a for a in node.args)
-    return ctx.emit("reshape", convert(), shape=[])
+    return ctx.emit("reshape", convert(), shape=list(result_shape))
 
 
 def _scatter_elements(ctx, node):

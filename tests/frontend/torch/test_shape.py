@@ -54,6 +54,12 @@ def test_gathers(fn):
     check(fn, randn(5, 4), torch.tensor([[0, 3], [2, 1]]))
 
 
+@pytest.mark.parametrize("index", [torch.tensor([0]), torch.tensor(0)])
+def test_gather_of_a_0d_tensor_has_the_index_shape(index):
+    # torch.gather(x, 0, i) of a 0-d x is the index's shape: (1,) here, or 0-d
+    check(lambda x, i: torch.gather(x, 0, i) * 2, torch.tensor(3.5), index)
+
+
 def test_boolean_mask_index_is_refused_by_name():
     from tcc.frontend.torch import from_exported_program
     from tcc.ir.errors import FrontendError
