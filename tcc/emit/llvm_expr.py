@@ -107,7 +107,7 @@ def _speculable(e: E.PrimExpr) -> bool:
     while isinstance(e, E.Cast):
         e = e.value
     if isinstance(e, E.BufferLoad):
-        return not any(E.has_load(i) for i in e.indices)
+        return not E.has_load(e.indices)
     return not E.has_load(e)
 
 

@@ -609,21 +609,15 @@ def uses(e, var: Var) -> bool:
     A tree whose variables are not kept yet is walked, to the first use (an index built for
     one question is never asked again, and keeping the variables of each of its nodes
     costs more than the walk)."""
-    if isinstance(e, PrimExpr) and "_free" in e.__dict__:
-        return any(v is var for v in e.__dict__["_free"])
-    return _walk_uses(e, var)
-
-
-def _walk_uses(x, var: Var) -> bool:
-    if isinstance(x, Var):
-        return x is var
-    if isinstance(x, PrimExpr):
-        found = x.__dict__.get("_free")
+    if isinstance(e, Var):
+        return e is var
+    if isinstance(e, PrimExpr):
+        found = e.__dict__.get("_free")
         if found is not None:
             return any(v is var for v in found)
-        return any(_walk_uses(getattr(x, f), var) for f in x.__dataclass_fields__)
-    if isinstance(x, (list, tuple)):
-        return any(_walk_uses(y, var) for y in x)
+        return any(uses(getattr(e, f), var) for f in e.__dataclass_fields__)
+    if isinstance(e, (list, tuple)):
+        return any(uses(x, var) for x in e)
     return False
 
 
