@@ -142,6 +142,7 @@ def compile_to_bytes(
     db=None,
     cache: bool = True,
     jobs: int | None = None,
+    output=None,
 ) -> bytes:
     """Compile `source` (see load_module) into the bytes of a .tvmpack, running the graph
     passes first unless `optimize` is False (`disable_passes` skips some of them), and
@@ -153,7 +154,9 @@ def compile_to_bytes(
     (docs/tuning.md). With `cache`, a file compiled before with the same options comes
     whole from the pack cache (tcc.emit.pack_cache; CPU packs, not signed ones), and kernels
     compiled before come from the kernel cache (tcc.emit.object_cache): the pack is the
-    same either way. `jobs` processes compile the kernels (default: this process's cores)."""
+    same either way. `jobs` processes compile the kernels (default: this process's cores).
+    With `output` (a path), the pack is also written there, whole or not at all, and a new
+    pack cache entry shares that file where it can instead of writing the pack again."""
     from tcc.emit.cpu_kernels import compile_kernels
     from tcc.emit.object_cache import ObjectCache
     from tcc.emit.pack import pack_bytes
@@ -193,6 +196,8 @@ def compile_to_bytes(
             times.guarded += warnings.get("guarded", [])
             times.tuning_warnings += warnings.get("tuning_warnings", [])
             times.tuned, times.from_pack_cache = warnings.get("tuned", 0), True
+            if output is not None:
+                write_atomic(output, data)
             return data
 
     state["mod"] = stage("import", lambda: load_module(source, times.guarded, times.read))
@@ -225,10 +230,12 @@ def compile_to_bytes(
         data = stage("pack", lambda: pack_bytes(
             state["exe"], built.module, str(parsed_target), state["lowered"].const_values,
             sign=signer))
+    if output is not None:
+        write_atomic(output, data)
     if key is not None:
         packs.put(key, data, source, times.read, {
             "guarded": times.guarded, "tuning_warnings": times.tuning_warnings,
-            "tuned": times.tuned})
+            "tuned": times.tuned}, written=output)
     return data
 
 
@@ -258,11 +265,9 @@ def compile(  # noqa: A001
     """Compile a model into a .tvmpack: returns its bytes, or writes `output` and returns None.
     `optimize=False` skips the graph passes, `schedule=False` the default schedule rules;
     `sign` (an Ed25519 private key's PEM file) signs the pack."""
-    data = compile_to_bytes(model_or_path, target, optimize=optimize, schedule=schedule, sign=sign)
-    if output is None:
-        return data
-    write_atomic(output, data)
-    return None
+    data = compile_to_bytes(model_or_path, target, optimize=optimize, schedule=schedule, sign=sign,
+                            output=output)
+    return data if output is None else None
 
 
 def compile_onnx(model, target: str = "llvm", optimize: bool = True, schedule: bool = True):

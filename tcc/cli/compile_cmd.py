@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from tcc.api import StageTimes, compile_to_bytes, write_atomic
+from tcc.api import StageTimes, compile_to_bytes
 from tcc.errors import TccError
 from tcc.infile import not_a_file
 
@@ -46,8 +46,8 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
             source, target, on_stage=lambda s: progress.update(task, description=_STAGES[s]),
             times=times, optimize=optimize, disable_passes=disable_passes,
             plan_memory=plan_memory, schedule=schedule, sign=sign, db=db, cache=cache,
+            output=output,
         )
-    write_atomic(output, data)
     for warning in times.tuning_warnings:
         console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     if times.guarded:

@@ -86,7 +86,7 @@ def test_changed_external_data_is_a_miss(tmp_path, cache):
 def test_a_damaged_entry_is_a_miss_and_is_written_again(tmp_path, cache):
     onnx.save(_model(0), tmp_path / "m.onnx")
     first, _ = _compile(tmp_path / "m.onnx")
-    (entry,) = [p for p in cache.rglob("*") if p.is_file()]
+    (entry,) = cache.rglob("*.pack")
     raw = bytearray(entry.read_bytes())
     raw[-10] ^= 0xFF
     entry.write_bytes(bytes(raw))
@@ -115,4 +115,34 @@ def test_the_least_recently_used_entries_go_first(tmp_path):
     assert packs.get("aa01", source) is not None  # used now: the newest
     packs.put("dd04", bytes(1000), source, [], {})
     kept = sorted(p.parent.name + p.name for p in (tmp_path / "packs").rglob("*") if p.is_file())
-    assert kept == ["aa01", "cc03", "dd04"]
+    assert kept == ["aa01", "aa01.pack", "cc03", "cc03.pack", "dd04", "dd04.pack"]
+
+
+def test_an_entry_shares_the_output_written(tmp_path, cache):
+    """A compile that writes its output links the entry's pack to it (one write of the pack,
+    not two); the output changed in place afterwards is a miss, not a wrong pack."""
+    onnx.save(_model(0), tmp_path / "m.onnx")
+    out = tmp_path / "m.tvmpack"
+    first = compile_to_bytes(tmp_path / "m.onnx", output=out)
+    assert out.read_bytes() == first
+    (entry,) = cache.rglob("*.pack")
+    assert os.path.samefile(entry, out)
+    hit = tmp_path / "hit.tvmpack"
+    times = StageTimes()
+    assert compile_to_bytes(tmp_path / "m.onnx", output=hit, times=times) == first
+    assert times.from_pack_cache and hit.read_bytes() == first
+    assert not os.path.samefile(hit, out)  # a hit writes a file of its own
+    with open(out, "r+b") as f:  # in place, as `cp other.tvmpack m.tvmpack` writes
+        f.write(b"\0" * 64)
+    times = StageTimes()
+    assert compile_to_bytes(tmp_path / "m.onnx", times=times) == first
+    assert not times.from_pack_cache
+
+
+def test_an_output_that_is_no_file_is_copied(tmp_path, cache):
+    onnx.save(_model(0), tmp_path / "m.onnx")
+    first = compile_to_bytes(tmp_path / "m.onnx", output=os.devnull)
+    (entry,) = cache.rglob("*.pack")
+    assert entry.read_bytes() == first and entry.stat().st_nlink == 1
+    times = StageTimes()
+    assert compile_to_bytes(tmp_path / "m.onnx", times=times) == first and times.from_pack_cache
