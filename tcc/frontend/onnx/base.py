@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-import onnx
-from onnx import numpy_helper
-
+from tcc.frontend.onnx import proto
 from tcc.ir.errors import FrontendError
+
+if TYPE_CHECKING:
+    import onnx
 
 
 @dataclass
@@ -62,15 +62,15 @@ def normalize_domain(domain: str) -> str:
 
 
 def decode_attribute(a: onnx.AttributeProto) -> Any:
-    v = onnx.helper.get_attribute_value(a)
+    v = proto.attribute_value(a)
     if isinstance(v, bytes):
         return v.decode("utf-8", errors="replace")
-    if isinstance(v, onnx.TensorProto):
-        return numpy_helper.to_array(v)
+    if isinstance(v, proto.TensorProto):
+        return proto.to_array(v)
     if isinstance(v, list) and v and isinstance(v[0], bytes):
         return [x.decode("utf-8", errors="replace") for x in v]
-    if isinstance(v, list) and v and isinstance(v[0], onnx.TensorProto):
-        return [numpy_helper.to_array(x) for x in v]
+    if isinstance(v, list) and v and isinstance(v[0], proto.TensorProto):
+        return [proto.to_array(x) for x in v]
     return v
 
 
@@ -112,19 +112,10 @@ def converter(op_type: str, domain: str = ""):
 
 def onnx_dtype(elem_type: int) -> str:
     """tcc dtype name of an ONNX TensorProto element type (FrontendError when tcc has none)."""
-    from tcc.ir.dtype import DTYPES
-
-    if elem_type == onnx.TensorProto.BFLOAT16:
-        return "bfloat16"
-    if elem_type == onnx.TensorProto.STRING:
-        return "string"
-    try:
-        name = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
-    except Exception:
-        name = None
-    if name not in DTYPES:
+    name = proto.dtype_name(elem_type)
+    if name is None:
         try:
-            onnx_name = onnx.TensorProto.DataType.Name(elem_type)
+            onnx_name = proto.TensorProto.DataType.Name(elem_type)
         except ValueError:
             onnx_name = str(elem_type)
         raise FrontendError(f"unsupported ONNX element type {onnx_name}")

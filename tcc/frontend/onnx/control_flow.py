@@ -14,8 +14,8 @@ variable there, so the body function accepts every iteration's values.
 from __future__ import annotations
 
 import numpy as np
-from onnx import numpy_helper
 
+from tcc.frontend.onnx import proto
 from tcc.frontend.onnx.base import OnnxNode, OnnxOp, converter, normalize_domain
 from tcc.frontend.onnx.importer import ImportContext, convert_node
 from tcc.ir.errors import ShapeError
@@ -60,10 +60,10 @@ def _inline_branch(ctx: ImportContext, node: OnnxNode, graph) -> list[None]:
         raise node.error(f"branch {graph.name!r} has {len(graph.output)} outputs, "
                          f"the node {len(node.outputs)}")
     for init in graph.initializer:
-        ctx.set_known(init.name, numpy_helper.to_array(init))
-    for i, proto in enumerate(graph.node):
-        domain = normalize_domain(proto.domain)
-        convert_node(ctx, OnnxNode.from_proto(proto, ctx.opsets.get(domain, 1), i))
+        ctx.set_known(init.name, proto.to_array(init))
+    for i, node_proto in enumerate(graph.node):
+        domain = normalize_domain(node_proto.domain)
+        convert_node(ctx, OnnxNode.from_proto(node_proto, ctx.opsets.get(domain, 1), i))
     ctx.node = node
     for out, vi in zip(node.outputs, graph.output):
         if out:

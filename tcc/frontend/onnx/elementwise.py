@@ -10,8 +10,8 @@ rewritten here into numpy broadcasting.
 from __future__ import annotations
 
 import numpy as np
-import onnx
 
+from tcc.frontend.onnx import proto
 from tcc.frontend.onnx.base import OnnxOp, converter, onnx_dtype
 from tcc.ir.dtype import to_numpy
 from tcc.ir.errors import FrontendError
@@ -34,7 +34,7 @@ def _target_dtype(node, elem_type) -> str:
     """The tcc dtype an ONNX type attribute names (an enum value, or its name before opset 6)."""
     if isinstance(elem_type, str):
         try:
-            elem_type = onnx.TensorProto.DataType.Value(elem_type.upper())
+            elem_type = proto.TensorProto.DataType.Value(elem_type.upper())
         except ValueError:
             raise node.error(f"unknown element type {elem_type!r}") from None
     try:

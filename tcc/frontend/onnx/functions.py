@@ -10,16 +10,20 @@ schema's defaults). The body's nodes are then converted as usual (recursively ex
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
-import onnx
-import onnx.defs
-
+from tcc.frontend.onnx import proto
 from tcc.frontend.onnx.base import normalize_domain
+
+if TYPE_CHECKING:
+    import onnx
 
 _counter = itertools.count()
 
 
 def _schema(op_type: str, domain: str, opset: int):
+    import onnx.defs  # the schemas are onnx's C++ library: imported only when an op needs them
+
     try:
         return onnx.defs.get_schema(op_type, opset, domain)
     except Exception:
@@ -49,7 +53,7 @@ def function_body(
     s = _schema(node.op_type, normalize_domain(node.domain), opset)
     if s is None:
         return None
-    fp = onnx.FunctionProto()
+    fp = proto.FunctionProto()
     v = _best_version(s.function_opset_versions, opset)
     if v is not None:
         fp.ParseFromString(s.get_function_with_opset_version(v))
@@ -57,7 +61,7 @@ def function_body(
     v = _best_version(s.context_dependent_function_opset_versions, opset)
     if v is None:
         return None
-    types = [(t or onnx.TypeProto()).SerializeToString() for t in input_types]
+    types = [(t or proto.TypeProto()).SerializeToString() for t in input_types]
     try:
         data = s.get_context_dependent_function_with_opset_version(v, node.SerializeToString(), types)
     except Exception:
@@ -86,7 +90,7 @@ def expand(node: onnx.NodeProto, opset: int, fp: onnx.FunctionProto) -> tuple[li
 
     nodes = []
     for body_node in fp.node:
-        n = onnx.NodeProto()
+        n = proto.NodeProto()
         n.CopyFrom(body_node)
         n.name = prefix + (body_node.name or body_node.op_type)
         del n.input[:]
@@ -95,13 +99,13 @@ def expand(node: onnx.NodeProto, opset: int, fp: onnx.FunctionProto) -> tuple[li
         n.output.extend(rename.setdefault(x, prefix + x) for x in body_node.output)
         new_attrs = []
         for a in body_node.attribute:
-            if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+            if a.type in (proto.AttributeProto.GRAPH, proto.AttributeProto.GRAPHS):
                 a = _renamed_attribute(a, rename)
             if a.ref_attr_name:
                 src = attrs.get(a.ref_attr_name) or defaults.get(a.ref_attr_name)
                 if src is None:
                     continue
-                b = onnx.AttributeProto()
+                b = proto.AttributeProto()
                 b.CopyFrom(src)
                 b.name = a.name
                 new_attrs.append(b)
@@ -116,9 +120,9 @@ def expand(node: onnx.NodeProto, opset: int, fp: onnx.FunctionProto) -> tuple[li
 
 def _renamed_attribute(a: onnx.AttributeProto, rename: dict[str, str]) -> onnx.AttributeProto:
     """A copy of a graph-valued attribute whose subgraphs read the renamed outer values."""
-    b = onnx.AttributeProto()
+    b = proto.AttributeProto()
     b.CopyFrom(a)
-    for g in [b.g] if b.type == onnx.AttributeProto.GRAPH else list(b.graphs):
+    for g in [b.g] if b.type == proto.AttributeProto.GRAPH else list(b.graphs):
         _rename_captures(g, rename)
     return b
 
@@ -133,7 +137,7 @@ def _rename_captures(g: onnx.GraphProto, rename: dict[str, str]) -> None:
             if name in outer:
                 node.input[i] = outer[name]
         for a in node.attribute:
-            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+            for sub in [a.g] if a.type == proto.AttributeProto.GRAPH else list(a.graphs):
                 _rename_captures(sub, outer)
     for vi in g.output:
         if vi.name in outer:

@@ -19,14 +19,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
 
 from tcc.frontend.fold import emit_folded
-from tcc.frontend.onnx import functions, symbolic
+from tcc.frontend.onnx import functions, proto, symbolic
 from tcc.frontend.onnx.base import CONVERTERS, OnnxNode, normalize_domain, onnx_dtype
 from tcc.infile import not_a_file
 from tcc.ir.builder import FunctionBuilder
@@ -44,6 +42,9 @@ from tcc.ir.graph import (
     type_of,
 )
 from tcc.ir.module import IRModule
+
+if TYPE_CHECKING:
+    import onnx
 
 
 class ImportContext:
@@ -185,9 +186,9 @@ class ImportContext:
 
     def convert_nodes(self) -> None:
         """Convert every node of this context's graph, in order."""
-        for i, proto in enumerate(self.graph.node):
-            domain = normalize_domain(proto.domain)
-            convert_node(self, OnnxNode.from_proto(proto, self.opsets.get(domain, 1), i))
+        for i, node_proto in enumerate(self.graph.node):
+            domain = normalize_domain(node_proto.domain)
+            convert_node(self, OnnxNode.from_proto(node_proto, self.opsets.get(domain, 1), i))
 
     def outputs(self) -> list[Expr]:
         """The values of the graph's outputs (reading an outer one may capture it)."""
@@ -308,7 +309,7 @@ def _identifier(name: str) -> str:
 
 def _initializer_array(t: onnx.TensorProto) -> np.ndarray:
     try:
-        return numpy_helper.to_array(t)
+        return proto.to_array(t)
     except Exception as e:
         raise FrontendError(f"initializer {t.name!r} cannot be read: {e}") from None
 
@@ -320,21 +321,24 @@ def load_model(model_or_path, read: list[str] | None = None) -> onnx.ModelProto:
     """Read an ONNX model from a path or bytes, or pass a ModelProto through. A model read
     from a path may keep tensors in other files beside it (external data): their names,
     relative to its folder, are added to `read`."""
-    if isinstance(model_or_path, onnx.ModelProto):
-        return model_or_path
     if isinstance(model_or_path, (bytes, bytearray)):
-        m = onnx.ModelProto()
+        m = proto.ModelProto()
         try:
             m.ParseFromString(bytes(model_or_path))
         except Exception as e:
             raise FrontendError(f"not a valid ONNX model: {e}") from None
         return m
+    if not isinstance(model_or_path, (str, os.PathLike)):
+        if proto.is_model(model_or_path):
+            return model_or_path
+        raise FrontendError(f"expected an ONNX ModelProto, its bytes or a path, got "
+                            f"{type(model_or_path).__name__}")
     path = os.fspath(model_or_path)
     why = not_a_file(path)
     if why:
         raise FrontendError(f"{path}: {why}")
     try:
-        model = onnx.load(path, load_external_data=False)
+        model = _read_model(path)
         files = external_data_files(model)
         if files:
             from onnx.external_data_helper import load_external_data_for_model
@@ -347,13 +351,34 @@ def load_model(model_or_path, read: list[str] | None = None) -> onnx.ModelProto:
         raise FrontendError(f"{path}: not a valid ONNX model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'parse failed'}); check the file is a complete .onnx export") from None
 
 
+# the file name extensions onnx.load reads as other formats than binary protobuf
+_OTHER_FORMATS = frozenset({".txtpb", ".textproto", ".prototxt", ".pbtxt", ".onnxtxt", ".json"})
+
+
+def _read_model(path: str) -> onnx.ModelProto:
+    """The model in the file `path`, as `onnx.load(path, load_external_data=False)` reads it;
+    a binary one without importing onnx."""
+    if os.path.splitext(path)[1] not in _OTHER_FORMATS:
+        with open(path, "rb") as f:
+            data = f.read()
+        model = proto.ModelProto()
+        try:
+            if model.ParseFromString(data) == len(data):
+                return model
+        except Exception:  # noqa: S110 (onnx.load says what is wrong)
+            pass
+    import onnx
+
+    return onnx.load(path, load_external_data=False)
+
+
 def external_data_files(model: onnx.ModelProto) -> list[str]:
     """The files (relative to the model's folder) its tensors keep their data in, in order
     of first use: initializers, sparse ones, and tensors in attributes, subgraphs included."""
     files: dict[str, None] = {}
 
     def tensor(t: onnx.TensorProto) -> None:
-        if t.data_location == onnx.TensorProto.EXTERNAL:
+        if t.data_location == proto.TensorProto.EXTERNAL:
             files.update(dict.fromkeys(e.value for e in t.external_data if e.key == "location"))
 
     def nodes(ns) -> None:
@@ -550,10 +575,10 @@ def _convert_by_function_body(ctx: ImportContext, node: OnnxNode) -> None:
     if body is None:
         raise FrontendError(f"unsupported ONNX op: {full} (opset {node.opset}, node {node.name!r}) has neither a converter nor a function body for these inputs")
     nodes, body_opsets = functions.expand(node.proto, node.opset, body)
-    for i, proto in enumerate(nodes):
-        domain = normalize_domain(proto.domain)
+    for i, node_proto in enumerate(nodes):
+        domain = normalize_domain(node_proto.domain)
         opset = body_opsets.get(domain, ctx.opsets.get(domain, 1))
-        sub = OnnxNode.from_proto(proto, opset, i)
+        sub = OnnxNode.from_proto(node_proto, opset, i)
         if (domain, sub.op_type) not in CONVERTERS and not functions.has_function(sub.op_type, domain, opset):
             raise FrontendError(f"unsupported ONNX op: {sub.op_type} (opset {opset}) in the function body of {node.where()}")
         convert_node(ctx, sub)
@@ -571,6 +596,8 @@ def _operand_type(ctx: ImportContext, node: OnnxNode, i: int) -> Type | None:
 
 
 def _type_proto(t: Type | None) -> onnx.TypeProto | None:
+    import onnx  # for function bodies, which import onnx anyway
+
     if t is None:
         return None
     if isinstance(t, OptionalType):

@@ -3,9 +3,9 @@ Attention, FlexAttention, RotaryEmbedding and LinearAttention."""
 
 from __future__ import annotations
 
-import onnx
-from onnx import numpy_helper
+from typing import TYPE_CHECKING
 
+from tcc.frontend.onnx import proto
 from tcc.frontend.onnx.base import (
     CONVERTERS,
     OnnxNode,
@@ -17,6 +17,9 @@ from tcc.frontend.onnx.base import (
 from tcc.frontend.onnx.importer import convert_node
 from tcc.ir.errors import FrontendError, TccError
 from tcc.ir.ops.quantize import QUANT_DTYPES
+
+if TYPE_CHECKING:
+    import onnx
 
 
 def _dtype_attr(node: OnnxNode, name: str) -> str | None:
@@ -227,14 +230,14 @@ def _inline_graph(ctx, node: OnnxNode, graph: onnx.GraphProto, arg, what: str):
     local.update(out for p in graph.node for out in p.output)
     ctx.values[prefix + graph.input[0].name] = arg
     for init in graph.initializer:
-        ctx.set_known(prefix + init.name, numpy_helper.to_array(init))
-    for i, proto in enumerate(graph.node):
-        domain = normalize_domain(proto.domain)
-        if (domain, proto.op_type) not in CONVERTERS:
-            raise node.error(f"{what} uses {proto.op_type}, which tcc does not support")
-        renamed = onnx.NodeProto()
-        renamed.CopyFrom(proto)
-        renamed.name = prefix + (proto.name or f"{proto.op_type}_{i}")
+        ctx.set_known(prefix + init.name, proto.to_array(init))
+    for i, inner in enumerate(graph.node):
+        domain = normalize_domain(inner.domain)
+        if (domain, inner.op_type) not in CONVERTERS:
+            raise node.error(f"{what} uses {inner.op_type}, which tcc does not support")
+        renamed = proto.NodeProto()
+        renamed.CopyFrom(inner)
+        renamed.name = prefix + (inner.name or f"{inner.op_type}_{i}")
         for names in (renamed.input, renamed.output):
             names[:] = [prefix + n if n in local else n for n in names]
         convert_node(ctx, OnnxNode.from_proto(renamed, ctx.opsets.get(domain, 1), i))

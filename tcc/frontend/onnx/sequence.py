@@ -8,8 +8,8 @@ SequenceInsert) is imported instead.
 from __future__ import annotations
 
 import numpy as np
-import onnx
 
+from tcc.frontend.onnx import proto
 from tcc.frontend.onnx.base import OnnxOp, converter, onnx_dtype
 from tcc.ir.graph import OptionalType, type_of
 
@@ -18,7 +18,7 @@ from tcc.ir.graph import OptionalType, type_of
 class SequenceEmpty(OnnxOp):
     @classmethod
     def v11(cls, ctx, node):
-        return ctx.emit("sequence_empty", dtype=onnx_dtype(node.attrs.get("dtype", onnx.TensorProto.FLOAT)))
+        return ctx.emit("sequence_empty", dtype=onnx_dtype(node.attrs.get("dtype", proto.TensorProto.FLOAT)))
 
 
 def _operands_as_they_are(op_type: str, op: str) -> None:
