@@ -129,7 +129,32 @@ def lower(mod):
     return lowered
 
 
-def compile_to_bytes(
+def compile_to_bytes(source, target: str = "llvm", **options) -> bytes:
+    """Compile `source` (see load_module) into the bytes of a .tvmpack, running the graph
+    passes first unless `optimize` is False (`disable_passes` skips some of them), and
+    scheduling every kernel by the default rules unless `schedule` is False. With
+    `plan_memory` (the default) kernel outputs share arenas (docs/vm.md, "Memory
+    planning"); without it each is allocated on its own. `sign` is the path of an Ed25519
+    private key (PEM) that signs the pack (docs/security.md). `db` is a tuning database whose
+    best record for each kernel and this target schedules it instead of the default rules
+    (docs/tuning.md). With `cache`, a file compiled before with the same options comes
+    whole from the pack cache (tcc.emit.pack_cache; CPU packs, not signed ones), and kernels
+    compiled before come from the kernel cache (tcc.emit.object_cache): the pack is the
+    same either way. `jobs` processes compile the kernels (default: this process's cores).
+    `on_stage(name)` is called as each stage begins, and `times` (a StageTimes) gets their
+    times and what the caches gave."""
+    return b"".join(_compile(source, target, **options))
+
+
+def compile_to_file(source, output, target: str = "llvm", **options) -> int:
+    """Compile `source` as compile_to_bytes does, and write the pack to the path `output`,
+    whole or not at all; its size in bytes. The pack is written from the weights where they
+    lie, without the copies one buffer of it takes (ResNet-50's 100 MB, twice), and a new pack
+    cache entry shares the file written where it can instead of writing the pack again."""
+    return sum(memoryview(part).nbytes for part in _compile(source, target, output=output, **options))
+
+
+def _compile(
     source,
     target: str = "llvm",
     on_stage: Callable[[str], None] | None = None,
@@ -143,23 +168,11 @@ def compile_to_bytes(
     cache: bool = True,
     jobs: int | None = None,
     output=None,
-) -> bytes:
-    """Compile `source` (see load_module) into the bytes of a .tvmpack, running the graph
-    passes first unless `optimize` is False (`disable_passes` skips some of them), and
-    scheduling every kernel by the default rules unless `schedule` is False. With
-    `plan_memory` (the default) kernel outputs share arenas (docs/vm.md, "Memory
-    planning"); without it each is allocated on its own. `sign` is the path of an Ed25519
-    private key (PEM) that signs the pack (docs/security.md). `db` is a tuning database whose
-    best record for each kernel and this target schedules it instead of the default rules
-    (docs/tuning.md). With `cache`, a file compiled before with the same options comes
-    whole from the pack cache (tcc.emit.pack_cache; CPU packs, not signed ones), and kernels
-    compiled before come from the kernel cache (tcc.emit.object_cache): the pack is the
-    same either way. `jobs` processes compile the kernels (default: this process's cores).
-    With `output` (a path), the pack is also written there, whole or not at all, and a new
-    pack cache entry shares that file where it can instead of writing the pack again."""
+) -> list:
+    """The pack's buffers (tcc.emit.pack.pack_parts), also written to `output` if given."""
     from tcc.emit.cpu_kernels import compile_kernels
     from tcc.emit.object_cache import ObjectCache
-    from tcc.emit.pack import pack_bytes
+    from tcc.emit.pack import pack_parts
     from tcc.emit.vm import compile_module
     from tcc.target import parse_target
 
@@ -198,7 +211,7 @@ def compile_to_bytes(
             times.tuned, times.from_pack_cache = warnings.get("tuned", 0), True
             if output is not None:
                 write_atomic(output, data)
-            return data
+            return [data]
 
     state["mod"] = stage("import", lambda: load_module(source, times.guarded, times.read))
     if optimize:
@@ -219,7 +232,7 @@ def compile_to_bytes(
         cuda = stage("kernels", lambda: compile_cuda_module(
             state["lowered"].prim_funcs, parsed_target, schedule, state["tuned"]))
         times.kernels_compiled, times.cacheable = len(cuda.kernels), False
-        data = stage("pack", lambda: pack_bytes(
+        parts = stage("pack", lambda: pack_parts(
             state["exe"], None, str(parsed_target), state["lowered"].const_values, sign=signer,
             device_kernels={"cuda": cuda.device_kernels(parsed_target)}))
     else:
@@ -227,16 +240,16 @@ def compile_to_bytes(
             state["lowered"].prim_funcs, parsed_target, schedule, state["tuned"], jobs,
             ObjectCache() if cache else None))
         times.kernels_cached, times.kernels_compiled = built.cached, built.compiled
-        data = stage("pack", lambda: pack_bytes(
+        parts = stage("pack", lambda: pack_parts(
             state["exe"], built.module, str(parsed_target), state["lowered"].const_values,
             sign=signer))
     if output is not None:
-        write_atomic(output, data)
+        write_atomic(output, parts)
     if key is not None:
-        packs.put(key, data, source, times.read, {
+        packs.put(key, parts, source, times.read, {
             "guarded": times.guarded, "tuning_warnings": times.tuning_warnings,
             "tuned": times.tuned}, written=output)
-    return data
+    return parts
 
 
 def _tuned(lowered, target: str, db, times: StageTimes) -> dict:
@@ -251,8 +264,9 @@ def _tuned(lowered, target: str, db, times: StageTimes) -> dict:
     return tuned
 
 
-def write_atomic(path, data: bytes) -> None:
-    """Write `data` to `path` whole or not at all."""
+def write_atomic(path, data) -> None:
+    """Write `data` (bytes, or a list of buffers one after the other) to `path` whole or not
+    at all."""
     from tcc.emit.pack import write_file_atomic
 
     write_file_atomic(path, data)
@@ -265,9 +279,10 @@ def compile(  # noqa: A001
     """Compile a model into a .tvmpack: returns its bytes, or writes `output` and returns None.
     `optimize=False` skips the graph passes, `schedule=False` the default schedule rules;
     `sign` (an Ed25519 private key's PEM file) signs the pack."""
-    data = compile_to_bytes(model_or_path, target, optimize=optimize, schedule=schedule, sign=sign,
-                            output=output)
-    return data if output is None else None
+    if output is None:
+        return compile_to_bytes(model_or_path, target, optimize=optimize, schedule=schedule, sign=sign)
+    compile_to_file(model_or_path, output, target, optimize=optimize, schedule=schedule, sign=sign)
+    return None
 
 
 def compile_onnx(model, target: str = "llvm", optimize: bool = True, schedule: bool = True):

@@ -175,10 +175,12 @@ def open_output(path, what: str | None = None, error: type[TccError] = TccError)
     staged.commit()
 
 
-def write_output(path, data: bytes, what: str | None = None, error: type[TccError] = TccError) -> None:
-    """Write `data` to `path` whole or not at all."""
+def write_output(path, data, what: str | None = None, error: type[TccError] = TccError) -> None:
+    """Write `data` (bytes, or a list of buffers one after the other) to `path` whole or not
+    at all."""
     with open_output(path, what, error) as f:
-        f.write(data)
+        for part in data if isinstance(data, list) else [data]:
+            f.write(part)
 
 
 @contextmanager

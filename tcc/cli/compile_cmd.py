@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from tcc.api import StageTimes, compile_to_bytes
+from tcc.api import StageTimes, compile_to_file
 from tcc.errors import TccError
 from tcc.infile import not_a_file
 
@@ -42,11 +42,10 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
         console=console, transient=True, disable=not console.is_terminal,
     ) as progress:
         task = progress.add_task("starting", total=None)
-        data = compile_to_bytes(
-            source, target, on_stage=lambda s: progress.update(task, description=_STAGES[s]),
+        size = compile_to_file(
+            source, output, target, on_stage=lambda s: progress.update(task, description=_STAGES[s]),
             times=times, optimize=optimize, disable_passes=disable_passes,
             plan_memory=plan_memory, schedule=schedule, sign=sign, db=db, cache=cache,
-            output=output,
         )
     for warning in times.tuning_warnings:
         console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
@@ -56,7 +55,7 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
                       "refuses them instead", highlight=False, soft_wrap=True)
     total = sum(times.seconds.values())
     Console(highlight=False).print(
-        f"compiled {source} -> {output} ({len(data):,} bytes, target {target}"
+        f"compiled {source} -> {output} ({size:,} bytes, target {target}"
         f"{', signed' if sign else ''}) in {total:.2f} s"
     )
     if verbose:

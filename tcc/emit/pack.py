@@ -59,7 +59,12 @@ class DeviceKernels:
     kernels: Mapping[str, dict]
 
 
-def pack_bytes(
+def pack_bytes(*args, **kwargs) -> bytes:
+    """The pack's bytes in one buffer (`pack_parts` joined); see pack_parts."""
+    return b"".join(pack_parts(*args, **kwargs))
+
+
+def pack_parts(
     executable: Executable,
     kernels=None,
     target: str = "llvm",
@@ -68,8 +73,9 @@ def pack_bytes(
     kernel_origins: Mapping[str, list[str]] | None = None,
     sign: Callable[[bytes], bytes] | None = None,
     device_kernels: Mapping[str, DeviceKernels] | None = None,
-) -> bytes:
-    """The pack's bytes. `kernels` has `.object_code`, `.shared_object` (or None) and
+) -> list:
+    """The pack's bytes, as the buffers that written one after the other make it: the
+    weights lie in their arrays, not copied (ResNet-50's 100 MB). `kernels` has `.object_code`, `.shared_object` (or None) and
     `.symbols` (a CpuModule), or is None for a program without CPU kernels;
     `device_kernels` holds the kernels of other devices by kind (`cuda`); `signatures` and
     `kernel_origins` (symbol -> the bindings that call it) default to the executable's own.
@@ -88,7 +94,7 @@ def pack_bytes(
     _check_references(executable, symbols, weights, signatures)
     origins = _checked_origins(origins, symbols)
 
-    members: dict[str, bytes] = {BYTECODE: executable.encode()}
+    members: dict[str, bytes | list] = {BYTECODE: executable.encode()}
     kind = re.sub(r"[^A-Za-z0-9_.-]", "_", target.split()[0] if target.split() else "cpu")
     obj = so = None
     if kernels is not None and kernels.object_code is not None:
@@ -98,9 +104,9 @@ def pack_bytes(
         so = f"{KERNELS_DIR}{kind}{SHARED_SUFFIX}"
         members[so] = bytes(kernels.shared_object)
     listed_devices = {kind: _device_members(kind, devices[kind], members) for kind in sorted(devices)}
-    blob, index = _weights_blob(weights)
+    pieces, index = _weights_pieces(weights)
     if index:
-        members[WEIGHTS] = blob
+        members[WEIGHTS] = pieces
 
     manifest = {
         "format": PACK_FORMAT,
@@ -111,8 +117,7 @@ def pack_bytes(
         "kernels": {"object": obj, "shared_object": so, "symbols": symbols},
         "weights": {"member": WEIGHTS if index else None, "alignment": WEIGHT_ALIGN, "arrays": index},
         "entry_functions": signatures,
-        "members": {n: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
-                    for n, d in sorted(members.items())},
+        "members": {n: {"size": _size(d), "sha256": _sha256(d)} for n, d in sorted(members.items())},
     }
     if origins:  # optional: a pack without it reads the same, with unnamed kernels
         manifest[KERNEL_ORIGINS_FIELD] = origins
@@ -125,7 +130,22 @@ def pack_bytes(
         members[SIGNATURE] = sign(members[MANIFEST])
         if len(members[SIGNATURE]) != SIGNATURE_BYTES:
             raise PackWriteError(f"the signer gave {len(members[SIGNATURE])} bytes, not an Ed25519 signature")
-    return _tar(members)
+    return _tar_parts(members)
+
+
+def _pieces(member) -> list:
+    return member if isinstance(member, list) else [member]
+
+
+def _size(member) -> int:
+    return sum(memoryview(p).nbytes for p in _pieces(member))
+
+
+def _sha256(member) -> str:
+    h = hashlib.sha256()
+    for piece in _pieces(member):
+        h.update(piece)
+    return h.hexdigest()
 
 
 def _device_members(kind: str, library: DeviceKernels, members: dict[str, bytes]) -> dict:
@@ -152,9 +172,9 @@ def write_pack(path, executable: Executable, kernels=None, target: str = "llvm",
     write_file_atomic(path, pack_bytes(executable, kernels, target, weights, signatures, kernel_origins))
 
 
-def write_file_atomic(path, data: bytes) -> None:
-    """Write `data` to `path` whole or not at all (tcc/outfile.py); a destination that
-    cannot be written is a PackWriteError."""
+def write_file_atomic(path, data) -> None:
+    """Write `data` (bytes, or the buffers of `pack_parts`) to `path` whole or not at all
+    (tcc/outfile.py); a destination that cannot be written is a PackWriteError."""
     write_output(path, data, error=PackWriteError)
 
 
@@ -188,41 +208,46 @@ def _checked_origins(origins: Mapping[str, list[str]], symbols: list[str]) -> di
     return out
 
 
-def _weights_blob(weights: Mapping[str, np.ndarray]) -> tuple[bytes, dict]:
-    """The weights laid out one after the other, each at a multiple of WEIGHT_ALIGN, and
-    their index; written into one buffer (ResNet-50's 100 MB once, not three times)."""
-    index, parts, size = {}, [], 0
+def _weights_pieces(weights: Mapping[str, np.ndarray]) -> tuple[list, dict]:
+    """The weights laid out one after the other, each at a multiple of WEIGHT_ALIGN (zero
+    bytes between), as views of their arrays and the padding; and their index."""
+    index, pieces, size = {}, [], 0
     for name in sorted(weights):
         a = np.asarray(weights[name])
         if a.dtype.kind in "OUSV":
             raise PackWriteError(f"a weight of dtype {a.dtype} cannot be stored in a pack")
         a = a.astype(a.dtype.newbyteorder("<"), order="C", copy=False)  # keeps a 0-d shape
-        size += -size % WEIGHT_ALIGN
+        if size % WEIGHT_ALIGN:
+            pieces.append(bytes(-size % WEIGHT_ALIGN))
+            size += -size % WEIGHT_ALIGN
         index[name] = {"dtype": a.dtype.name, "shape": [int(d) for d in a.shape],
                        "offset": size, "nbytes": a.nbytes}
-        parts.append((size, a))
+        if a.nbytes:
+            pieces.append(memoryview(a.reshape(-1).view(np.uint8)))
         size += a.nbytes
-    out = bytearray(size)
-    view = np.frombuffer(out, np.uint8)
-    for offset, a in parts:
-        view[offset:offset + a.nbytes] = a.reshape(-1).view(np.uint8)
-    return out, index
+    return pieces, index
 
 
-def _tar(members: Mapping[str, bytes]) -> bytes:
-    """A ustar archive of `members` in name order, as tarfile writes one (mtime 0, mode
-    0644, no owner), built in one join rather than through tarfile's copies."""
-    parts = []
+def _tar(members: Mapping[str, bytes | list]) -> bytes:
+    """A ustar archive of `members` in one buffer (`_tar_parts` joined)."""
+    return b"".join(_tar_parts(members))
+
+
+def _tar_parts(members: Mapping[str, bytes | list]) -> list:
+    """A ustar archive of `members` (each bytes, or a list of buffers written one after the
+    other) in name order, as tarfile writes one (mtime 0, mode 0644, no owner), as the
+    buffers that make it rather than through tarfile's copies."""
+    parts: list = []
     for name in sorted(members):
-        data = members[name]
+        size = _size(members[name])
         info = tarfile.TarInfo(name)
-        info.size, info.mtime, info.mode = len(data), 0, 0o644
+        info.size, info.mtime, info.mode = size, 0, 0o644
         info.uid = info.gid = 0
         info.uname = info.gname = ""
         info.type = tarfile.REGTYPE
-        parts += [info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape"), data,
-                  b"\0" * (-len(data) % TAR_BLOCK)]
+        parts += [info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape"),
+                  *_pieces(members[name]), b"\0" * (-size % TAR_BLOCK)]
     # two zero blocks end the archive; not the padding to tar's 10 KiB record, so that a
     # reader can tell a truncated pack by its length alone
     parts.append(b"\0" * (2 * TAR_BLOCK))
-    return b"".join(parts)
+    return parts

@@ -156,22 +156,28 @@ class PackCache:
             pass
         return data, header
 
-    def put(self, key: str, data: bytes, source, files: list[str], warnings: dict,
+    def put(self, key: str, data, source, files: list[str], warnings: dict,
             written=None) -> None:
-        """Store `data` (the pack compiled from `source`, which read `files` beside it) with
-        the `warnings` its compile printed; then evict down to the limit. `written` is a
-        file just written with `data`, which the entry links instead of a copy where it can."""
+        """Store `data` (the pack compiled from `source`, which read `files` beside it: bytes,
+        or a list of buffers one after the other) with the `warnings` its compile printed;
+        then evict down to the limit. `written` is a file just written with `data`, which the
+        entry links instead of a copy where it can."""
         path = self._path(key)
         base = Path(source).parent
+        parts = data if isinstance(data, list) else [data]
+        digest = hashlib.sha256()
+        for part in parts:
+            digest.update(part)
+        size = sum(memoryview(part).nbytes for part in parts)
         try:
             header = json.dumps({
-                "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                "size": size, "sha256": digest.hexdigest(),
                 "files": {name: file_digest(base / name) for name in files},
                 "warnings": warnings}).encode()
             path.parent.mkdir(parents=True, exist_ok=True)
-            if not (written is not None and self._link(written, len(data), _pack_path(path))):
-                self._write(_pack_path(path), data)
-            self._write(path, MAGIC + header)  # last: the entry is whole from here
+            if not (written is not None and self._link(written, size, _pack_path(path))):
+                self._write(_pack_path(path), parts)
+            self._write(path, [MAGIC + header])  # last: the entry is whole from here
             self.evict()
         except OSError:
             pass  # a cache that cannot be written costs time, never the compile
@@ -197,11 +203,12 @@ class PackCache:
         return True
 
     @staticmethod
-    def _write(dest: Path, data: bytes) -> None:
+    def _write(dest: Path, parts: list) -> None:
         fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                for part in parts:
+                    f.write(part)
             os.replace(tmp, dest)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -29,7 +29,8 @@ def test_no_space_while_linking(model, monkeypatch, command):
 
     monkeypatch.setattr(tcc.emit.support, "_link_in", full)
     source = model / ("m.onnx" if command == "compile" else "m.tcir")
-    r = CliRunner().invoke(cli, [command, str(source), "-o", str(model / "m.tvmpack")])
+    # --no-cache: the kernels must be linked here, not come whole from an earlier test's pack
+    r = CliRunner().invoke(cli, [command, str(source), "-o", str(model / "m.tvmpack"), "--no-cache"])
     assert r.exit_code == 2, r.output
     assert r.output.startswith("error: cannot link the kernels in the temporary folder ")
     assert "No space left on device; free space there or set TMPDIR" in r.output
@@ -42,7 +43,7 @@ def test_no_space_anywhere_else_is_a_user_error(model, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device", "/somewhere/file")
 
-    monkeypatch.setattr(tcc.cli.compile_cmd, "compile_to_bytes", full)
+    monkeypatch.setattr(tcc.cli.compile_cmd, "compile_to_file", full)
     r = CliRunner().invoke(cli, ["compile", str(model / "m.onnx"), "-o", str(model / "m.tvmpack")])
     assert r.exit_code == 2 and r.output.strip() == (
         "error: /somewhere/file: no space left on device; free some space (temporary files go to "
@@ -60,7 +61,7 @@ def test_a_real_full_filesystem(model, tmp_path):
         env = {**os.environ, "TMPDIR": str(full)}
         for args in (["compile", "m.onnx", "-o", "m.tvmpack"], ["emit", "m.tcir", "-o", "m.tvmpack"],
                      ["compile", "m.onnx", "-o", str(full / "out.tvmpack")]):
-            r = subprocess.run([sys.executable, "-m", "tcc", *args], cwd=model, capture_output=True, text=True, env=env)
+            r = subprocess.run([sys.executable, "-m", "tcc", *args, "--no-cache"], cwd=model, capture_output=True, text=True, env=env)
             assert r.returncode == 2, r.stderr
             assert r.stderr.startswith("error: ") and len(r.stderr.splitlines()) == 1, r.stderr
             assert "No space left on device" in r.stderr

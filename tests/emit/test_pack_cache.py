@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper
 
-from tcc.api import StageTimes, compile_to_bytes
+from tcc.api import StageTimes, compile_to_bytes, compile_to_file
 from tcc.emit.pack_cache import PackCache
 
 
@@ -123,13 +123,14 @@ def test_an_entry_shares_the_output_written(tmp_path, cache):
     not two); the output changed in place afterwards is a miss, not a wrong pack."""
     onnx.save(_model(0), tmp_path / "m.onnx")
     out = tmp_path / "m.tvmpack"
-    first = compile_to_bytes(tmp_path / "m.onnx", output=out)
-    assert out.read_bytes() == first
+    size = compile_to_file(tmp_path / "m.onnx", out)
+    first = out.read_bytes()
+    assert first == compile_to_bytes(tmp_path / "m.onnx", cache=False) and size == len(first)
     (entry,) = cache.rglob("*.pack")
     assert os.path.samefile(entry, out)
     hit = tmp_path / "hit.tvmpack"
     times = StageTimes()
-    assert compile_to_bytes(tmp_path / "m.onnx", output=hit, times=times) == first
+    assert compile_to_file(tmp_path / "m.onnx", hit, times=times) == len(first)
     assert times.from_pack_cache and hit.read_bytes() == first
     assert not os.path.samefile(hit, out)  # a hit writes a file of its own
     with open(out, "r+b") as f:  # in place, as `cp other.tvmpack m.tvmpack` writes
@@ -141,7 +142,8 @@ def test_an_entry_shares_the_output_written(tmp_path, cache):
 
 def test_an_output_that_is_no_file_is_copied(tmp_path, cache):
     onnx.save(_model(0), tmp_path / "m.onnx")
-    first = compile_to_bytes(tmp_path / "m.onnx", output=os.devnull)
+    compile_to_file(tmp_path / "m.onnx", os.devnull)
+    first = compile_to_bytes(tmp_path / "m.onnx", cache=False)
     (entry,) = cache.rglob("*.pack")
     assert entry.read_bytes() == first and entry.stat().st_nlink == 1
     times = StageTimes()
