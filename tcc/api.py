@@ -143,7 +143,7 @@ def compile_to_bytes(source, target: str = "llvm", **options) -> bytes:
     same either way. `jobs` processes compile the kernels (default: this process's cores).
     `on_stage(name)` is called as each stage begins, and `times` (a StageTimes) gets their
     times and what the caches gave."""
-    return b"".join(_compile(source, target, **options))
+    return b"".join(_compile(source, target, **options)[1])
 
 
 def compile_to_file(source, output, target: str = "llvm", **options) -> int:
@@ -151,7 +151,7 @@ def compile_to_file(source, output, target: str = "llvm", **options) -> int:
     whole or not at all; its size in bytes. The pack is written from the weights where they
     lie, without the copies one buffer of it takes (ResNet-50's 100 MB, twice), and a new pack
     cache entry shares the file written where it can instead of writing the pack again."""
-    return sum(memoryview(part).nbytes for part in _compile(source, target, output=output, **options))
+    return _compile(source, target, output=output, **options)[0]
 
 
 def _compile(
@@ -168,8 +168,9 @@ def _compile(
     cache: bool = True,
     jobs: int | None = None,
     output=None,
-) -> list:
-    """The pack's buffers (tcc.emit.pack.pack_parts), also written to `output` if given."""
+) -> tuple[int, list | None]:
+    """The pack's size and buffers (tcc.emit.pack.pack_parts), also written to `output` if
+    given; a pack the pack cache wrote to `output` has no buffers here (None)."""
     from tcc.emit.cpu_kernels import compile_kernels
     from tcc.emit.object_cache import ObjectCache
     from tcc.emit.pack import pack_parts
@@ -202,16 +203,14 @@ def _compile(
     if packs is not None and packs.limit:
         key, hit = stage("cache", lambda: packs.lookup(source, str(parsed_target), db, {
             "optimize": optimize, "disable_passes": sorted(disable_passes),
-            "schedule": schedule, "plan_memory": plan_memory}))
+            "schedule": schedule, "plan_memory": plan_memory}, output))
         if hit is not None:
             data, header = hit
             warnings = header.get("warnings", {})
             times.guarded += warnings.get("guarded", [])
             times.tuning_warnings += warnings.get("tuning_warnings", [])
             times.tuned, times.from_pack_cache = warnings.get("tuned", 0), True
-            if output is not None:
-                write_atomic(output, data)
-            return [data]
+            return header["size"], None if data is None else [data]
 
     state["mod"] = stage("import", lambda: load_module(source, times.guarded, times.read))
     if optimize:
@@ -249,7 +248,7 @@ def _compile(
         packs.put(key, parts, source, times.read, {
             "guarded": times.guarded, "tuning_warnings": times.tuning_warnings,
             "tuned": times.tuned}, written=output)
-    return parts
+    return sum(memoryview(part).nbytes for part in parts), parts
 
 
 def _tuned(lowered, target: str, db, times: StageTimes) -> dict:

@@ -15,22 +15,25 @@ weights in (external data) are known only once the model is read: an entry lists
 the digest of each, and a hit checks them again, so changed weights are a miss (as
 ccache's direct mode keeps the headers a source included).
 
-An entry is two files: the pack, `<dir>/<key[:2]>/<key[2:]>.pack`, exactly as compiled, and its
-header, `<dir>/<key[:2]>/<key[2:]>` (a magic line and JSON: the pack's size and checksum, the
-files read besides the source, the warnings the compile printed). The pack goes into place
-first and the header last, each by a rename, so an entry with a header is whole. A compile
-that has just written its output links the entry's pack to that file where both are on one
-file system (`put(..., written=...)`): the pack is written once, not twice (ResNet-50's 109
-MB: 0.4-0.7 s of a cold command on a VM's disk). Since the two names then share one file, a
-change to the output (`cp other.tvmpack out.tvmpack` writes in place) changes the entry: a
-hit checks the pack's checksum, so such an entry is a miss and is written again. A hit
-copies the pack to its output rather than linking it, so that the output is a file of its
-own with the time it was written. An entry that was cut short or changed on disk is a miss
-and is written again. A hit marks the entry used (its header's modification time, which
-no output shares); after each new entry, the least recently used ones are deleted while
-the folder holds more than `TCC_PACK_CACHE_MB` megabytes (default 2048; 0 turns the pack
-cache off). Like the kernel cache, it only saves time: a folder that cannot be used makes
-every compile a miss, never a failed compile.
+An entry is two files: the pack, `<dir>/<key[:2]>/<key[2:]>.pack`, exactly as compiled, and
+its header, `<dir>/<key[:2]>/<key[2:]>` (a magic line and JSON: the pack's size and
+checksum, the files read besides the source, the warnings the compile printed). The pack
+goes into place first and the header last, each by a rename, so an entry with a header is
+whole. A compile that has just written its output links the entry's pack to that file where
+both are on one file system (`put(..., written=...)`): the pack is written once, not twice
+(ResNet-50's 109 MB: 0.4-0.7 s of a cold command on a VM's disk). Since the two names then
+share one file, a change to the output (`cp other.tvmpack out.tvmpack` writes in place)
+changes the entry: a hit checks the pack's checksum, so such an entry is a miss and is
+written again. A hit copies the pack to its output rather than linking it, so that the
+output is a file of its own with the time it was written; it copies through a small buffer,
+checking the checksum on the way, and keeps the output only if it checks out (ResNet-50's
+hit holds no 109 MB copy of the pack: 0.55-1.31 s -> 0.49-0.55 s as a command here). An
+entry that was cut short or changed on disk is a miss and is written again. A hit marks the
+entry used (its header's modification time, which no output shares); after each new entry,
+the least recently used ones are deleted while the folder holds more than
+`TCC_PACK_CACHE_MB` megabytes (default 2048; 0 turns the pack cache off). Like the kernel
+cache, it only saves time: a folder that cannot be used makes every compile a miss, never a
+failed compile.
 Only CPU packs are cached (a CUDA pack also depends on the NVRTC found at compile time),
 and no signed pack is.
 """
@@ -111,43 +114,49 @@ class PackCache:
             h.update(b"\0" + part.encode())
         return h.hexdigest()
 
-    def lookup(self, source, target: str, db, options: dict) -> tuple[str | None, tuple | None]:
-        """(the key of this compile, the entry `get` finds or None); the key is None when a
-        file cannot be read (the compile then says why)."""
+    def lookup(self, source, target: str, db, options: dict,
+               output=None) -> tuple[str | None, tuple | None]:
+        """(the key of this compile, the entry `get` finds or None, copied to `output` if
+        given); the key is None when a file cannot be read (the compile then says why)."""
         try:
             key = self.key(source, target, options, db)
         except OSError:
             return None, None
-        return key, self.get(key, source)
+        return key, self.get(key, source, output)
 
     def _path(self, key: str) -> Path:
         """The entry's header; its pack is the same name with `.pack`."""
         return self.root / key[:2] / key[2:]
 
-    def get(self, key: str, source) -> tuple[bytes, dict] | None:
+    def get(self, key: str, source, output=None) -> tuple[bytes | None, dict] | None:
         """The pack and its header, or None: no entry, one that does not check out, or one
-        whose other files (external data beside `source`) changed since."""
+        whose other files (external data beside `source`) changed since. With `output` (a
+        path), the pack is copied there as it is checked, whole or not at all, and None
+        stands for its bytes: a ResNet-50 hit then holds no 109 MB copy of it."""
         path = self._path(key)
         try:
             with open(path, "rb") as f:
                 if f.read(len(MAGIC)) != MAGIC:
                     return None
                 header = json.loads(f.read())
+            size, digest = header["size"], header["sha256"]
+            base = Path(source).parent
+            if any(file_digest(base / name) != expected
+                   for name, expected in header.get("files", {}).items()):
+                return None
             pack = _pack_path(path)
             if not stat.S_ISREG(os.stat(pack).st_mode):  # never open a FIFO put there
                 return None
-            data = pack.read_bytes()
-            if len(data) != header["size"] or hashlib.sha256(data).hexdigest() != header["sha256"]:
-                return None
+            if output is not None:
+                if not _copy_checked(pack, size, digest, output):
+                    return None
+                data = None
+            else:
+                data = pack.read_bytes()
+                if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
+                    return None
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        base = Path(source).parent
-        for name, expected in header.get("files", {}).items():
-            try:
-                if file_digest(base / name) != expected:
-                    return None
-            except OSError:
-                return None
         try:
             os.utime(path)  # used now: the last to be evicted
         except OSError:
@@ -234,6 +243,39 @@ class PackCache:
             if kept > self.limit:
                 for name in names:
                     name.unlink(missing_ok=True)
+
+
+class _Mismatch(Exception):
+    """The entry's pack is not the one its header describes: the output is dropped."""
+
+
+def _copy_checked(pack: Path, size: int, digest: str, output) -> bool:
+    """Copy `pack` to the path `output` (whole or not at all) through one small buffer, if it
+    has `size` bytes of sha256 `digest`; False, and `output` untouched, if not. An error
+    writing `output` is a PackWriteError naming it, as a compile's own write."""
+    from tcc.emit.pack import PackWriteError
+    from tcc.outfile import open_output
+
+    try:
+        with open(pack, "rb") as f, open_output(output, error=PackWriteError) as out:
+            found, copied = hashlib.sha256(), 0
+            buffer = bytearray(1 << 20)
+            view = memoryview(buffer)
+            while True:
+                try:
+                    n = f.readinto(buffer)
+                except OSError:  # the cache's file, not the output: a miss
+                    raise _Mismatch from None
+                if not n:
+                    break
+                found.update(view[:n])
+                out.write(view[:n])
+                copied += n
+            if copied != size or found.hexdigest() != digest:
+                raise _Mismatch
+    except _Mismatch:
+        return False
+    return True
 
 
 def _pack_path(header: Path) -> Path:

@@ -148,3 +148,28 @@ def test_an_output_that_is_no_file_is_copied(tmp_path, cache):
     assert entry.read_bytes() == first and entry.stat().st_nlink == 1
     times = StageTimes()
     assert compile_to_bytes(tmp_path / "m.onnx", times=times) == first and times.from_pack_cache
+
+
+def test_a_hit_written_to_a_file_is_checked_as_it_is_copied(tmp_path, cache):
+    """A hit copies the entry to the output through a small buffer, checking it on the way:
+    a damaged entry leaves the output to the compile (no damaged pack, no temporary), and
+    an output that cannot be written is the compile's one-line error."""
+    from tcc.emit.pack import PackWriteError
+
+    onnx.save(_model(0), tmp_path / "m.onnx")
+    first = compile_to_bytes(tmp_path / "m.onnx")
+    (entry,) = cache.rglob("*.pack")
+    raw = bytearray(entry.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    entry.write_bytes(bytes(raw))
+    out = tmp_path / "out" / "m.tvmpack"
+    out.parent.mkdir()
+    times = StageTimes()
+    assert compile_to_file(tmp_path / "m.onnx", out, times=times) == len(first)
+    assert not times.from_pack_cache and out.read_bytes() == first
+    assert os.listdir(out.parent) == ["m.tvmpack"]
+    times = StageTimes()
+    compile_to_file(tmp_path / "m.onnx", tmp_path / "again.tvmpack", times=times)
+    assert times.from_pack_cache and (tmp_path / "again.tvmpack").read_bytes() == first
+    with pytest.raises(PackWriteError, match="no-such-folder"):
+        compile_to_file(tmp_path / "m.onnx", tmp_path / "no-such-folder" / "m.tvmpack")
