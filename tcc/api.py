@@ -143,7 +143,7 @@ def compile_to_bytes(source, target: str = "llvm", **options) -> bytes:
     same either way. `jobs` processes compile the kernels (default: this process's cores).
     `on_stage(name)` is called as each stage begins, and `times` (a StageTimes) gets their
     times and what the caches gave."""
-    return b"".join(_compile(source, target, **options)[1])
+    return b"".join(_compile(source, target, output=None, **options)[1])
 
 
 def compile_to_file(source, output, target: str = "llvm", **options) -> int:

@@ -75,8 +75,9 @@ def pack_parts(
     device_kernels: Mapping[str, DeviceKernels] | None = None,
 ) -> list:
     """The pack's bytes, as the buffers that written one after the other make it: the
-    weights lie in their arrays, not copied (ResNet-50's 100 MB). `kernels` has `.object_code`, `.shared_object` (or None) and
-    `.symbols` (a CpuModule), or is None for a program without CPU kernels;
+    weights lie in their arrays, not copied (ResNet-50's 100 MB). `kernels` has
+    `.object_code`, `.shared_object` (or None) and `.symbols` (a CpuModule), or is None for
+    a program without CPU kernels;
     `device_kernels` holds the kernels of other devices by kind (`cuda`); `signatures` and
     `kernel_origins` (symbol -> the bindings that call it) default to the executable's own.
     `sign` (tcc.emit.signing.load_signing_key) adds the manifest's signature."""

@@ -104,3 +104,13 @@ import onnx
 assert isinstance(model, onnx.ModelProto) and type(model.graph) is onnx.GraphProto
 """
     subprocess.run([sys.executable, "-c", script], check=True)
+
+
+def test_what_is_no_model_is_refused_in_one_line():
+    from tcc.frontend.onnx import load_model
+    from tcc.ir.errors import FrontendError
+
+    with pytest.raises(FrontendError, match="expected an ONNX ModelProto, its bytes or a path, got int"):
+        load_model(42)
+    with pytest.raises(FrontendError, match="got GraphProto"):
+        load_model(onnx.GraphProto())
