@@ -18,7 +18,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,8 +143,7 @@ def compile_to_bytes(source, target: str = "llvm", **options) -> bytes:
     same either way. `jobs` processes compile the kernels (default: this process's cores).
     `on_stage(name)` is called as each stage begins, and `times` (a StageTimes) gets their
     times and what the caches gave."""
-    with _small_pages():
-        return b"".join(_compile(source, target, output=None, **options)[1])
+    return b"".join(_compile(source, target, output=None, **options)[1])
 
 
 def compile_to_file(source, output, target: str = "llvm", **options) -> int:
@@ -153,27 +151,8 @@ def compile_to_file(source, output, target: str = "llvm", **options) -> int:
     whole or not at all; its size in bytes. The pack is written from the weights where they
     lie, without the copies one buffer of it takes (ResNet-50's 100 MB, twice), and a new pack
     cache entry shares the file written where it can instead of writing the pack again."""
-    with _small_pages():
-        return _compile(source, target, output=output, **options)[0]
+    return _compile(source, target, output=output, **options)[0]
 
-
-@contextmanager
-def _small_pages():
-    """numpy asks the kernel for huge pages for each big array (madvise); where the kernel
-    compacts memory to find them (transparent huge pages with defrag=madvise), the weight
-    copies of ResNet-50's graph passes took 1.06-1.16 s instead of 0.38-0.51 s with small
-    pages. A compile touches each copy a few times: huge pages save it nothing."""
-    import numpy as np
-
-    toggle = getattr(np._core.multiarray, "_set_madvise_hugepage", None)
-    if toggle is None:
-        yield
-        return
-    was = toggle(False)
-    try:
-        yield
-    finally:
-        toggle(was)
 
 
 def _compile(
