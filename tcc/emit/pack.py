@@ -229,11 +229,6 @@ def _weights_pieces(weights: Mapping[str, np.ndarray]) -> tuple[list, dict]:
     return pieces, index
 
 
-def _tar(members: Mapping[str, bytes | list]) -> bytes:
-    """A ustar archive of `members` in one buffer (`_tar_parts` joined)."""
-    return b"".join(_tar_parts(members))
-
-
 def _tar_parts(members: Mapping[str, bytes | list]) -> list:
     """A ustar archive of `members` (each bytes, or a list of buffers written one after the
     other) in name order, as tarfile writes one (mtime 0, mode 0644, no owner), as the

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tcc.emit.pack import _tar, pack_bytes
+from tcc.emit.pack import _tar_parts, pack_bytes
 from tcc.emit.vm import compile_module
 from tcc.rt.errors import PackError
 from tcc.rt.format import MANIFEST_HASH_FIELD
@@ -41,7 +41,7 @@ def rewrite(data: bytes, edit_manifest=None, edit_members=None) -> bytes:
     text = json.dumps(m, sort_keys=True, indent=1).encode() + b"\n"
     digest = hashlib.sha256(text).hexdigest()
     files["manifest.json"] = text.replace(b"0" * 64, digest.encode(), 1)
-    return _tar(files)
+    return b"".join(_tar_parts(files))
 
 
 def expect_error(tmp_path, data: bytes, match: str):

@@ -28,7 +28,7 @@ from tcc.frontend.onnx import functions, proto, symbolic
 from tcc.frontend.onnx.base import CONVERTERS, OnnxNode, normalize_domain, onnx_dtype
 from tcc.infile import not_a_file
 from tcc.ir.builder import FunctionBuilder
-from tcc.ir.dtype import from_numpy, to_numpy
+from tcc.ir.dtype import from_numpy
 from tcc.ir.errors import FrontendError, InternalError, TccError
 from tcc.ir.expr import Dim, Var, as_dim
 from tcc.ir.graph import (
@@ -615,13 +615,8 @@ def _type_proto(t: Type | None) -> onnx.TypeProto | None:
         return onnx.helper.make_sequence_type_proto(elem)
     if not isinstance(t, TensorType):
         return None
-    try:
-        elem = (
-            onnx.TensorProto.BFLOAT16
-            if t.dtype == "bfloat16"
-            else onnx.helper.np_dtype_to_tensor_dtype(to_numpy(t.dtype))
-        )
-    except Exception:
+    elem = proto.element_type(t.dtype)
+    if elem is None:
         return None
     dims = [d if isinstance(d, int) else str(d) for d in t.shape]
     return onnx.helper.make_tensor_type_proto(elem, dims)
