@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import onnx
 import pytest
@@ -30,14 +31,38 @@ COMMANDS = {
 }
 
 
+def _as_a_shell_starts_it():
+    """A shell starts a foreground command with SIGINT delivered and handled by default,
+    whatever this test process (a pytest worker, among other tests) has done with it: an
+    ignored or blocked SIGINT is inherited across exec."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+
+
+def _signal_state(pid: int) -> str:
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return "no /proc status"
+    return "; ".join(line for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt", "State")))
+
+
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize("delay", [0.2, 0.6, 1.5])
 def test_sigint_prints_one_line_and_exits_130(files, command, delay):
     p = subprocess.Popen([sys.executable, "-m", "tcc", *COMMANDS[command]], cwd=files,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_as_a_shell_starts_it)
     time.sleep(delay)
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=60)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        state = _signal_state(p.pid)
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f"still running 60 s after SIGINT ({state}); stdout {out[-200:]!r}, "
+                    f"stderr {err[-400:]!r}")
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     if p.returncode in (0, -signal.SIGINT):  # it finished, or was in Python's own shutdown
         return
