@@ -59,6 +59,59 @@ def test_shape_subgraph_folds_to_a_symbolic_reshape():
         np.testing.assert_array_equal(y, x.reshape(batch, 4, 6))
 
 
+def _expand_as_torch_exports_it(placeholder):
+    """torch's `mask.expand(batch, 1, seq, seq)` as its exporter writes it: the shape is
+    Concat(batch, PLACEHOLDER, seq, seq), and each -1 in it is replaced by 1 through
+    Where(Equal(shape, ConstantOfShape(Shape(shape)) * -1), 1, shape)."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+        helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "ax0"], ["b1"]),
+        helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+        helper.make_node("Concat", ["b1", "mid", "n1", "n1"], ["cat"], axis=0),
+        helper.make_node("Reshape", ["cat", "flat"], ["shape"]),
+        helper.make_node("Shape", ["shape"], ["len"]),
+        helper.make_node("ConstantOfShape", ["len"], ["ones"],
+                         value=helper.make_tensor("v", TP.INT64, [1], [1])),
+        helper.make_node("Mul", ["ones", "minus1"], ["minus1s"]),
+        helper.make_node("Equal", ["shape", "minus1s"], ["is_placeholder"]),
+        helper.make_node("Where", ["is_placeholder", "ones", "shape"], ["target"]),
+        helper.make_node("Expand", ["mask", "target"], ["y"]),
+    ]
+    inits = [
+        helper.make_tensor("i0", TP.INT64, [], [0]),
+        helper.make_tensor("i1", TP.INT64, [], [1]),
+        helper.make_tensor("ax0", TP.INT64, [1], [0]),
+        helper.make_tensor("mid", TP.INT64, [1], [placeholder]),
+        helper.make_tensor("flat", TP.INT64, [1], [-1]),
+        helper.make_tensor("minus1", TP.INT64, [], [-1]),
+    ]
+    return _model(nodes, [helper.make_tensor_value_info("x", TP.INT64, ["batch", "seq"]),
+                          helper.make_tensor_value_info("mask", TP.BOOL, ["seq", "seq"])],
+                  [helper.make_tensor_value_info("y", TP.BOOL, None)], inits)
+
+
+@pytest.mark.parametrize("placeholder", [-1, 1])
+def test_an_expand_shape_with_placeholders_folds_to_the_sizes(placeholder):
+    """A size is never -1 (sizes are nonnegative), so Equal(batch, -1) is known False at
+    import: the Expand gets (batch, 1, seq, seq), not a shape read from a tensor at run
+    time, whose fresh sizes would reach every op downstream."""
+    mod = from_onnx(_expand_as_torch_exports_it(placeholder))
+    f = mod["main"]
+    batch, seq = f.params[0].type.shape
+    out = f.bindings[-1].var.type
+    assert out.shape[0] is batch and out.shape[1] == 1 and out.shape[2] is seq and out.shape[3] is seq
+    ops = [b.value.op for b in f.bindings if isinstance(b.value, Call)]
+    assert "equal" not in ops and "where" not in ops, ops
+    rng = np.random.default_rng(0)
+    for b, n in ((1, 3), (2, 5)):
+        x = np.zeros((b, n), np.int64)
+        mask = rng.random((n, n)) < 0.5
+        (y,) = run(mod, {"x": x, "mask": mask})
+        np.testing.assert_array_equal(y, np.broadcast_to(mask, (b, 1, n, n)))
+
+
 def test_every_unsupported_op_is_listed_once_with_opset_and_first_node():
     nodes = [
         helper.make_node("Relu", ["x"], ["r"], name="ok"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tcc.ir.expr import Dim, as_dim, binop, prove_equal
+from tcc.ir.facts import bounds
 
 _INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
 
@@ -192,11 +193,19 @@ def _equal(ctx, node):
         x, y = a[0][k if len(a[0]) > 1 else 0], b[0][k if len(b[0]) > 1 else 0]
         if prove_equal(x, y):
             out.append(True)
-        elif isinstance(x, int) and isinstance(y, int):
+        elif (isinstance(x, int) and isinstance(y, int)) or _apart(x, y):
             out.append(False)
         else:
             return None
     return out, a[1] and b[1], "bool"
+
+
+def _apart(x: Dim, y: Dim) -> bool:
+    """Whether the facts' ranges of `x` and `y` do not meet: a size against -1, the value
+    torch's exporters compare every dimension of an expand's shape with."""
+    (xlo, xhi), (ylo, yhi) = bounds(x), bounds(y)
+    return (xhi is not None and ylo is not None and xhi < ylo) or (
+        yhi is not None and xlo is not None and yhi < xlo)
 
 
 def _where(ctx, node):
