@@ -406,6 +406,14 @@ def _simplify_opaque(op: str, pa: _Poly, pb: _Poly, dtype: str) -> _Poly:
         if diff is not None:
             pick_a = (diff <= 0) if op == "min" else (diff >= 0)
             return pa if pick_a else pb
+        # absorption: max(a, min(a, b)) == a == min(a, max(a, b)); a slice `x[:, :seq]` of
+        # a 256-long buffer broadcast against seq gives max(seq, min(seq, 256))
+        dual = "max" if op == "min" else "min"
+        for this, other in ((pa, pb), (pb, pa)):
+            inner = _single_atom(other)
+            if (isinstance(inner, BinOp) and inner.op == dual
+                    and this in (_to_poly(inner.a), _to_poly(inner.b))):
+                return this
     if op in ("floordiv", "floormod") and cb is not None and cb > 0:
         if cb == 1:
             return pa if op == "floordiv" else {}

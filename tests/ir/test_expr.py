@@ -41,6 +41,9 @@ n, m = Var("n"), Var("m")
         (max_expr(n + 1, n), n + 1),
         (min_expr(n + 1, n), n),
         ((n + m) // (n + m), 1),
+        # absorption: a slice x[:, :n] of a 256-long buffer, broadcast against n
+        (max_expr(max_expr(n, max_expr(min_expr(n, 256), n)), min_expr(n, 256)), n),
+        (min_expr(max_expr(m, n * 2), n * 2), n * 2),
     ],
 )
 def test_simplifies_to_canonical_form(expr, expected):
@@ -72,6 +75,7 @@ def test_constants_fold_to_ints():
 
 def test_unknown_relations_stay_symbolic():
     assert not prove_equal(n, m)
+    assert not prove_equal(max_expr(min_expr(n + 1, 4), n), n)  # n + 1 is not n
     assert not isinstance(as_dim((n + 5) % 4), int)
 
 
