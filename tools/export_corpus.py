@@ -167,6 +167,42 @@ def whisper_encoder():
     return WhisperEncoder(cfg), ins
 
 
+def bloom():
+    from transformers import BloomConfig, BloomModel
+
+    # ALiBi: position biases built from the attention mask's cumulative sum, no position ids
+    cfg = BloomConfig(vocab_size=1000, hidden_size=64, n_layer=2, n_head=4, use_cache=False)
+    return BloomModel(cfg), text(1000)
+
+
+def gpt_neox():
+    from transformers import GPTNeoXConfig, GPTNeoXModel
+
+    # rotary embeddings over a quarter of each head, attention and MLP in parallel
+    cfg = GPTNeoXConfig(vocab_size=1000, max_position_embeddings=256, use_cache=False,
+                        **_tiny())
+    return GPTNeoXModel(cfg), text(1000)
+
+
+def falcon():
+    from transformers import FalconConfig, FalconModel
+
+    # multi-query attention (one key/value head for all query heads)
+    cfg = FalconConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, use_cache=False)
+    return FalconModel(cfg), text(1000)
+
+
+def mobilevit():
+    from transformers import MobileViTConfig, MobileViTModel
+
+    # convolutions, then attention over unfolded patches: the legacy exporter computes the
+    # patch grid with Ceil in float, so its reshapes take run-time shapes
+    cfg = MobileViTConfig(image_size=64, hidden_sizes=[32, 48, 64],
+                          neck_hidden_sizes=[8, 16, 24, 32, 40, 48, 160])
+    return MobileViTModel(cfg), image(64)
+
+
 def lstm_lm():
     import torch
 
@@ -201,6 +237,10 @@ MODELS = {
     "convnext_legacy": (convnext, "legacy", 17),
     "segformer_legacy": (segformer, "legacy", 17),
     "whisper_encoder_legacy": (whisper_encoder, "legacy", 17),
+    "bloom_legacy": (bloom, "legacy", 17),
+    "gpt_neox_dynamo": (gpt_neox, "dynamo", 18),
+    "falcon_dynamo": (falcon, "dynamo", 18),
+    "mobilevit_legacy": (mobilevit, "legacy", 17),
 }
 # PyTorch programs (torch.export, saved with torch.export.save as NAME.pt2) of the same
 # builders, for the PyTorch frontend: name -> builder
