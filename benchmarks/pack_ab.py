@@ -21,14 +21,13 @@ import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
 from export_corpus import default_dir, example_inputs  # noqa: E402
 
-from benchmarks.tuning import cpu_name, runs_per_round  # noqa: E402
+from benchmarks.torch_vs_onnx import close, race  # noqa: E402
+from benchmarks.tuning import cpu_name  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -54,19 +53,13 @@ def main(argv=None) -> int:
         runner.set_num_threads(args.threads)
         runners.append(runner)
     outs = [r(feeds) for r in runners]
-    for got, want in zip(outs[1], outs[0]):
-        atol = 1e-4 * max(float(np.max(np.abs(want))), 1.0)
-        if got.shape != want.shape or not np.allclose(got, want, rtol=1e-3, atol=atol):
-            print(f"{args.b} does not compute what {args.a} does; no time counts")
-            return 1
-    runs = max(runs_per_round(r, feeds, args, args.rounds) for r in runners)
-    medians: tuple[list, list] = ([], [])
-    for k in range(args.rounds):
-        for i in ((0, 1) if k % 2 == 0 else (1, 0)):
-            medians[i].append(runners[i].bench(feeds, runs)[0])
+    if not all(close(got, want) for got, want in zip(outs[1], outs[0])):
+        print(f"{args.b} does not compute what {args.a} does; no time counts")
+        return 1
+    medians = race((runners[0], feeds), (runners[1], feeds), args)
     ratios = [b / a for a, b in zip(*medians)]
     print(f"CPU: {cpu_name()}; threads {args.threads}; {args.model} at batch {args.batch}, "
-          f"seq {args.seq}; tccrt, {args.rounds} rounds of {runs} runs")
+          f"seq {args.seq}; tccrt, {args.rounds} rounds")
     for name, m in zip(("A", "B"), medians):
         print(f"{name}: {statistics.median(m):.4f} ms (rounds {min(m):.4f}-{max(m):.4f})")
     print(f"B/A: {statistics.median(ratios):.3f} (rounds {min(ratios):.3f}-{max(ratios):.3f})")
