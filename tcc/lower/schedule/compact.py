@@ -20,9 +20,12 @@ and a loop whose body reads the buffer before writing it.
 Otherwise it relies on what the schedule primitives keep: each iteration writes the
 elements it later reads (compute_at, reverse_compute_at, cache_read and cache_write build
 exactly that). A dimension whose box is not a constant smaller than the buffer keeps its
-size, unshifted; a buffer that would not have a constant size inside the loop stays in its
-block (shrunk to what all its accesses touch), so no loop allocates memory per iteration.
-The computed result is unchanged.
+size, unshifted. A buffer that would not have a constant size inside the loop goes into
+the outermost parallel loop instead, whose iterations are threads' tasks large enough that
+allocating memory in each is noise (a softmax's exps over a symbolic row length: a row
+group's rows, not the whole tensor); without one it stays in its block (shrunk to what all
+its accesses touch), so no other loop allocates memory per iteration. The computed result
+is unchanged.
 
 Run it once scheduling is done, on the scheduled PrimFunc, right before code generation:
 the schedule primitives work on buffers allocated in blocks and do not expect the
@@ -102,8 +105,8 @@ def _private_to(scope: str, loop: T.For) -> bool:
         scope == "shared" and tag.startswith("blockIdx"))
 
 
-def _home(found: list[R.Access]) -> T.For | None:
-    """The innermost loop around every access that may hold the allocation."""
+def _homes(found: list[R.Access]) -> list[T.For]:
+    """The loops around every access that may hold the allocation, innermost first."""
     carrying = _carrying_loops(found)
     candidates: list[T.For] = []
     scope = found[0].region.buffer.scope
@@ -111,17 +114,23 @@ def _home(found: list[R.Access]) -> T.For | None:
         if id(loop.var) in carrying or (loop.kind in _PINNED and not _private_to(scope, loop)):
             break
         candidates.append(loop)
-    return next((f for f in reversed(candidates) if _writes_first(found, f)), None)
+    return [f for f in reversed(candidates) if _writes_first(found, f)]
 
 
 def _plan(buf: T.Buffer, found: list[R.Access]) -> _Plan | None:
     """Where `buf` goes and its shape there; None when nothing changes. It moves into a
-    loop only at a constant size (free to allocate per iteration), else it is only shrunk
-    where it is."""
-    home = _home(found)
-    plan = _plan_at(buf, found, home)
-    if home is not None and (plan is None or any(not isinstance(d, int) for d in plan.shape)):
-        plan = _plan_at(buf, found, None)
+    loop at a constant size (free to allocate per iteration); at a size known only at run
+    time, into the outermost parallel loop (each iteration a thread's task, large enough
+    that the allocation is noise); else it is only shrunk where it is."""
+    homes = _homes(found)
+    plan = _plan_at(buf, found, homes[0] if homes else None)
+    if homes and (plan is None or any(not isinstance(d, int) for d in plan.shape)):
+        outermost = homes[-1]
+        plan = None
+        if outermost.kind is T.ForKind.PARALLEL:
+            plan = _plan_at(buf, found, outermost)
+        if plan is None or plan.shape == tuple(buf.shape):
+            plan = _plan_at(buf, found, None)
     if plan is None or (plan.loop is None and plan.shape == tuple(buf.shape)):
         return None
     return plan

@@ -216,6 +216,52 @@ def rows_of_n(A: Buffer((4, n), "float32"), C: Buffer((4, n), "float32")):
 
 
 @prim_func
+def parallel_rows_of_n(A: Buffer((4, n), "float32"), C: Buffer((4, n), "float32")):
+    with block("root"):
+        T = alloc_buffer((4, n), "float32")
+        reads()
+        writes()
+        for i in parallel(0, 4):
+            for j in serial(0, n):
+                with block("P"):
+                    vi = axis.spatial(4, i)
+                    vj = axis.spatial(n, j)
+                    reads(A[vi, vj])
+                    writes(T[vi, vj])
+                    T[vi, vj] = A[vi, vj] * 2.0
+            for k in serial(0, n):
+                with block("Q"):
+                    vi = axis.spatial(4, i)
+                    vk = axis.spatial(n, k)
+                    reads(T[vi, vk])
+                    writes(C[vi, vk])
+                    C[vi, vk] = T[vi, vk] + 1.0
+
+
+@prim_func
+def parallel_rows_of_n_compacted(A: Buffer((4, n), "float32"), C: Buffer((4, n), "float32")):
+    with block("root"):
+        reads()
+        writes()
+        for i in parallel(0, 4):
+            with allocate((1, n), "float32") as T:
+                for j in serial(0, n):
+                    with block("P"):
+                        vi = axis.spatial(4, i)
+                        vj = axis.spatial(n, j)
+                        reads(A[vi, vj])
+                        writes(T[vi - i, vj])
+                        T[vi - i, vj] = A[vi, vj] * 2.0
+                for k in serial(0, n):
+                    with block("Q"):
+                        vi = axis.spatial(4, i)
+                        vk = axis.spatial(n, k)
+                        reads(T[vi - i, vk])
+                        writes(C[vi, vk])
+                        C[vi, vk] = T[vi - i, vk] + 1.0
+
+
+@prim_func
 def lanes(A: Buffer((8,), "float32"), C: Buffer((8,), "float32")):
     with block("root"):
         T = alloc_buffer((8,), "float32")
@@ -289,11 +335,14 @@ FUNCS = prims(CASES)
         # a dimension as small as the box still gets its offset: the index becomes a
         # constant (vb - b with vb = b), which a register tile needs
         "unit_batch",
+        # a row of symbolic length: each iteration of the parallel loop, a thread's task,
+        # allocates its own (a serial loop would allocate at every iteration: rows_of_n)
+        "parallel_rows_of_n",
     ],
 )
 def test_golden(name):
     assert_compacts_to(FUNCS[name], FUNCS[f"{name}_compacted"])
-    arrays = arrays_for(FUNCS[name], np.random.default_rng(0))
+    arrays = arrays_for(FUNCS[name], np.random.default_rng(0), {"n": 5})
     got = outputs_of(FUNCS[f"{name}_compacted"], arrays)
     np.testing.assert_array_equal(got[-1], outputs_of(FUNCS[name], arrays)[-1])
 
@@ -308,6 +357,16 @@ def test_golden(name):
 )
 def test_a_buffer_stays_where_moving_it_would_not_keep_the_result_or_pay(name):
     assert_compacts_to(FUNCS[name], FUNCS[name])
+
+
+def test_a_row_of_symbolic_length_in_a_parallel_loop_keeps_the_result_through_the_cpu_codegen():
+    # each worker's iterations allocate and free their row on the heap
+    funcs = {"f": FUNCS["parallel_rows_of_n_compacted"]}
+    a = np.random.default_rng(0).standard_normal((4, 37)).astype(np.float32)
+    c = np.zeros_like(a)
+    with load_cpu_library(compile_prim_funcs(funcs).shared_object) as lib:
+        lib.call("f", [a, c])
+    np.testing.assert_array_equal(c, a * np.float32(2.0) + np.float32(1.0))
 
 
 # -- results ------------------------------------------------------------------------------------
