@@ -16,11 +16,12 @@ same for every lane reads through a safe address when no lane is active, and any
 load refuses the plan (it would be a gather touching masked-off lanes).
 A select that loads in a branch (padding) and whose condition differs between lanes runs
 both branches with their loads masked to the lanes that choose them, so every load under
-it must be contiguous: a masked vector load never touches a masked-off lane, where the
-index may be out of bounds, but a lane-by-lane gather or a uniform load would. A load of
-one element known to be in bounds (`BufferLoad.at_fixed_element`: a scalar operand, as in
-`select(isnan(x), c, x)`) needs no mask and may be uniform. Anything else is left to LLVM's
-loop vectorizer.
+it must be contiguous or the same for every lane: a masked vector load never touches a
+masked-off lane, where the index may be out of bounds, and a uniform load reads an address
+some active lane reads (through a safe address when none is active), but a lane-by-lane
+gather would touch them all. A load of one element known to be in bounds
+(`BufferLoad.at_fixed_element`: a scalar operand, as in `select(isnan(x), c, x)`) needs no
+mask. Anything else is left to LLVM's loop vectorizer.
 """
 
 from __future__ import annotations
@@ -220,16 +221,15 @@ def plan_vector(loop: T.For) -> VectorPlan | None:
 
     unmaskable: list[E.BufferLoad] = []  # loads a lane mask would have to limit
 
-    # `masked`: under a lane-varying select's branch (only contiguous loads), or under a
-    # guard (contiguous loads, and uniform ones, which read through a safe address when no
-    # lane is active); None: every lane runs
+    # `masked`: under a lane-varying select's branch or under a guard (contiguous loads, and
+    # uniform ones, which read through a safe address when no lane is active); None: every
+    # lane runs
     def collect_loads(e: E.PrimExpr, masked: str | None = None) -> None:
         if isinstance(e, E.BufferLoad):
             flat = flat_index(e.buffer, e.indices, rename)
             loads.append((e.buffer, flat))
             kind = access_kind(flat, u)
-            allowed = ("contiguous", "uniform") if masked == "guard" else ("contiguous",)
-            if masked and kind not in allowed and not e.at_fixed_element():
+            if masked and kind not in ("contiguous", "uniform") and not e.at_fixed_element():
                 unmaskable.append(e)
         if isinstance(e, E.Select) and E.uses(e.cond, loop.var):
             collect_loads(e.cond, masked)

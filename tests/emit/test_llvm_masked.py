@@ -135,9 +135,9 @@ def concat(A: Buffer((5,), "{dt}"), B: Buffer((11,), "{dt}"), C: Buffer((16,), "
 
 
 @prim_func
-def uniform(A: Buffer((16,), "{dt}"), S: Buffer((n,), "{dt}"), C: Buffer((16,), "{dt}")):
+def uniform(A: Buffer((16,), "{dt}"), S: Buffer((n,), "{dt}"), C: Buffer((16,), "{dt}"), k: int64):
     for i in vectorized(0, 16):
-        C[i] = select(i >= 8, A[i] + S[n - 1], A[i])
+        C[i] = select(i >= k, A[i] + S[n + k - 16], A[i])
 
 
 @prim_func
@@ -162,12 +162,22 @@ def test_both_branches_and_nested_selects_load_only_their_lanes(dtype):
     np.testing.assert_array_equal(c, np.concatenate([a, tail]))
 
 
-def test_a_uniform_load_under_a_lane_mask_keeps_the_scalar_loop():
-    """`S[n - 1]` is one address for all lanes, in bounds only when n > 0: no masked vector
-    load covers it, so the loop stays scalar rather than loading it for lanes that do not
-    choose it."""
-    body = compute_ir(parse_module(CONCAT.format(dt="float32")).prim_funcs, "uniform")
-    assert MASKED_LOAD not in body and not VECTOR_STORE.search(body)
+def test_a_uniform_load_under_a_lane_mask_is_read_only_when_a_lane_chooses_it():
+    """`S[n + k - 16]` is one address for all lanes, in bounds (for k >= 16 - n) exactly
+    when some lane chooses its branch (k <= 15): the loop runs as vector code, reading it
+    where a lane is active and through a safe address where none is (k = 16: S[n] is past
+    the end of S, on a page that cannot be read)."""
+    funcs = parse_module(CONCAT.format(dt="float32")).prim_funcs
+    body = compute_ir(funcs, "uniform")
+    assert VECTOR_STORE.search(body)
+    a = RNG.standard_normal(16).astype(np.float32)
+    s = before_guard_page(RNG.standard_normal(7).astype(np.float32))
+    with load_cpu_library(compile_prim_funcs(funcs).shared_object) as lib:
+        for k in (16, 15, 9):
+            c = np.zeros(16, np.float32)
+            lib.call("uniform", [a, s, c, np.array(k, np.int64)])
+            want = np.where(np.arange(16) >= k, a + (s[7 + k - 16] if k <= 15 else 0), a)
+            np.testing.assert_array_equal(c, want)
 
 
 def test_a_scalar_operand_under_a_lane_mask_is_loaded_for_all_lanes():

@@ -123,13 +123,14 @@ def _loads(e: E.PrimExpr) -> list[E.BufferLoad]:
 
 def guarded_load_along(stage: Stage, var: E.Var) -> bool:
     """True when a select whose condition changes with `var` loads in a branch (padding) at
-    other than unit stride along `var`: only the chosen branch may load, and the backend
-    masks a contiguous load per lane (llvm.masked.load) but runs any other guarded load as a
-    scalar loop, unless it reads one element known to be in bounds."""
+    other than unit or zero stride along `var`: only the chosen branch may load, and the
+    backend masks a contiguous load per lane (llvm.masked.load) and reads a load the same
+    for every lane once, but runs any other guarded load as a scalar loop, unless it reads
+    one element known to be in bounds."""
     for x in subexprs(stage.store.value):
         if isinstance(x, E.Select) and E.uses(x.cond, var):
             guarded = [*_loads(x.true_value), *_loads(x.false_value)]
-            if any(stride(ld, var) != 1 and not ld.at_fixed_element() for ld in guarded):
+            if any(stride(ld, var) not in (0, 1) and not ld.at_fixed_element() for ld in guarded):
                 return True
     return False
 
