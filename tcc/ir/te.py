@@ -684,13 +684,13 @@ def scalar_params(func: T.PrimFunc) -> tuple[E.Var, ...]:
 # inlining
 
 
-def inline_injective(outputs: Sequence[Tensor]) -> list[Tensor]:
+def inline_injective(outputs: Sequence[Tensor], keep: Sequence[Tensor] = ()) -> list[Tensor]:
     """The te program computing `outputs` with every intermediate stage that is not a
     reduction substituted at its load sites (its body with its indices replaced by the
-    load's), so it gets no buffer of its own; placeholders, reductions and the outputs stay
-    stages. The listed tensors come back in order (a new tensor where its body changed), and
-    the given tensors are not changed."""
-    listed = {id(t) for t in outputs}
+    load's), so it gets no buffer of its own; placeholders, reductions, the outputs and the
+    stages in `keep` stay stages. The listed tensors come back in order (a new tensor where
+    its body changed), and the given tensors are not changed."""
+    listed = {id(t) for t in (*outputs, *keep)}
     new: dict[int, Tensor] = {}  # stage or placeholder (by buffer id) -> its tensor now
     inlined: dict[int, tuple] = {}  # buffer id -> (axis, rewritten body) of an inlined stage
     for t in _topo_order(outputs):

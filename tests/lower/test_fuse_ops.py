@@ -254,8 +254,9 @@ def fused_exp_reduce_sum_log_kernel(in0: Buffer((n, 4), "float32"), log_: Buffer
 
 
 def test_views_opaque_ops_and_injective_epilogues_stay_apart():
-    # relu -> reshape (a view) -> exp -> softmax (opaque) -> relu; matmul -> transpose (an
-    # injective op is no epilogue: the schedule could not compute it in place).
+    # relu -> reshape (a view) -> exp -> softmax (opaque: no prologue joins it) -> log (an
+    # opaque op); matmul -> transpose (an injective op is no epilogue: the schedule could
+    # not compute it in place).
     same = '''
 @function(inputs=["x", "w"], outputs=["y", "z"])
 def main(x: Tensor((2, 6), "float32"), w: Tensor((6, 3), "float32")) -> Tuple(Tensor((3, 4), "float32"), Tensor((3, 2), "float32")):
@@ -263,10 +264,116 @@ def main(x: Tensor((2, 6), "float32"), w: Tensor((6, 3), "float32")) -> Tuple(Te
     b: Tensor((3, 4), "float32") = op.reshape(a, shape=[3, 4])
     c: Tensor((3, 4), "float32") = op.exp(b)
     d: Tensor((3, 4), "float32") = op.softmax(c, axes=[1])
-    y: Tensor((3, 4), "float32") = op.relu(d)
+    y: Tensor((3, 4), "float32") = op.hardmax(d, axes=[1])
     m: Tensor((2, 3), "float32") = op.matmul(x, w)
     z: Tensor((3, 2), "float32") = op.transpose(m, axes=[1, 0])
     return y, z
+'''
+    verify(same, same)
+
+
+SOFTMAX_NAN_TO_ZERO = '''
+constants = {"zero": Tensor((1,), "float32")}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((n, 40), "float32")) -> Tensor((n, 40), "float32"):
+    s: Tensor((n, 40), "float32") = op.softmax(x, axes=[1])
+    nan: Tensor((n, 40), "bool") = op.is_nan(s)
+    y: Tensor((n, 40), "float32") = op.where(nan, const("zero"), s)
+    return y
+'''
+
+
+def test_a_softmax_anchors_its_epilogue_and_keeps_its_own_stages():
+    # The exporters' where(isnan(p), 0, p) reads the softmax twice and joins it as the last
+    # stage; the exps keep their stage (inlined, each would be computed twice).
+    verify(
+        SOFTMAX_NAN_TO_ZERO,
+        '''
+constants = {"zero": Tensor((1,), "float32")}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((n, 40), "float32")) -> Tensor((n, 40), "float32"):
+    y: Tensor((n, 40), "float32") = call_tir("fused_softmax_is_nan_where_kernel", [x, const("zero")], out=Tensor((n, 40), "float32"))
+    return y
+
+@prim_func(attrs={"origins": ("s", "nan", "y")})
+def fused_softmax_is_nan_where_kernel(in0: Buffer((n, 40), "float32"), in1: Buffer((1,), "float32"), where: Buffer((n, 40), "float32")):
+    with block("root"):
+        softmax_max = alloc_buffer((n,), "float32")
+        softmax_exp = alloc_buffer((n, 40), "float32")
+        softmax_sum = alloc_buffer((n,), "float32")
+        reads()
+        writes()
+        for i0 in serial(0, n):
+            for r1 in serial(0, 40):
+                with block("softmax_max"):
+                    v_i0 = axis.spatial(n, i0)
+                    v_r1 = axis.reduce(40, r1)
+                    reads(in0[v_i0, v_r1])
+                    writes(softmax_max[v_i0])
+                    with init():
+                        softmax_max[v_i0] = float32("-inf")
+                    softmax_max[v_i0] = max(softmax_max[v_i0], in0[v_i0, v_r1])
+        for i0_1 in serial(0, n):
+            for i1 in serial(0, 40):
+                with block("softmax_exp"):
+                    v_i0_1 = axis.spatial(n, i0_1)
+                    v_i1 = axis.spatial(40, i1)
+                    reads(in0[v_i0_1, v_i1], softmax_max[v_i0_1])
+                    writes(softmax_exp[v_i0_1, v_i1])
+                    softmax_exp[v_i0_1, v_i1] = exp(in0[v_i0_1, v_i1] - softmax_max[v_i0_1])
+        for i0_2 in serial(0, n):
+            for r1_1 in serial(0, 40):
+                with block("softmax_sum"):
+                    v_i0_2 = axis.spatial(n, i0_2)
+                    v_r1_1 = axis.reduce(40, r1_1)
+                    reads(softmax_exp[v_i0_2, v_r1_1])
+                    writes(softmax_sum[v_i0_2])
+                    with init():
+                        softmax_sum[v_i0_2] = 0.0
+                    softmax_sum[v_i0_2] = softmax_sum[v_i0_2] + softmax_exp[v_i0_2, v_r1_1]
+        for i0_3 in serial(0, n):
+            for i1_1 in serial(0, 40):
+                with block("where"):
+                    v_i0_3 = axis.spatial(n, i0_3)
+                    v_i1_1 = axis.spatial(40, i1_1)
+                    reads(softmax_exp[v_i0_3, v_i1_1], softmax_sum[v_i0_3], in1[0])
+                    writes(where[v_i0_3, v_i1_1])
+                    where[v_i0_3, v_i1_1] = select(isnan(softmax_exp[v_i0_3, v_i1_1] / softmax_sum[v_i0_3]), in1[0], softmax_exp[v_i0_3, v_i1_1] / softmax_sum[v_i0_3])
+''',
+    )
+
+
+@pytest.mark.parametrize("rows", [1, 19])
+def test_a_softmax_with_its_epilogue_computes_the_bits_of_the_two_kernels(rows, tmp_path):
+    # Scheduled and compiled, the fused kernel gives exactly what the softmax kernel and the
+    # where kernel give, rows of -inf (a NaN softmax, zeroed) and NaN included.
+    mod = parse_module(SOFTMAX_NAN_TO_ZERO)
+    mod.const_values["zero"] = np.zeros(1, np.float32)
+    x = random(rows, 40) * 30
+    x[0, :] = -np.inf
+    x[-1, 7] = np.nan
+    assert "fused_softmax_is_nan_where_kernel" in fuse_ops(mod).functions
+    (tmp_path / "fused").mkdir()
+    (tmp_path / "apart").mkdir()
+    fused = compiled(fuse_ops(mod), tmp_path / "fused")["main"](x)[0]
+    apart = compiled(mod, tmp_path / "apart")["main"](x)[0]
+    assert fused.tobytes() == apart.tobytes()
+    assert not np.isnan(fused).any() and (fused[0] == 0).all()
+
+
+def test_a_softmax_stays_apart_from_a_broadcasting_epilogue_and_when_returned():
+    # softmax -> add broadcast to a larger shape: each softmax element would be computed
+    # once per batch; a softmax also returned is a kernel output.
+    same = '''
+@function(inputs=["x", "b"], outputs=["y", "s2", "r"])
+def main(x: Tensor((3, 4), "float32"), b: Tensor((2, 3, 4), "float32")) -> Tuple(Tensor((2, 3, 4), "float32"), Tensor((3, 4), "float32"), Tensor((3, 4), "float32")):
+    s: Tensor((3, 4), "float32") = op.softmax(x, axes=[1])
+    y: Tensor((2, 3, 4), "float32") = op.add(s, b)
+    s2: Tensor((3, 4), "float32") = op.softmax(x, axes=[0])
+    r: Tensor((3, 4), "float32") = op.relu(s2)
+    return y, s2, r
 '''
     verify(same, same)
 

@@ -17,10 +17,15 @@ shapes join groups of injective ops that move data (transposes, layout transform
 chain of them through views is one kernel (ShuffleNet's channel shuffle, layout transforms
 around reshape -> transpose -> reshape: three kernels, one pass over memory each, became
 one); a view next to elementwise code, and views with fewer than two such ops to join,
-stay views (which move nothing: a transform's own kernel keeps simple indices). Ops without
-a loop program, opaque ops and calls with tuple operands or results are never grouped;
-singletons stay op calls for legalization. In the merged PrimFunc the non-reduction
-intermediate stages are inlined, and reductions keep their own stage.
+stay views (which move nothing: a transform's own kernel keeps simple indices). A row
+kernel (softmax, log_softmax: opaque, several stages of its own) anchors an epilogue of
+elementwise and broadcast ops of its result's shape, which may read that result more than
+once (the exporters' `where(isnan(p), 0, p)` after an attention softmax): they become its
+last stage, so the row rule writes the rows once, and the row kernel's own stages stay as
+its loop program has them. Ops without a loop program, other opaque ops and calls with
+tuple operands or results are never grouped; singletons stay op calls for legalization. In
+the merged PrimFunc the non-reduction intermediate stages are inlined (but for a row
+kernel's own), and reductions keep their own stage.
 Structurally equal PrimFuncs are shared, and each records in its "origins" attribute the
 bindings merged into it (so profiles name the model's nodes). Preserves every function's
 parameters, returned values and numerics; the input module is not changed.
@@ -49,6 +54,9 @@ MAX_GROUP = 32
 # position buckets, 17 ops with a log, fused into the per-head gather: four times over).
 MAX_RECOMPUTED_OPS = 4
 MAX_NAME_OPS = 4  # op names spelled out in a fused kernel's name
+# Opaque ops whose loop program is a row kernel that keeps its shape: they anchor an
+# epilogue of their shape, which the row rule computes as the rows' last pass
+ROW_ANCHORS = frozenset({"softmax", "log_softmax"})
 
 
 def _kind(b: G.Binding) -> Pattern | None:
@@ -61,11 +69,11 @@ def _kind(b: G.Binding) -> Pattern | None:
         # reshapes fused into their transposes ran 1.8x slower than the views
         return None
     op = get_op(v.op)
-    if op.compute is None or op.pattern > Pattern.OUT_FUSABLE:
+    if op.compute is None or (op.pattern > Pattern.OUT_FUSABLE and v.op not in ROW_ANCHORS):
         return None
     if any(a is not None and not isinstance(G.type_of(a), G.TensorType) for a in v.args):
         return None
-    return op.pattern
+    return Pattern.OUT_FUSABLE if v.op in ROW_ANCHORS else op.pattern
 
 
 def _view_beside_computation(p: G.Binding, pk: Pattern, c: G.Binding, ck: Pattern) -> bool:
@@ -79,21 +87,23 @@ def _view_beside_computation(p: G.Binding, pk: Pattern, c: G.Binding, ck: Patter
     return False
 
 
-def _users(fn: G.Function) -> dict[int, int]:
-    """Variable (by id) -> how many bindings read it, plus one when the function returns it."""
-    count: dict[int, int] = {}
-    for b in fn.bindings:
+def _users(fn: G.Function) -> dict[int, list[int | None]]:
+    """Variable (by id) -> the indices of the bindings that read it, and None when the
+    function returns it."""
+    users: dict[int, list[int | None]] = {}
+    for i, b in enumerate(fn.bindings):
         for key in {id(v) for v in G.used_vars(b.value)}:
-            count[key] = count.get(key, 0) + 1
+            users.setdefault(key, []).append(i)
     for key in {id(v) for v in G.used_vars(fn.ret)}:
-        count[key] = count.get(key, 0) + 1
-    return count
+        users.setdefault(key, []).append(None)
+    return users
 
 
 @dataclasses.dataclass
 class _Group:
     members: list[int]  # binding indices
     anchors: int
+    row: bool = False  # its anchor is a row kernel (ROW_ANCHORS)
 
 
 def _may_join(producer: Pattern, consumer: Pattern, pg: _Group, cg: _Group) -> bool:
@@ -105,6 +115,24 @@ def _may_join(producer: Pattern, consumer: Pattern, pg: _Group, cg: _Group) -> b
     if pg.anchors:  # an epilogue of the anchor: the schedule computes it in place
         return consumer <= Pattern.BROADCAST
     return producer <= Pattern.INJECTIVE and consumer <= Pattern.INJECTIVE
+
+
+def _only_users(readers: list, consumer: int, pg: _Group, cg: _Group, produced: G.Type,
+                consumed: G.Type) -> bool:
+    """Whether the producer group `pg`'s result may join the consumer's group: the consumer
+    is its one reader; a row kernel's, only into an epilogue of its shape, where every
+    reader may be in the consumer's group (the function does not return it)."""
+    if not pg.row:
+        return readers == [consumer]
+    if None in readers or not _same_shape(produced, consumed):
+        return False
+    return all(r == consumer or r in cg.members for r in readers)
+
+
+def _same_shape(a: G.Type, b: G.Type) -> bool:
+    return (isinstance(a, G.TensorType) and isinstance(b, G.TensorType)
+            and len(a.shape) == len(b.shape)
+            and all(prove_equal(x, y) for x, y in zip(a.shape, b.shape)))
 
 
 def _expands(producer: G.Type, consumer: G.Type) -> bool:
@@ -128,22 +156,28 @@ def _groups(fn: G.Function) -> list[list[int]]:
     kinds = [_kind(b) for b in fn.bindings]
     users = _users(fn)
     index = {id(b.var): i for i, b in enumerate(fn.bindings)}
-    group_of = [_Group([i], int(k in ANCHORS)) for i, k in enumerate(kinds)]
+    group_of = [_Group([i], int(k in ANCHORS), fn.bindings[i].value.op in ROW_ANCHORS
+                       if k is not None else False) for i, k in enumerate(kinds)]
     for c, b in enumerate(fn.bindings):
         if kinds[c] is None:
             continue
-        for a in dict.fromkeys(a for a in b.value.args if isinstance(a, G.Var)):
+        args = dict.fromkeys(a for a in b.value.args if isinstance(a, G.Var))
+        # operands read once first: `where(isnan(p), 0, p)` takes in `isnan(p)` before `p`
+        for a in sorted(args, key=lambda a: len(users.get(id(a), ())) > 1):
             p = index.get(id(a))
-            if p is None or kinds[p] is None or users.get(id(a)) != 1:
+            if p is None or kinds[p] is None:
+                continue
+            pg, cg = group_of[p], group_of[c]
+            if not _only_users(users.get(id(a), ()), c, pg, cg, a.type, b.var.type):
                 continue
             if _view_beside_computation(fn.bindings[p], kinds[p], fn.bindings[c], kinds[c]):
                 continue
-            pg, cg = group_of[p], group_of[c]
             if len(pg.members) > MAX_RECOMPUTED_OPS and _expands(a.type, b.var.type):
                 continue
             if _may_join(kinds[p], kinds[c], pg, cg):
                 cg.members += pg.members
                 cg.anchors += pg.anchors
+                cg.row = cg.row or pg.row
                 for i in pg.members:
                     group_of[i] = cg
     unique = {id(g): g for g in group_of}.values()
@@ -188,6 +222,7 @@ def _group_prim_func(members: list[G.Binding], operands: list[G.Expr]) -> PrimFu
     loop program (an op refuses these operand types, or a size variable would be unknown)."""
     holders = placeholders([G.type_of(a) for a in operands])
     tensors = {_operand_key(a): h for a, h in zip(operands, holders)}
+    kept: list[te.Tensor] = []  # a row kernel's own elementwise stages (softmax's exps)
     for b in members:
         args = [None if a is None else tensors[_operand_key(a)] for a in b.value.args]
         try:
@@ -196,12 +231,30 @@ def _group_prim_func(members: list[G.Binding], operands: list[G.Expr]) -> PrimFu
             return None
         if len(outs) != 1:  # a loop program of several outputs
             return None
+        if b.value.op in ROW_ANCHORS:
+            kept += _own_stages(outs[0], args)
         tensors[_operand_key(b.var)] = outs[0]
-    (result,) = te.inline_injective([tensors[_operand_key(members[-1].var)]])
+    (result,) = te.inline_injective([tensors[_operand_key(members[-1].var)]], keep=kept)
     try:
         return te.create_prim_func([*holders, result])
     except ShapeError:  # the group has no single loop program
         return None
+
+
+def _own_stages(out: te.Tensor, args: list) -> list[te.Tensor]:
+    """The elementwise stages of one op's loop program: between its operands `args` and
+    its result `out`, neither reductions nor the result."""
+    operands = {id(a) for a in args if a is not None}
+    found, stack, seen = [], list(out.inputs), set()
+    while stack:
+        t = stack.pop()
+        if id(t) in seen or id(t) in operands or t.is_placeholder:
+            continue
+        seen.add(id(t))
+        if not isinstance(t.body, te.Reduce):
+            found.append(t)
+        stack.extend(t.inputs)
+    return found
 
 
 def _kernel_hint(ops: list[str]) -> str:
