@@ -8,7 +8,7 @@ from onnx import helper
 
 from tcc.frontend.onnx import find_unsupported, from_onnx
 from tcc.ir.errors import FrontendError
-from tcc.ir.expr import Var
+from tcc.ir.expr import Var, prove_equal
 from tcc.ir.graph import Call
 from tcc.ir.interp import run
 
@@ -110,6 +110,48 @@ def test_an_expand_shape_with_placeholders_folds_to_the_sizes(placeholder):
         mask = rng.random((n, n)) < 0.5
         (y,) = run(mod, {"x": x, "mask": mask})
         np.testing.assert_array_equal(y, np.broadcast_to(mask, (b, 1, n, n)))
+
+
+def test_float_arithmetic_on_a_static_size_folds_into_the_reshape():
+    """MobileViT's legacy export computes its patch grid as int(ceil(h / 2.0) * 2) in float
+    from the feature map's static height, beside the symbolic batch: the float chain folds
+    at import, so the Reshape gets (batch * 16, 2, 4, 2), not sizes read at run time."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+        helper.make_node("Gather", ["s", "i2"], ["h"], axis=0),
+        helper.make_node("Cast", ["h"], ["hf"], to=TP.FLOAT),
+        helper.make_node("Div", ["hf", "two_f"], ["half"]),
+        helper.make_node("Ceil", ["half"], ["up"]),
+        helper.make_node("Mul", ["up", "two_f"], ["grid_f"]),
+        helper.make_node("Cast", ["grid_f"], ["grid"], to=TP.INT64),
+        helper.make_node("Div", ["grid", "two"], ["patches"]),
+        helper.make_node("Mul", ["b", "sixteen"], ["rows"]),
+        helper.make_node("Unsqueeze", ["rows", "ax0"], ["rows1"]),
+        helper.make_node("Unsqueeze", ["patches", "ax0"], ["patches1"]),
+        helper.make_node("Concat", ["rows1", "two1", "patches1", "two1"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["y"]),
+    ]
+    inits = [
+        helper.make_tensor("i0", TP.INT64, [], [0]),
+        helper.make_tensor("i2", TP.INT64, [], [2]),
+        helper.make_tensor("two_f", TP.FLOAT, [], [2.0]),
+        helper.make_tensor("two", TP.INT64, [], [2]),
+        helper.make_tensor("sixteen", TP.INT64, [], [16]),
+        helper.make_tensor("ax0", TP.INT64, [1], [0]),
+        helper.make_tensor("two1", TP.INT64, [1], [2]),
+    ]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TP.FLOAT, ["batch", 4, 8, 8])],
+               [helper.make_tensor_value_info("y", TP.FLOAT, None)], inits)
+    mod = from_onnx(m)
+    f = mod["main"]
+    (batch,) = [d for d in f.params[0].type.shape if not isinstance(d, int)]
+    out = f.bindings[-1].var.type
+    assert prove_equal(out.shape[0], batch * 16) and list(out.shape[1:]) == [2, 4, 2], out
+    assert [b.value.op for b in f.bindings if isinstance(b.value, Call)] == ["reshape"]
+    x = np.random.default_rng(0).standard_normal((3, 4, 8, 8)).astype(np.float32)
+    (y,) = run(mod, {"x": x})
+    np.testing.assert_array_equal(y, x.reshape(48, 2, 4, 2))
 
 
 def test_every_unsupported_op_is_listed_once_with_opset_and_first_node():

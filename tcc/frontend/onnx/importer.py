@@ -93,6 +93,11 @@ class ImportContext:
             v: Expr = self.mod.add_constant(const_name, np.asarray(arr, order="C"))
         elif name in self.sym:
             dims, scalar, dtype = self.sym[name]
+            if all(isinstance(d, int) for d in dims):
+                # a constant, which the converters that take it fold at import (MobileViT's
+                # patch grid, ceil(8 / 2.0) * 2 in float, computed from a static size)
+                self.known[name] = self.known_array(name)
+                return self.value(name)
             v = self.bb.emit("shape_to_tensor", dims=list(dims), scalar=scalar, dtype=dtype, name=name)
         elif name in self.initializers:
             self.known[name] = _initializer_array(self.initializers[name])
