@@ -29,7 +29,9 @@ internal compute function built here, statement by statement:
   them, so each thread has its own copy. LLVM's SROA then promotes a register tile whose
   indices unrolling makes constant (what `compact_buffers` in tcc.lower.schedule makes of a
   micro-kernel's accumulator) to registers. Others are malloc'd where their scope begins
-  and freed where it ends.
+  and freed where it ends; but one that every iteration of a parallel loop allocates
+  before any loop of its own, at a size the iteration does not change, is malloc'd once by
+  each worker for its share of the iterations.
 
 The module is built with llvmlite.ir, parsed and verified, optimized at O3 with the new pass
 manager, and emitted for the target machine. Everything is named by counters in build order,
@@ -143,6 +145,8 @@ class _KernelGen(ExprEmitter):
         self._offsets: dict[tuple, tuple] = {}  # see _lane_offset
         self._tile: TileContext | None = None  # the unrolled loop whose gathers may be tiles
         self.open_loops = 0  # loops around the code being emitted, in its function
+        # allocations a parallel loop's worker made once for all its iterations (_per_worker)
+        self.per_worker: dict[int, tuple[T.Allocate, ir.Value]] = {}
 
     # -- functions and frames ------------------------------------------------------------------
 
@@ -380,32 +384,73 @@ class _KernelGen(ExprEmitter):
             self.env[u] = lanes
 
     def _allocate(self, s: T.Allocate) -> None:
+        hit = self.per_worker.get(id(s))
+        if hit is not None and hit[0] is s:
+            self.bufs[s.buffer] = hit[1]
+            self.stmt(s.body)
+            del self.bufs[s.buffer]
+            return
         free = self._alloc(s.buffer)
         self.stmt(s.body)
         self._release(s.buffer, free)
 
+    def _per_worker(self, s: T.For) -> None:
+        """Heap buffers that every iteration of the parallel loop `s` allocates before any
+        loop of its own, at a size the iteration does not change (a softmax row group's exps
+        over a symbolic row length): allocated once by the worker, before its share of the
+        iterations, and used by each (`_allocate`), instead of a malloc and a free each."""
+        found: list[T.Allocate] = []
+
+        def visit(node) -> None:
+            if isinstance(node, T.SeqStmt):
+                for x in node.stmts:
+                    visit(x)
+            elif isinstance(node, T.IfThenElse):
+                visit(node.then_case)
+                if node.else_case is not None:
+                    visit(node.else_case)
+            elif isinstance(node, T.Allocate):
+                count = _element_count(node.buffer)
+                sized = all(v in self.env for v in E.free_vars([count]))
+                if sized and not self._on_stack(node.buffer, count):
+                    found.append(node)
+                visit(node.body)
+
+        visit(s.body)
+        for node in found:
+            taken = [ptr for _, ptr in self.per_worker.values()]
+            ptr = self._heap(node.buffer, _element_count(node.buffer), taken)
+            self.per_worker[id(node)] = (node, ptr)
+
+    def _on_stack(self, buf: T.Buffer, count: E.PrimExpr) -> bool:
+        nbytes = _size_bytes(mem_type(buf.dtype, f"buffer {buf.name!r}"))
+        return isinstance(count, E.IntImm) and count.value * nbytes <= STACK_LIMIT_BYTES
+
     def _alloc(self, buf: T.Buffer) -> bool:
         """Give `buf` storage; True when it is on the heap (and must be freed)."""
         elem = mem_type(buf.dtype, f"buffer {buf.name!r}")
-        count: E.PrimExpr = E.IntImm(1, "int64")
-        for d in buf.shape:
-            count = E.simplify(
-                E.BinOp("mul", count, E.const(d) if isinstance(d, int) else d, "int64")
-            )
-        nbytes = _size_bytes(elem)
-        if isinstance(count, E.IntImm) and count.value * nbytes <= STACK_LIMIT_BYTES:
+        count = _element_count(buf)
+        if self._on_stack(buf, count):
             self.bufs[buf] = self.alloca(ir.ArrayType(elem, max(count.value, 1)))
             self.stack_bufs[buf] = count.value
             return False
+        self.bufs[buf] = self._heap(buf, count)
+        return True
+
+    def _heap(self, buf: T.Buffer, count: E.PrimExpr, taken=()) -> ir.Value:
+        """`count` elements of `buf`'s type from malloc; without memory the kernel fails,
+        freeing `taken` first."""
+        nbytes = _size_bytes(mem_type(buf.dtype, f"buffer {buf.name!r}"))
         size = self.b.mul(self.expr_as(count, "int64"), I64(nbytes))
         size = self.b.select(self.b.icmp_signed("<", size, I64(1)), I64(1), size)
         ptr = self.b.call(self.rt.malloc, [size])
         with self.b.if_then(self.b.icmp_unsigned("==", ptr, ir.Constant(PTR, None)), likely=False):
+            for other in taken:
+                self.b.call(self.rt.free, [other])
             self.fail(
                 f"out of memory allocating %lld bytes for buffer {fmt_text(repr(buf.name))}", size
             )
-        self.bufs[buf] = ptr
-        return True
+        return ptr
 
     def _release(self, buf: T.Buffer, heap: bool) -> None:
         if heap:
@@ -729,6 +774,8 @@ class _KernelGen(ExprEmitter):
         hi = b.add(lo, chunk)
         hi = b.select(b.icmp_signed("<", hi, extent), hi, extent)
         start = self.expr_as(s.min, "int64")
+        outer, self.per_worker = self.per_worker, {}
+        self._per_worker(s)
 
         def body(i):
             self.env[s.var] = self.convert(b.add(start, i), "int64", s.var.dtype)
@@ -737,6 +784,16 @@ class _KernelGen(ExprEmitter):
             self.open_loops += 1
 
         self.loop(lo, hi, body)
+        for _, ptr in self.per_worker.values():
+            b.call(self.rt.free, [ptr])
+        self.per_worker = outer
+
+
+def _element_count(buf: T.Buffer) -> E.PrimExpr:
+    count: E.PrimExpr = E.IntImm(1, "int64")
+    for d in buf.shape:
+        count = E.simplify(E.BinOp("mul", count, E.const(d) if isinstance(d, int) else d, "int64"))
+    return count
 
 
 def nest_work(s: T.Stmt, inner: frozenset = frozenset()) -> E.PrimExpr | None:

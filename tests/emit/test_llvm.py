@@ -559,6 +559,52 @@ def test_a_small_buffer_inside_a_loop_is_one_entry_block_alloca():
             np.testing.assert_allclose(b, want, rtol=1e-5)
 
 
+ROWS_PER_ITERATION = """
+@prim_func
+def rows(A: Buffer((m, n), "float32"), B: Buffer((m, n), "float32")):
+    for i in parallel(0, m):
+        if i % 2 == 0:
+            with allocate((n,), "float32") as row:
+                for j in serial(0, n):
+                    row[j] = A[i, j] * 2.0
+                for j in serial(0, n):
+                    B[i, j] = row[j] + 1.0
+        else:
+            with allocate((n,), "float32") as other:
+                for j in serial(0, n):
+                    other[j] = A[i, j] * 3.0
+                with allocate((i + 1,), "float32") as grown:
+                    grown[i] = 1.0
+                    for j in serial(0, n):
+                        B[i, j] = other[j] + grown[i]
+"""
+
+
+def _malloc_calls(block) -> int:
+    return sum(1 for ins in block.instructions
+               if ins.opname == "call" and ins.callee.name == "malloc")
+
+
+def test_a_row_each_parallel_iteration_allocates_is_allocated_once_per_worker():
+    """A heap buffer that every iteration of a parallel loop allocates before a loop of its
+    own, at a size the iteration does not change, is malloc'd once in the worker, before its
+    iterations (both branches' rows); one whose size depends on the iteration is not."""
+    module = build_module(parse_module(ROWS_PER_ITERATION).prim_funcs, parse_target("llvm"))[0]
+    blocks = module.get_global("rows.parallel0.body").blocks
+    loop = next(k for k, b in enumerate(blocks) if b.name == "loop")  # the worker's iterations
+    assert sum(_malloc_calls(b) for b in blocks[:loop]) == 2
+    assert sum(_malloc_calls(b) for b in blocks[loop:]) == 1
+    with load(ROWS_PER_ITERATION) as lib:
+        for m, n in ((1, 5), (7, 33), (64, 3)):
+            a = rand(m, n)
+            b = np.zeros_like(a)
+            lib.set_num_threads(2)
+            lib.call("rows", [a, b])
+            lib.set_num_threads(0)
+            odd = np.arange(m)[:, None] % 2 == 1
+            np.testing.assert_array_equal(b, np.where(odd, a * np.float32(3) + 1, a * np.float32(2) + 1))
+
+
 # ---------------------------------------------------------------------------------------------
 # expressions and dtypes
 
