@@ -418,9 +418,7 @@ class _KernelGen(ExprEmitter):
 
         visit(s.body)
         for node in found:
-            taken = [ptr for _, ptr in self.per_worker.values()]
-            ptr = self._heap(node.buffer, _element_count(node.buffer), taken)
-            self.per_worker[id(node)] = (node, ptr)
+            self.per_worker[id(node)] = (node, self._heap(node.buffer, _element_count(node.buffer)))
 
     def _on_stack(self, buf: T.Buffer, count: E.PrimExpr) -> bool:
         nbytes = _size_bytes(mem_type(buf.dtype, f"buffer {buf.name!r}"))
@@ -437,15 +435,15 @@ class _KernelGen(ExprEmitter):
         self.bufs[buf] = self._heap(buf, count)
         return True
 
-    def _heap(self, buf: T.Buffer, count: E.PrimExpr, taken=()) -> ir.Value:
+    def _heap(self, buf: T.Buffer, count: E.PrimExpr) -> ir.Value:
         """`count` elements of `buf`'s type from malloc; without memory the kernel fails,
-        freeing `taken` first."""
+        a parallel loop's worker first freeing what it allocated for all its iterations."""
         nbytes = _size_bytes(mem_type(buf.dtype, f"buffer {buf.name!r}"))
         size = self.b.mul(self.expr_as(count, "int64"), I64(nbytes))
         size = self.b.select(self.b.icmp_signed("<", size, I64(1)), I64(1), size)
         ptr = self.b.call(self.rt.malloc, [size])
         with self.b.if_then(self.b.icmp_unsigned("==", ptr, ir.Constant(PTR, None)), likely=False):
-            for other in taken:
+            for _, other in self.per_worker.values():
                 self.b.call(self.rt.free, [other])
             self.fail(
                 f"out of memory allocating %lld bytes for buffer {fmt_text(repr(buf.name))}", size

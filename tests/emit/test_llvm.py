@@ -1049,6 +1049,16 @@ def hog_parallel(A: Buffer((4,), "float32"), m: int64):
             tmp = alloc_buffer((m,), "float32")
             tmp[0] = A[1]
             A[i] = tmp[cast("int64", A[2])]
+
+
+@prim_func
+def hog_rows(S: Buffer((2,), "float32"), A: Buffer((4,), "float32"), m: int64, h: int64):
+    for i in parallel(0, 4):
+        with allocate((m,), "float32") as small:
+            with allocate((h,), "float32") as big:
+                small[0] = S[1]
+                big[0] = small[cast("int64", S[0])]
+                A[i] = big[cast("int64", S[0])]
 """
     huge = np.array(1 << 60, np.int64)  # 2**62 bytes: more than any address space
     with load(src) as lib:
@@ -1065,6 +1075,15 @@ def hog_parallel(A: Buffer((4,), "float32"), m: int64):
             match="hog_parallel: out of memory allocating a buffer inside parallel loop 'i'",
         ):
             lib.call("hog_parallel", [a, huge])
+        # each worker allocates both rows once, before its iterations; the second fails
+        ok, s = np.array(8, np.int64), np.array([0, 7], np.float32)
+        lib.call("hog_rows", [s, a, ok, ok])
+        assert (a == 7).all()
+        with pytest.raises(
+            KernelError,
+            match="hog_rows: out of memory allocating a buffer inside parallel loop 'i'",
+        ):
+            lib.call("hog_rows", [s, a, ok, huge])
 
 
 def test_no_shared_object_without_a_c_compiler(monkeypatch):
