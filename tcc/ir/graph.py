@@ -449,6 +449,12 @@ def _varying(fn: Function, first_param: int, first_out: int, n: int) -> set:
     return out
 
 
+def same_shape(a: Type, b: Type) -> bool:
+    """Whether `a` and `b` are tensor types whose shapes are provably equal."""
+    return (isinstance(a, TensorType) and isinstance(b, TensorType) and a.ndim == b.ndim
+            and all(prove_equal(x, y) for x, y in zip(a.shape, b.shape)))
+
+
 def join_types(a: Type, b: Type, what: str) -> Type:
     """The type of a value that is either of type `a` or of type `b` (a dimension they
     disagree on becomes a fresh size variable)."""

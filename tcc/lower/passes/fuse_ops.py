@@ -124,15 +124,9 @@ def _only_users(readers: list, consumer: int, pg: _Group, cg: _Group, produced: 
     reader may be in the consumer's group (the function does not return it)."""
     if not pg.row:
         return readers == [consumer]
-    if None in readers or not _same_shape(produced, consumed):
+    if None in readers or not G.same_shape(produced, consumed):
         return False
     return all(r == consumer or r in cg.members for r in readers)
-
-
-def _same_shape(a: G.Type, b: G.Type) -> bool:
-    return (isinstance(a, G.TensorType) and isinstance(b, G.TensorType)
-            and len(a.shape) == len(b.shape)
-            and all(prove_equal(x, y) for x, y in zip(a.shape, b.shape)))
 
 
 def _expands(producer: G.Type, consumer: G.Type) -> bool:
@@ -156,8 +150,8 @@ def _groups(fn: G.Function) -> list[list[int]]:
     kinds = [_kind(b) for b in fn.bindings]
     users = _users(fn)
     index = {id(b.var): i for i, b in enumerate(fn.bindings)}
-    group_of = [_Group([i], int(k in ANCHORS), fn.bindings[i].value.op in ROW_ANCHORS
-                       if k is not None else False) for i, k in enumerate(kinds)]
+    group_of = [_Group([i], int(k in ANCHORS), k is not None and b.value.op in ROW_ANCHORS)
+                for i, (k, b) in enumerate(zip(kinds, fn.bindings))]
     for c, b in enumerate(fn.bindings):
         if kinds[c] is None:
             continue

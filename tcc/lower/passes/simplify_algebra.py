@@ -80,8 +80,7 @@ Rule = Callable[[G.Call, G.Type, _Scope], G.Expr | None]
 
 def _same_type(a: G.Type, b: G.Type) -> bool:
     if isinstance(a, G.TensorType) and isinstance(b, G.TensorType):
-        return (a.dtype == b.dtype and a.ndim == b.ndim
-                and all(prove_equal(x, y) for x, y in zip(a.shape, b.shape)))
+        return a.dtype == b.dtype and G.same_shape(a, b)
     return a == b
 
 

@@ -105,8 +105,10 @@ def _private_to(scope: str, loop: T.For) -> bool:
         scope == "shared" and tag.startswith("blockIdx"))
 
 
-def _homes(found: list[R.Access]) -> list[T.For]:
-    """The loops around every access that may hold the allocation, innermost first."""
+def _candidates(found: list[R.Access]) -> list[T.For]:
+    """The loops around every access that carry none of the buffer's values, outermost
+    first: each may hold the allocation where the buffer is written first in it
+    (`_writes_first`)."""
     carrying = _carrying_loops(found)
     candidates: list[T.For] = []
     scope = found[0].region.buffer.scope
@@ -114,7 +116,7 @@ def _homes(found: list[R.Access]) -> list[T.For]:
         if id(loop.var) in carrying or (loop.kind in _PINNED and not _private_to(scope, loop)):
             break
         candidates.append(loop)
-    return [f for f in reversed(candidates) if _writes_first(found, f)]
+    return candidates
 
 
 def _plan(buf: T.Buffer, found: list[R.Access]) -> _Plan | None:
@@ -122,10 +124,11 @@ def _plan(buf: T.Buffer, found: list[R.Access]) -> _Plan | None:
     loop at a constant size (free to allocate per iteration); at a size known only at run
     time, into the outermost parallel loop (each iteration a thread's task, large enough
     that the allocation is noise); else it is only shrunk where it is."""
-    homes = _homes(found)
-    plan = _plan_at(buf, found, homes[0] if homes else None)
-    if homes and (plan is None or any(not isinstance(d, int) for d in plan.shape)):
-        outermost = homes[-1]
+    candidates = _candidates(found)
+    home = next((f for f in reversed(candidates) if _writes_first(found, f)), None)
+    plan = _plan_at(buf, found, home)
+    if home is not None and (plan is None or any(not isinstance(d, int) for d in plan.shape)):
+        outermost = next(f for f in candidates if _writes_first(found, f))
         plan = None
         if outermost.kind is T.ForKind.PARALLEL:
             plan = _plan_at(buf, found, outermost)
