@@ -21,9 +21,12 @@ Each transform element is a sum over the tile, done one axis and then the other:
 input transform V[a, b] = sum over j of B^T[b, j] * (sum over i of B^T[a, i] * d[i, j]). The
 coefficients are selects on the element's position in the tile (`a`, `b` in the input
 transform; `h % 4`, `w % 4` in the output transform) and a term whose coefficient is zero
-is a select that yields -0.0 without loading its entry (adding -0.0 changes no sum). The
-elementwise rule unrolls those positions next to the vector lanes and the backend emits
-only the branch each copy takes, so every select is decided at compile time and the -0.0
+is a select that yields -0.0 without loading its entry (adding -0.0 changes no sum). Only a
+column with a zero somewhere is tested, by one or two comparisons (its nonzero rows are a
+run), and a coefficient of 1 is no product: scheduling and code generation walk the
+expression once per unrolled copy, so its size is compile time. The elementwise rule
+unrolls those positions next to the vector lanes and the backend emits only the branch
+each copy takes, so every select is decided at compile time and the -0.0
 terms fold away: what runs is the nonzero terms (3 or 4 per inner sum in the input
 transform, 4 or 5 in the output transform), and the copies that share a position share
 its inner sums, which LLVM computes once. A 64-channel 56 x 56 input transform ran 1.42 ms
@@ -136,22 +139,49 @@ def _input_ref(x, *, padding):
 
 def _position_sum(pos_a, pos_b, rows, value, dtype: str):
     """sum over j of rows[pos_b][j] * (sum over i of rows[pos_a][i] * value(i, j)), for row
-    positions known only as expressions. Each term is a select on the positions that yields
-    the entry times its coefficient, or -0.0 where the coefficient is zero (adding -0.0
+    positions known only as expressions. Each term is the entry times its coefficient, in a
+    select on the positions that yields -0.0 where the coefficient is zero (adding -0.0
     changes no sum), so once the positions are unrolled only the nonzero terms are left. The
     inner sums depend on `pos_a` alone: the unrolled copies that share it compute the same
     values, which LLVM computes once (the transform done one axis, then the other)."""
+    tests: dict = {}  # one object per test, shared by every term that makes it
+
+    def equal(pos, k: int):
+        key = (id(pos), k)
+        if key not in tests:
+            tests[key] = te.equal(pos, k)
+        return tests[key]
+
     def is_row(pos, rows_with):
-        cond = None
-        for k in rows_with:
-            c = te.equal(pos, k)
-            cond = c if cond is None else te.logical_or(cond, c)
+        """Whether `pos` (one of the rows) is one of `rows_with`, None where it always is: a
+        run of rows (all those of these matrices) is one or two comparisons."""
+        key = (id(pos), tuple(rows_with))
+        if key in tests:
+            return tests[key]
+        lo, hi = rows_with[0], rows_with[-1]
+        if rows_with != list(range(lo, hi + 1)):
+            cond = None
+            for k in rows_with:
+                cond = equal(pos, k) if cond is None else te.logical_or(cond, equal(pos, k))
+        elif lo == hi:
+            cond = equal(pos, lo)
+        else:
+            after = None if lo == 0 else te.greater_equal(pos, lo)
+            before = None if hi == len(rows) - 1 else te.less_equal(pos, hi)
+            cond = before if after is None else after if before is None else \
+                te.logical_and(after, before)
+        tests[key] = cond
         return cond
 
-    def coefficient(pos, column: int):
-        out = te.const(float(rows[-1][column]), dtype)
-        for k in range(len(rows) - 2, -1, -1):
-            out = te.if_then_else(te.equal(pos, k), te.const(float(rows[k][column]), dtype), out)
+    def coefficient(pos, column: int, rows_with):
+        """The column's entry at row `pos`, one of `rows_with`: a constant where those rows
+        agree, None where it is 1 (x * 1.0 is x, so the product is left out)."""
+        values = [float(rows[k][column]) for k in rows_with]
+        if len(set(values)) == 1:
+            return None if values[0] == 1.0 else te.const(values[0], dtype)
+        out = te.const(values[-1], dtype)
+        for k, v in zip(reversed(rows_with[:-1]), reversed(values[:-1])):
+            out = te.if_then_else(equal(pos, k), te.const(v, dtype), out)
         return out
 
     def weighted_sum(pos, terms):
@@ -160,8 +190,12 @@ def _position_sum(pos_a, pos_b, rows, value, dtype: str):
             used = [k for k, r in enumerate(rows) if r[column]]
             if not used or term is None:
                 continue
-            term = te.if_then_else(is_row(pos, used), term * coefficient(pos, column),
-                                   te.const(-0.0, dtype))
+            coef = coefficient(pos, column, used)
+            if coef is not None:
+                term = term * coef
+            cond = is_row(pos, used)
+            if cond is not None:
+                term = te.if_then_else(cond, term, te.const(-0.0, dtype))
             total = term if total is None else total + term
         return total
 

@@ -81,6 +81,29 @@ def test_output_transform_loop_program(height, width, bias):
                                height=height, width=width)
 
 
+@pytest.mark.parametrize("op, shape, attrs", [
+    ("winograd_input_nchwc", (1, 2, 8, 8, 8), {"padding": [1, 1, 1, 1]}),
+    ("winograd_output_nchwc", (6, 6, 1, 2, 2, 2, 8), {"height": 8, "width": 8}),
+])
+def test_transforms_test_a_position_only_where_a_coefficient_is_zero(op, shape, attrs):
+    """Every unrolled copy walks the transform's expression (scheduling and code generation
+    both), so it holds no select that always takes one branch: a column whose rows are a run
+    is tested by one or two comparisons, not an `or` per row, and a column nonzero at every
+    position by none."""
+    from tcc.ir import expr as E
+    from tcc.ir.tir import BufferStore
+    from tcc.lower.legalize import op_prim_func
+    from tcc.lower.rules.analysis import subexprs
+    from tcc.lower.schedule.state import walk
+
+    func = op_prim_func(op, [f32(*shape)], attrs)
+    stores = [loc.stmt for loc in walk(func.body) if isinstance(loc.stmt, BufferStore)]
+    found = [x for s in stores for x in subexprs(s.value)]
+    assert not [x for x in found if isinstance(x, E.Logic) and x.op == "or"]
+    assert not [x for x in found if isinstance(x, E.BinOp) and x.op == "mul"
+                and isinstance(x.b, E.FloatImm) and x.b.value == 1.0]
+
+
 def f32(*shape):
     return TensorType(shape, "float32")
 
