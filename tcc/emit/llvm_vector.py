@@ -111,10 +111,29 @@ def flat_index(buffer: T.Buffer, indices, rename: dict | None = None) -> E.PrimE
     return E.simplify(flat)
 
 
+def _linear_step(flat: E.PrimExpr, u: E.Var) -> int | None:
+    """How much `flat` (in normal form: a sum of monomials) grows when `u` grows by one,
+    where `u` appears only as a term `u` or `u * c`; None where it appears otherwise."""
+    if isinstance(flat, E.BinOp) and flat.op in ("add", "sub"):
+        a, b = _linear_step(flat.a, u), _linear_step(flat.b, u)
+        if a is None or b is None:
+            return None
+        return a + b if flat.op == "add" else a - b
+    if flat is u:
+        return 1
+    if (isinstance(flat, E.BinOp) and flat.op == "mul" and flat.a is u
+            and isinstance(flat.b, E.IntImm)):
+        return flat.b.value
+    return 0 if not E.uses(flat, u) else None
+
+
 def access_kind(flat: E.PrimExpr, u: E.Var) -> str:
     """'uniform', 'contiguous' (offset grows by one with `u`) or 'gather'."""
     if not E.uses(flat, u):
         return "uniform"
+    step = _linear_step(flat, u)
+    if step is not None:  # the usual case, without simplifying the offset again
+        return "contiguous" if step == 1 else "gather"
     step = rewrite(
         flat, lambda v: E.BinOp("add", u, E.IntImm(1, "int64"), "int64") if v is u else None
     )
