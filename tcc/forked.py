@@ -14,6 +14,11 @@ import os
 from collections.abc import Callable, Sequence
 
 _BATCH: list = [None, ()]  # the function and the items of the map in progress
+# A child's first generation is collected after this many new container objects instead of
+# Python's 700: building a kernel allocates IR and llvmlite objects by the hundred thousand,
+# most of them freed by reference counting, and the collections cost ResNet-50's kernels
+# 0.31-0.94 s of 4.1-5.3 s on one core, 0.10-0.15 s with this (gen0 threshold 20,000).
+CHILD_GC_THRESHOLD = 20_000
 
 
 def available_cores() -> int:
@@ -22,6 +27,10 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def _child_start() -> None:
+    gc.set_threshold(CHILD_GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def _call(index: int):
@@ -44,7 +53,8 @@ def forked_map(function: Callable, items: Sequence, jobs: int, serial_below: int
     # kernels): frozen, it is out of their view and its pages are not copied on write.
     gc.freeze()
     try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, len(items))) as pool:
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(items)),
+                                                     initializer=_child_start) as pool:
             return pool.map(_call, range(len(items)), chunksize=chunksize)
     finally:
         gc.unfreeze()

@@ -23,3 +23,19 @@ def test_results_come_back_in_order():
 def test_inside_a_pool_worker_the_map_runs_in_that_worker():
     with multiprocessing.get_context("fork").Pool(1) as pool:
         assert pool.apply(_map_in_worker, (6,)) == [x * x for x in range(6)]
+
+
+def _gen0_threshold(_) -> int:
+    import gc
+
+    return gc.get_threshold()[0]
+
+
+def test_children_collect_garbage_less_often_and_the_caller_keeps_its_setting():
+    import gc
+
+    from tcc.forked import CHILD_GC_THRESHOLD
+
+    before = gc.get_threshold()
+    assert forked_map(_gen0_threshold, [0, 1, 2], jobs=2) == [CHILD_GC_THRESHOLD] * 3
+    assert gc.get_threshold() == before
