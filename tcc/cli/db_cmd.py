@@ -11,7 +11,7 @@ from rich.table import Table
 
 from tcc.errors import TccError
 from tcc.infile import not_a_file
-from tcc.tune.database import Database, best_record, merge
+from tcc.tune.database import Database, best_record, default_latency, merge
 
 
 @click.group("db")
@@ -31,8 +31,9 @@ def _warn(problems: list[str]) -> None:
 def show_command(db: Path):
     """The best record of each workload and target (the one `tcc compile --db` applies),
     with its speedup over the default schedule, measured alongside it; its time is the
-    default's divided by that speedup. Targets are shown by kind and CPU; the database
-    holds their full strings."""
+    default's divided by that speedup, the default's the median of all its measurements
+    (its own and those beside each candidate). Targets are shown by kind and CPU; the
+    database holds their full strings."""
     why = not_a_file(db)
     if why:
         raise TccError(f"{db}: {why}")
@@ -48,8 +49,7 @@ def show_command(db: Path):
         ok = [r for r in records if r.latency is not None]
         found = best_record(records)
         best = found[0] if found else None
-        defaults = [r.latency for r in ok if r.default]
-        default = min(defaults) if defaults else None
+        default = default_latency(records)
         speedup = f"{1 / found[1]:.2f}x" if default and found else "-"
         # the best at the pace the default was measured at: its own latency may have been
         # taken while the machine ran slower or faster

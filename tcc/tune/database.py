@@ -208,6 +208,16 @@ def relative_latencies(records: list[Record]) -> list[tuple[Record, float]]:
     return out
 
 
+def default_latency(records: list[Record]) -> float | None:
+    """The default schedule's latency as the tuner counts it: the median of every time of it
+    the records hold, its own records' repeats and the repeats measured beside each candidate
+    (`baseline`); None when there is none. One measurement taken while the machine was busy
+    (a 2 us kernel timed at 8 ms, three repeats) is outvoted by the candidates' pairs."""
+    times = [t for r in records if r.status == "ok"
+             for t in (r.seconds if r.default else r.baseline)]
+    return statistics.median(times) if times else None
+
+
 def best_record(records: list[Record]) -> tuple[Record, float] | None:
     """The record of least relative latency, with it, among the confirmed ones and the
     default when any is confirmed, else among all (the first of equals); when none has a

@@ -138,6 +138,24 @@ def test_db_show_and_merge(tmp_path):
     assert r.exit_code == 2 and "missing.db: no such file" in r.output
 
 
+def test_db_show_times_the_default_by_all_its_measurements(tmp_path):
+    """A default timed once while the machine was busy (8 ms for a kernel of microseconds)
+    does not set the table's times: every candidate measured the default beside it."""
+    lowered, target = _lowered()
+    (func,) = lowered.prim_funcs.values()
+    db = Database(tmp_path / "a.db")
+    trace = _hand_record(func, target).trace
+    db.append(Record(workload_key(func), target, trace, (8e-3, 8e-3, 8e-3), default=True))
+    for _ in range(2):
+        db.append(Record(workload_key(func), target, trace, (2e-6, 2e-6, 2e-6),
+                         baseline=(5e-6, 5e-6, 5e-6)))
+    r = CliRunner().invoke(cli, ["db", "show", str(tmp_path / "a.db")])
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if workload_key(func)[:12] in line)
+    assert "0.005" in row and "0.002" in row and "2.50x" in row, row
+    assert "8.000" not in row
+
+
 @pytest.mark.parametrize("command", ["compile", "emit"])
 def test_a_missing_database_is_a_one_line_error(tmp_path, command):
     source = _onnx(tmp_path)
