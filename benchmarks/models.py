@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/models.py [--runs 20] [--rounds 5] [--threads 2]
                                           [--models resnet50,bert] [--optimize-off] [--corpus]
+                                          [--seq 128]
 
 Both run in this process, on the same seeded inputs and thread count; tcc's C runtime and
 onnxruntime alternate in rounds (`--rounds`), so that a shared machine's drift reaches
@@ -16,7 +17,8 @@ wrong answer never counts. Each row also gives the kernel calls of one
 inference (counted by the VM's profiler). `--optimize-off` adds the same model compiled
 without the graph passes (`tcc compile --no-optimize`): its latency and kernel calls.
 `--corpus` adds the real exports of `make corpus` (tools/export_corpus.py; those found in
-$TCC_CORPUS_DIR or ~/.cache/tcc/corpus) at batch 1, sequence 128, 16000 audio frames.
+$TCC_CORPUS_DIR or ~/.cache/tcc/corpus) at batch 1, sequence 128 (`--seq`), 16000 audio
+frames.
 Each row names the model's slowest kernel and its share of a run (the Python runtime's
 profiler), and the last line gives the geomean of the tcc/ort ratios.
 """
@@ -193,7 +195,10 @@ def main(argv=None) -> int:
     p.add_argument("--optimize-off", action="store_true",
                    help="also time the model compiled without the graph passes")
     p.add_argument("--corpus", action="store_true", help="add the real exports of `make corpus`")
+    p.add_argument("--seq", type=int, default=CORPUS_SIZES["seq"],
+                   help="the corpus exports' sequence length (their position tables hold 256)")
     args = p.parse_args(argv)
+    CORPUS_SIZES["seq"] = args.seq
     import onnxruntime as ort
 
     import tcc
