@@ -26,15 +26,15 @@ column with a zero somewhere is tested, by one or two comparisons (its nonzero r
 run), and a coefficient of 1 is no product: scheduling and code generation walk the
 expression once per unrolled copy, so its size is compile time. The elementwise rule
 unrolls those positions next to the vector lanes and the backend emits only the branch
-each copy takes, so every select is decided at compile time and the -0.0
-terms fold away: what runs is the nonzero terms (3 or 4 per inner sum in the input
-transform, 4 or 5 in the output transform), and the copies that share a position share
-its inner sums, which LLVM computes once. A 64-channel 56 x 56 input transform ran 1.42 ms
-with the selects at run time, 0.07-0.09 ms unrolled (2 threads of an Intel Xeon). Its
-loads are guarded only where a tap can fall in the padding or past the input's end (the
-first and last rows and columns of taps): guarding all 36 made it 3.3x slower. A guarded
-tap is a select in straight-line code (the backend reads a zero constant in place of an
-out-of-bounds address), so the copies' loads of one tap merge into one.
+each copy takes, so every select is decided at compile time and the -0.0 terms fold away:
+what runs is the nonzero terms (3 or 4 per inner sum in the input transform, 4 or 5 in the
+output transform), and the copies that share a position share its inner sums, which LLVM
+computes once. A 64-channel 56 x 56 input transform ran 1.42 ms with the selects at run
+time, 0.07-0.09 ms unrolled (2 threads of an Intel Xeon). Its loads are guarded only where
+a tap can fall in the padding or past the input's end (the first and last rows and columns
+of taps): guarding all 36 made it 3.3x slower. A guarded tap is a select in straight-line
+code (the backend reads a zero constant in place of an out-of-bounds address), so the
+copies' loads of one tap merge into one.
 
 Error: the transforms scale values by up to 8 x 8 (A) and 5 x 5 (B) and divide by up to
 24 (G), so rounding grows with them. Compiled, in float32 throughout, one conv's largest
