@@ -208,13 +208,17 @@ def relative_latencies(records: list[Record]) -> list[tuple[Record, float]]:
     return out
 
 
+def default_times(records: list[Record]) -> list[float]:
+    """Every time of the default schedule the records hold: its own records' repeats and the
+    repeats measured beside each candidate (`baseline`)."""
+    return [t for r in records if r.status == "ok" for t in (r.seconds if r.default else r.baseline)]
+
+
 def default_latency(records: list[Record]) -> float | None:
-    """The default schedule's latency as the tuner counts it: the median of every time of it
-    the records hold, its own records' repeats and the repeats measured beside each candidate
-    (`baseline`); None when there is none. One measurement taken while the machine was busy
-    (a 2 us kernel timed at 8 ms, three repeats) is outvoted by the candidates' pairs."""
-    times = [t for r in records if r.status == "ok"
-             for t in (r.seconds if r.default else r.baseline)]
+    """The default schedule's latency as the tuner counts it: the median of `default_times`,
+    None when there is none. One measurement taken while the machine was busy (a 2 us kernel
+    timed at 8 ms, three repeats) is outvoted by the candidates' pairs."""
+    times = default_times(records)
     return statistics.median(times) if times else None
 
 

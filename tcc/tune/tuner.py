@@ -44,7 +44,13 @@ from tcc.ir.module import IRModule
 from tcc.lower.schedule import ScheduleError
 from tcc.lower.schedule.trace import Trace
 from tcc.tune.cost_model import CostModel
-from tcc.tune.database import Database, Record, best_record, relative_latencies
+from tcc.tune.database import (
+    Database,
+    Record,
+    best_record,
+    default_times,
+    relative_latencies,
+)
 from tcc.tune.measure import KernelBench, LocalRunner, _time_calls
 from tcc.tune.search import SEARCHES, TaskSpace, point_key
 from tcc.tune.space import decisions_of
@@ -146,10 +152,9 @@ class Tuner:
                 continue
             state.space.measured[key] = ratio
             state.trials += 1
-            self._saw_default(state, r.seconds if r.default and r.latency is not None
-                              else r.baseline if r.status == "ok" else ())
             if ratio is not None:
                 kept.append((ratio, point))
+        self._saw_default(state, default_times(records))
         self._settle_best(state)
         best = best_record(records)
         if not state.confirmations and best is not None and best[1] < 1.0:
