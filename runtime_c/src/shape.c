@@ -45,7 +45,15 @@ const char *tccrt_shape_program_problem(const int64_t *p, size_t n, size_t slots
   return NULL;
 }
 
-static tccrt_status_t shape_overflow(void) {
+/* A value of a shape program that could not be computed: why, kept beside the value and
+ * reported only if the dimension's result depends on it. A select's untaken branch may
+ * overflow (`select(end < 0, end + n, end)` with end = INT64_MAX, a slice to the end) or
+ * divide by zero without making the dimension wrong, as in tcc/rt/vm.py's eval_shape. */
+enum { SHAPE_VALUE_OK, SHAPE_VALUE_OVERFLOW, SHAPE_VALUE_DIV_ZERO };
+
+static tccrt_status_t shape_value_error(unsigned char why) {
+  if (why == SHAPE_VALUE_DIV_ZERO)
+    return tccrt_fail(TCCRT_INVALID_INPUT, "a shape computation divides by zero; check the input shapes");
   return tccrt_fail(TCCRT_INVALID_INPUT, "a shape computation overflows int64; check the input shapes");
 }
 
@@ -62,12 +70,18 @@ static int64_t floor_mod(int64_t a, int64_t b) {
 tccrt_status_t tccrt_shape_eval_dim(const int64_t *words, size_t n, const int64_t *slots,
                                     const unsigned char *bound, size_t *unbound, int64_t *out) {
   int64_t small[32], *stack = n <= 32 ? small : malloc(n * sizeof *stack);
+  unsigned char small_bad[32], *bad = n <= 32 ? small_bad : malloc(n);
   size_t depth = 0;
   tccrt_status_t st = TCCRT_OK;
-  if (!stack) return tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory evaluating a shape");
+  if (!stack || !bad) {
+    if (stack != small) free(stack);
+    if (bad != small_bad) free(bad);
+    return tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory evaluating a shape");
+  }
   for (size_t i = 0; i < n && !st;) {
     int64_t op = words[i];
     if (op == TCCRT_SHAPE_OP_PUSH_INT) {
+      bad[depth] = SHAPE_VALUE_OK;
       stack[depth++] = words[i + 1];
       i += 2;
       continue;
@@ -78,6 +92,7 @@ tccrt_status_t tccrt_shape_eval_dim(const int64_t *words, size_t n, const int64_
         *unbound = slot;
         st = TCCRT_INVALID_PACK;
       } else {
+        bad[depth] = SHAPE_VALUE_OK;
         stack[depth++] = slots[slot];
       }
       i += 2;
@@ -85,34 +100,42 @@ tccrt_status_t tccrt_shape_eval_dim(const int64_t *words, size_t n, const int64_
     }
     if (op == TCCRT_SHAPE_OP_SELECT) { /* cond, a, b -> a if cond else b */
       depth -= 2;
-      stack[depth - 1] = stack[depth - 1] ? stack[depth] : stack[depth + 1];
+      size_t pick = depth - 1;
+      if (!bad[pick]) pick = stack[depth - 1] ? depth : depth + 1;
+      bad[depth - 1] = bad[pick];
+      stack[depth - 1] = stack[pick];
       i += 1;
       continue;
     }
     int64_t b = stack[--depth], a = stack[depth - 1], r = 0;
-    switch (op) {
-      case TCCRT_SHAPE_OP_ADD: if (__builtin_add_overflow(a, b, &r)) st = shape_overflow(); break;
-      case TCCRT_SHAPE_OP_SUB: if (__builtin_sub_overflow(a, b, &r)) st = shape_overflow(); break;
-      case TCCRT_SHAPE_OP_MUL: if (__builtin_mul_overflow(a, b, &r)) st = shape_overflow(); break;
-      case TCCRT_SHAPE_OP_FLOORDIV:
-      case TCCRT_SHAPE_OP_FLOORMOD:
-        if (b == 0)
-          st = tccrt_fail(TCCRT_INVALID_INPUT, "a shape computation divides by zero; check the input shapes");
-        else if (a == INT64_MIN && b == -1) st = shape_overflow();
-        else r = op == TCCRT_SHAPE_OP_FLOORDIV ? floor_div(a, b) : floor_mod(a, b);
-        break;
-      case TCCRT_SHAPE_OP_MIN: r = a < b ? a : b; break;
-      case TCCRT_SHAPE_OP_EQ: r = a == b; break;
-      case TCCRT_SHAPE_OP_NE: r = a != b; break;
-      case TCCRT_SHAPE_OP_LT: r = a < b; break;
-      case TCCRT_SHAPE_OP_LE: r = a <= b; break;
-      default: r = a > b ? a : b; break; /* MAX */
+    unsigned char why = bad[depth - 1] ? bad[depth - 1] : bad[depth];
+    if (!why) {
+      switch (op) {
+        case TCCRT_SHAPE_OP_ADD: if (__builtin_add_overflow(a, b, &r)) why = SHAPE_VALUE_OVERFLOW; break;
+        case TCCRT_SHAPE_OP_SUB: if (__builtin_sub_overflow(a, b, &r)) why = SHAPE_VALUE_OVERFLOW; break;
+        case TCCRT_SHAPE_OP_MUL: if (__builtin_mul_overflow(a, b, &r)) why = SHAPE_VALUE_OVERFLOW; break;
+        case TCCRT_SHAPE_OP_FLOORDIV:
+        case TCCRT_SHAPE_OP_FLOORMOD:
+          if (b == 0) why = SHAPE_VALUE_DIV_ZERO;
+          else if (a == INT64_MIN && b == -1) why = SHAPE_VALUE_OVERFLOW;
+          else r = op == TCCRT_SHAPE_OP_FLOORDIV ? floor_div(a, b) : floor_mod(a, b);
+          break;
+        case TCCRT_SHAPE_OP_MIN: r = a < b ? a : b; break;
+        case TCCRT_SHAPE_OP_EQ: r = a == b; break;
+        case TCCRT_SHAPE_OP_NE: r = a != b; break;
+        case TCCRT_SHAPE_OP_LT: r = a < b; break;
+        case TCCRT_SHAPE_OP_LE: r = a <= b; break;
+        default: r = a > b ? a : b; break; /* MAX */
+      }
     }
+    bad[depth - 1] = why;
     stack[depth - 1] = r;
     i += 1;
   }
+  if (!st && bad[0]) st = shape_value_error(bad[0]);
   if (!st) *out = stack[0];
   if (stack != small) free(stack);
+  if (bad != small_bad) free(bad);
   return st;
 }
 

@@ -67,8 +67,20 @@ def check_failure(message: str, words: Sequence[int], frame) -> str:
     return f"{message} ({values})" if values else message
 
 
+_INT64 = range(-(1 << 63), 1 << 63)
+_OVERFLOW = "a shape computation overflows int64; check the input shapes"
+_DIV_ZERO = "a shape computation divides by zero; check the input shapes"
+
+
+class _Failed(str):
+    """A value of a shape program that could not be computed, and why: an error only if the
+    dimension depends on it, for a select's untaken branch may overflow (`select(end < 0,
+    end + n, end)` with end = INT64_MAX, a slice to the end) or divide by zero without
+    making the dimension wrong (runtime_c/src/shape.c does the same)."""
+
+
 def _eval_dim(words: Sequence[int], heap: list, names: Sequence[str]) -> int:
-    stack: list[int] = []
+    stack: list = []
     i = 0
     while i < len(words):
         op = words[i]
@@ -85,14 +97,20 @@ def _eval_dim(words: Sequence[int], heap: list, names: Sequence[str]) -> int:
             continue
         if op == ShapeOp.SELECT:
             f, t, c = stack.pop(), stack.pop(), stack.pop()
-            stack.append(t if c else f)
+            stack.append(c if isinstance(c, _Failed) else t if c else f)
             i += 1
             continue
         b, a = stack.pop(), stack.pop()
-        if op in (ShapeOp.FLOORDIV, ShapeOp.FLOORMOD) and b == 0:
-            raise RunInputError("a shape computation divides by zero; check the input shapes")
-        stack.append(_SHAPE_FNS[op](a, b))
+        if isinstance(a, _Failed) or isinstance(b, _Failed):
+            stack.append(a if isinstance(a, _Failed) else b)
+        elif op in (ShapeOp.FLOORDIV, ShapeOp.FLOORMOD) and b == 0:
+            stack.append(_Failed(_DIV_ZERO))
+        else:
+            r = _SHAPE_FNS[op](a, b)
+            stack.append(r if r in _INT64 else _Failed(_OVERFLOW))
         i += 1
+    if isinstance(stack[0], _Failed):
+        raise RunInputError(str(stack[0]))
     return stack[0]
 
 

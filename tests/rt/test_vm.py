@@ -166,6 +166,28 @@ def test_shape_programs():
         eval_shape((1, 2, ShapeOp.PUSH_VAR, 1), [6, None], names)
 
 
+def test_a_shape_value_fails_only_where_the_dimension_uses_it():
+    """A select's untaken branch may overflow or divide by zero (`select(end < 0, end + n,
+    end)` with end = INT64_MAX: a slice to the end); the taken one is an input error."""
+    big = (1 << 63) - 1
+    heap, names = [big, 0], ("end", "step")
+    overflow = [ShapeOp.PUSH_VAR, 0, ShapeOp.PUSH_INT, 4, ShapeOp.ADD]
+    by_zero = [ShapeOp.PUSH_INT, 8, ShapeOp.PUSH_VAR, 1, ShapeOp.FLOORDIV]
+    negative = [ShapeOp.PUSH_VAR, 0, ShapeOp.PUSH_INT, 0, ShapeOp.LT]
+    untaken = [*negative, *overflow, ShapeOp.PUSH_VAR, 0, ShapeOp.SELECT]
+    zero = [ShapeOp.PUSH_VAR, 1, ShapeOp.PUSH_INT, 0, ShapeOp.EQ]
+    guarded = [*zero, ShapeOp.PUSH_INT, 1, *by_zero, ShapeOp.SELECT]
+    assert eval_shape((2, len(untaken), *untaken, len(guarded), *guarded), heap, names) == (big, 1)
+    taken = [*negative, ShapeOp.PUSH_VAR, 0, *overflow, ShapeOp.SELECT]
+    with pytest.raises(RunInputError, match="overflows int64"):
+        eval_shape((1, len(taken), *taken), heap, names)
+    lost = [*overflow, ShapeOp.PUSH_INT, 9, ShapeOp.MIN]  # a failed operand fails the result
+    with pytest.raises(RunInputError, match="overflows int64"):
+        eval_shape((1, len(lost), *lost), heap, names)
+    with pytest.raises(RunInputError, match="divides by zero"):
+        eval_shape((1, len(by_zero), *by_zero), heap, names)
+
+
 def test_negative_computed_shape_is_an_input_error():
     table = [(FuncKind.BUILTIN, "match_shape"), (FuncKind.BUILTIN, "make_shape")]
     prog = (1, 5, ShapeOp.PUSH_VAR, 0, ShapeOp.PUSH_INT, 3, ShapeOp.SUB)

@@ -1,6 +1,7 @@
 """The three ways to run a pack (`tcc run`, `tcc run --runtime c`, `tccrt run`) treat the same
 input files the same way: big-endian data is read as the numbers it holds, a 0-d array is
-reported as rank 0, and bytes after the data are refused, with one message."""
+reported as rank 0, and bytes after the data are refused, with one message; and they compute
+the same sizes."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import subprocess
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from onnx import TensorProto as TP
+from onnx import helper
 
 import tcc
 import tcc.rt
@@ -68,3 +71,36 @@ def test_trailing_bytes_are_refused_everywhere(setup):
     want = (f"error: input 'x': {d / 'trailing.npy'}: the data is 36 bytes but float32(2, 4) needs 32 "
             "(trailing bytes); save it with numpy.save")
     assert _three(d, build, "trailing.npy") == [want] * 3
+
+
+def test_a_slice_to_int64_max_runs_everywhere(setup, tmp_path):
+    """A Slice whose end arrives at run time as INT64_MAX ("to the end", as MPT's legacy
+    export slices its ALiBi table): its size program adds to the end only where the end is
+    negative, and that untaken branch overflows. Every runtime gives the slice."""
+    g = helper.make_graph(
+        [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TP.FLOAT, [3, "n"]),
+         helper.make_tensor_value_info("starts", TP.INT64, [1]),
+         helper.make_tensor_value_info("ends", TP.INT64, [1])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+        [helper.make_tensor("axes", TP.INT64, [1], [1])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    tcc.compile(model, output=tmp_path / "m.tvmpack")
+    x = np.arange(15, dtype=np.float32).reshape(3, 5)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "starts.npy", np.array([-2], np.int64))
+    np.save(tmp_path / "ends.npy", np.array([np.iinfo(np.int64).max], np.int64))
+    inputs = [f"--input={n}={tmp_path / n}.npy" for n in ("x", "starts", "ends")]
+    _, build = setup
+    for runtime in ("python", "c"):
+        r = CliRunner().invoke(cli, ["run", str(tmp_path / "m.tvmpack"), *inputs, "--runtime", runtime,
+                                     "--output-dir", str(tmp_path / runtime)],
+                               env={"TCCRT": str(build / "tccrt")})
+        assert r.exit_code == 0, r.output
+        np.testing.assert_array_equal(np.load(tmp_path / runtime / "y.npy"), x[:, -2:])
+    args = [a.replace("--input=", "") for a in inputs]
+    r = subprocess.run([str(build / "tccrt"), "run", str(tmp_path / "m.tvmpack"),
+                        *[x for a in args for x in ("--input", a)], "--output-dir",
+                        str(tmp_path / "tccrt")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "tccrt" / "y.npy"), x[:, -2:])
