@@ -140,8 +140,11 @@ tccrt_status_t tccrt_module_load(tccrt_pack_t *pack, tccrt_module_t **out_module
   atomic_init(&m->refs, 1);
   tccrt_pack_retain(pack);
   m->pack = pack;
-  if ((pack->cuda && (st = tccrt_cuda_open(pack, &m->cuda))) || (st = load_weights(m))) {
+  m->host_pool = tccrt_host_pool_new();
+  if (!m->host_pool) st = tccrt_fail(TCCRT_OUT_OF_MEMORY, "%s: out of memory loading the pack", pack->path);
+  if (st || (pack->cuda && (st = tccrt_cuda_open(pack, &m->cuda))) || (st = load_weights(m))) {
     release_weights(m);
+    tccrt_host_pool_release(m->host_pool);
     tccrt_cuda_release(m->cuda);
     tccrt_kernels_unload(&m->kernels);
     tccrt_pack_release(pack);
@@ -163,6 +166,7 @@ void tccrt_module_release(tccrt_module_t *module) {
   release_weights(module);
   untrack(module);
   tccrt_cuda_release(module->cuda); /* closed once no tensor holds GPU memory */
+  tccrt_host_pool_release(module->host_pool); /* freed once no tensor holds its memory */
   tccrt_kernels_unload(&module->kernels);
   tccrt_pack_release(module->pack);
   free(module->profile.calls);
@@ -265,7 +269,7 @@ static tccrt_status_t hand_out(const tccrt_module_t *m, const char *function, si
     return tccrt_fail(TCCRT_INVALID_PACK, "%s: '%s' returns a %s as output %zu, not a tensor", m->pack->path,
                       function, tccrt_value_kind_name(v), i);
   if (tccrt_tensor_on_device(v)) return tccrt_tensor_to_host(v, out);
-  if (v->storage->kind == TCCRT_STORAGE_OWNED) {
+  if (v->storage->kind == TCCRT_STORAGE_OWNED || v->storage->kind == TCCRT_STORAGE_POOLED) {
     *out = tccrt_value_retain(v);
     return TCCRT_OK;
   }

@@ -35,6 +35,7 @@ struct tccrt_module_t {
   tccrt_pack_t *pack;
   tccrt_kernels_t kernels;
   tccrt_cuda_t *cuda; /* the GPU the pack's CUDA kernels run on; NULL for a CPU pack */
+  tccrt_host_pool_t *host_pool; /* host memory kept between calls for tensors and arenas */
   tccrt_profile_t profile;
   /* Each weight of the pack as a tensor, made once at load (NULL for a dtype the runtime
    * cannot compute with; in GPU memory when `cuda` is set): load_constant hands out a

@@ -64,6 +64,10 @@ tccrt_value_t *tccrt_value_retain(tccrt_value_t *v) {
 static void storage_release(tccrt_storage_t *s) {
   if (!s || atomic_fetch_sub(&s->refs, 1) != 1) return;
   if (s->kind == TCCRT_STORAGE_OWNED) free(s->data);
+  if (s->kind == TCCRT_STORAGE_POOLED) {
+    tccrt_host_pool_give_back(s->pool, s->data, s->pool_size);
+    tccrt_host_pool_release(s->pool);
+  }
   if (s->kind == TCCRT_STORAGE_PACK) tccrt_pack_release(s->pack);
   if (s->kind == TCCRT_STORAGE_DEVICE) {
     if (s->data) tccrt_cuda_free(s->cuda, (uint64_t)(uintptr_t)s->data);
@@ -152,6 +156,21 @@ static tccrt_storage_t *device_storage(tccrt_cuda_t *cuda, size_t nbytes) {
   return s;
 }
 
+/* Host memory of `nbytes` (a multiple of TCCRT_HOST_POOL_ALIGN, at least that) from `pool`;
+ * NULL when memory runs out (no message). */
+static tccrt_storage_t *pooled_storage(tccrt_host_pool_t *pool, size_t nbytes) {
+  size_t size = nbytes;
+  void *data = tccrt_host_pool_alloc(pool, &size);
+  tccrt_storage_t *s = data ? storage_new(TCCRT_STORAGE_POOLED, data) : NULL;
+  if (!s) {
+    if (data) tccrt_host_pool_give_back(pool, data, size);
+    return NULL;
+  }
+  s->pool = tccrt_host_pool_retain(pool);
+  s->pool_size = size;
+  return s;
+}
+
 int tccrt_tensor_on_device(const tccrt_value_t *x) { return x->storage && x->storage->kind == TCCRT_STORAGE_DEVICE; }
 
 size_t tccrt_tensor_bytes(const tccrt_value_t *x) { return x->size * tccrt_dtype_size(x->dtype); }
@@ -177,12 +196,24 @@ tccrt_status_t tccrt_tensor_alloc(const tccrt_dtype_t *dtype, size_t rank, const
   return TCCRT_OK;
 }
 
-tccrt_status_t tccrt_tensor_alloc_on(tccrt_cuda_t *cuda, const tccrt_dtype_t *dtype, size_t rank,
-                                     const int64_t *shape, tccrt_value_t **out) {
-  if (!cuda) return tccrt_tensor_alloc(dtype, rank, shape, 0, out);
+tccrt_status_t tccrt_tensor_alloc_on(tccrt_cuda_t *cuda, tccrt_host_pool_t *pool, const tccrt_dtype_t *dtype,
+                                     size_t rank, const int64_t *shape, tccrt_value_t **out) {
+  if (!cuda && !pool) return tccrt_tensor_alloc(dtype, rank, shape, 0, out);
   tccrt_value_t *v;
   tccrt_status_t st = tensor_shell(dtype, rank, shape, &v);
   if (st) return st;
+  if (!cuda) {
+    size_t nbytes = tccrt_tensor_bytes(v);
+    size_t padded = (nbytes + TCCRT_HOST_POOL_ALIGN - 1) / TCCRT_HOST_POOL_ALIGN * TCCRT_HOST_POOL_ALIGN;
+    v->storage = pooled_storage(pool, padded ? padded : TCCRT_HOST_POOL_ALIGN);
+    if (!v->storage) {
+      tccrt_value_release(v);
+      return tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory allocating %zu bytes for a tensor", nbytes);
+    }
+    v->dl.data = v->storage->data;
+    *out = v;
+    return TCCRT_OK;
+  }
   v->storage = device_storage(cuda, tccrt_tensor_bytes(v));
   if (!v->storage) {
     tccrt_value_release(v);
@@ -214,7 +245,7 @@ tccrt_status_t tccrt_tensor_to_device(tccrt_cuda_t *cuda, tccrt_value_t *x, tccr
     *out = tccrt_value_retain(x);
     return TCCRT_OK;
   }
-  tccrt_status_t st = tccrt_tensor_alloc_on(cuda, x->dtype, x->n, x->dims, out);
+  tccrt_status_t st = tccrt_tensor_alloc_on(cuda, NULL, x->dtype, x->n, x->dims, out);
   if (!st) st = tccrt_cuda_to_device(cuda, (uint64_t)(uintptr_t)(*out)->dl.data, x->dl.data, tccrt_tensor_bytes(x));
   if (st) {
     tccrt_value_release(*out);
@@ -264,8 +295,8 @@ tccrt_status_t tccrt_tensor_weight(tccrt_pack_t *pack, size_t weight, tccrt_valu
   return TCCRT_OK;
 }
 
-tccrt_status_t tccrt_arena_value_new(tccrt_cuda_t *cuda, size_t nbytes, size_t n, const int64_t *offsets,
-                                     const int64_t *sizes, tccrt_value_t **out) {
+tccrt_status_t tccrt_arena_value_new(tccrt_cuda_t *cuda, tccrt_host_pool_t *pool, size_t nbytes, size_t n,
+                                     const int64_t *offsets, const int64_t *sizes, tccrt_value_t **out) {
   tccrt_value_t *v = tccrt_value_new(TCCRT_V_ARENA, 0);
   if (!v) return TCCRT_OUT_OF_MEMORY;
   void *data = NULL;
@@ -273,6 +304,8 @@ tccrt_status_t tccrt_arena_value_new(tccrt_cuda_t *cuda, size_t nbytes, size_t n
   int fits = nbytes <= SIZE_MAX - TCCRT_ARENA_ALIGN && n <= SIZE_MAX / (2 * sizeof *v->dims);
   if (cuda) { /* the pool's memory is aligned to more than TCCRT_ARENA_ALIGN */
     v->storage = fits ? device_storage(cuda, padded) : NULL;
+  } else if (pool) { /* TCCRT_HOST_POOL_ALIGN is TCCRT_ARENA_ALIGN */
+    v->storage = fits ? pooled_storage(pool, padded ? padded : TCCRT_ARENA_ALIGN) : NULL;
   } else {
     if (!fits || posix_memalign(&data, TCCRT_ARENA_ALIGN, padded ? padded : TCCRT_ARENA_ALIGN) != 0) data = NULL;
     v->storage = data ? storage_new(TCCRT_STORAGE_OWNED, data) : NULL;
@@ -310,7 +343,7 @@ tccrt_status_t tccrt_tensor_in_arena(tccrt_value_t *arena, size_t index, const t
 
 tccrt_status_t tccrt_tensor_copy(const tccrt_value_t *x, tccrt_value_t **out) {
   tccrt_cuda_t *cuda = tccrt_tensor_on_device(x) ? x->storage->cuda : NULL;
-  tccrt_status_t st = tccrt_tensor_alloc_on(cuda, x->dtype, x->n, x->dims, out);
+  tccrt_status_t st = tccrt_tensor_alloc_on(cuda, NULL, x->dtype, x->n, x->dims, out);
   if (st || !x->size) return st;
   if (!cuda) {
     memcpy((*out)->dl.data, x->dl.data, tccrt_tensor_bytes(x));

@@ -27,9 +27,23 @@ typedef enum tccrt_storage_kind_e {
   TCCRT_STORAGE_BORROWED, /* the caller's memory */
   TCCRT_STORAGE_PACK,     /* a weight in a pack's mapping (read-only) */
   TCCRT_STORAGE_DEVICE,   /* GPU memory from the device's pool (cuda.h): `data` is its address */
+  TCCRT_STORAGE_POOLED,   /* owned, from a module's host pool, to which it goes back */
 } tccrt_storage_kind_t;
 
 typedef struct tccrt_cuda_t tccrt_cuda_t;
+
+/* Host memory a module keeps between its calls (host_pool.c): blocks of freed tensors and
+ * arenas, handed out again to later ones, TCCRT_HOST_POOL_ALIGN-aligned. Thread-safe;
+ * reference-counted, so a tensor that outlives its module still has a pool to go back to. */
+#define TCCRT_HOST_POOL_ALIGN 64
+typedef struct tccrt_host_pool_t tccrt_host_pool_t;
+tccrt_host_pool_t *tccrt_host_pool_new(void);
+tccrt_host_pool_t *tccrt_host_pool_retain(tccrt_host_pool_t *pool);
+void tccrt_host_pool_release(tccrt_host_pool_t *pool);
+/* A block of at least `*size` bytes (`*size` becomes its size), or NULL when memory runs out. */
+void *tccrt_host_pool_alloc(tccrt_host_pool_t *pool, size_t *size);
+/* A block tccrt_host_pool_alloc gave, of its `size`: kept for a later call, or freed. */
+void tccrt_host_pool_give_back(tccrt_host_pool_t *pool, void *data, size_t size);
 
 typedef struct tccrt_storage_t {
   atomic_int refs;
@@ -37,6 +51,8 @@ typedef struct tccrt_storage_t {
   void *data;
   tccrt_pack_t *pack; /* TCCRT_STORAGE_PACK: the reference that keeps the mapping */
   tccrt_cuda_t *cuda; /* TCCRT_STORAGE_DEVICE: the device (a reference) */
+  tccrt_host_pool_t *pool; /* TCCRT_STORAGE_POOLED: the pool (a reference) */
+  size_t pool_size;        /* TCCRT_STORAGE_POOLED: the block's size */
 } tccrt_storage_t;
 
 #define TCCRT_DL_CUDA 2 /* DLPack's device type of a tensor in GPU memory (kDLCUDA) */
@@ -77,9 +93,10 @@ const tccrt_dtype_t *tccrt_dtype_of(uint8_t code, uint8_t bits);
  * with a message when the size overflows or memory runs out. */
 tccrt_status_t tccrt_tensor_alloc(const tccrt_dtype_t *dtype, size_t rank, const int64_t *shape,
                                   int zero, tccrt_value_t **out);
-/* The same on the GPU `cuda` when it is not NULL (uninitialized; dl.device is CUDA's). */
-tccrt_status_t tccrt_tensor_alloc_on(tccrt_cuda_t *cuda, const tccrt_dtype_t *dtype, size_t rank,
-                                     const int64_t *shape, tccrt_value_t **out);
+/* The same on the GPU `cuda` when it is not NULL (uninitialized; dl.device is CUDA's), else
+from the host `pool` when it is not NULL. */
+tccrt_status_t tccrt_tensor_alloc_on(tccrt_cuda_t *cuda, tccrt_host_pool_t *pool, const tccrt_dtype_t *dtype,
+                                     size_t rank, const int64_t *shape, tccrt_value_t **out);
 /* Whether a tensor's bytes are in GPU memory. */
 int tccrt_tensor_on_device(const tccrt_value_t *x);
 /* `x` in host memory: itself (a new reference), or a copy of a GPU tensor's bytes. */
@@ -97,10 +114,10 @@ tccrt_status_t tccrt_tensor_weight(tccrt_pack_t *pack, size_t weight, tccrt_valu
 tccrt_status_t tccrt_plan_arena(size_t n, const int64_t *sizes, const int64_t *lifetimes, int64_t *offsets,
                                 int64_t *total);
 /* An arena value: `nbytes` fresh owned bytes, TCCRT_ARENA_ALIGN-aligned (on the GPU `cuda`
- * when it is not NULL), holding `n` tensors at `offsets` of at most `sizes` bytes (both
- * copied). */
-tccrt_status_t tccrt_arena_value_new(tccrt_cuda_t *cuda, size_t nbytes, size_t n, const int64_t *offsets, const int64_t *sizes,
-                                     tccrt_value_t **out);
+ * when it is not NULL, else from the host `pool` when it is not NULL), holding `n` tensors at
+ * `offsets` of at most `sizes` bytes (both copied). */
+tccrt_status_t tccrt_arena_value_new(tccrt_cuda_t *cuda, tccrt_host_pool_t *pool, size_t nbytes, size_t n,
+                                     const int64_t *offsets, const int64_t *sizes, tccrt_value_t **out);
 /* A tensor of `dtype` and `shape` at tensor `index`'s offset in `arena`, which the caller has
  * checked holds it there. */
 tccrt_status_t tccrt_tensor_in_arena(tccrt_value_t *arena, size_t index, const tccrt_dtype_t *dtype, size_t rank,

@@ -506,7 +506,7 @@ static tccrt_status_t b_alloc_tensor(frame_t *fr, tccrt_value_t **out) {
   const tccrt_dtype_t *dtype;
   tccrt_status_t st;
   if ((st = arg_value(fr, 0, TCCRT_V_SHAPE, &shape)) || (st = arg_dtype(fr, 1, &dtype))) return st;
-  return tccrt_tensor_alloc_on(fr->module->cuda, dtype, shape->n, shape->dims, out);
+  return tccrt_tensor_alloc_on(fr->module->cuda, fr->module->host_pool, dtype, shape->n, shape->dims, out);
 }
 
 /* Memory planning (docs/vm.md "Memory planning"): a call's planned tensors share one arena. */
@@ -519,7 +519,7 @@ static tccrt_status_t b_alloc_arena(frame_t *fr, tccrt_value_t **out) {
   int64_t *offsets = malloc((n ? n : 1) * sizeof *offsets), total;
   if (!offsets) st = tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory planning an arena");
   else if (!(st = planned_offsets(n, sizes->dims, arg_const(fr, 1)->ints, offsets, &total)))
-    st = tccrt_arena_value_new(fr->module->cuda, (size_t)total, n, offsets, sizes->dims, out);
+    st = tccrt_arena_value_new(fr->module->cuda, fr->module->host_pool, (size_t)total, n, offsets, sizes->dims, out);
   free(offsets);
   tccrt_value_release(sizes);
   return st;
