@@ -570,3 +570,35 @@ def main(x: Tensor((1, 32, 5, 5), "float32")) -> Tensor((1, {o}, 5, 5), "float32
     assert G.type_of(conv.value.args[0]).shape[-1] == 8
     feeds = random_inputs(mod["main"])
     np.testing.assert_allclose(run(got, feeds)[0], run(mod, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("window, strides, block", [
+    (3, [2, 2], 4),     # a strided window: a quarter vector rather than NCHW
+    (7, [2, 1], 4),     # strided along either axis
+    (3, [1, 1], None),  # stride 1: NCHW's lanes run along the row
+    (1, [2, 2], None),  # a 1 x 1 window reads no row twice
+])
+def test_a_dense_conv_with_a_strided_window_goes_down_to_a_quarter_vector(window, strides, block):
+    """With 16 lanes, a dense conv whose 12 output channels only 4 lanes divide converts
+    where its window is strided (NCHW reads those rows at a stride, which runs as scalar
+    code); its input block is the 3 colour channels."""
+    target = LLVMTarget("x86_64-unknown-linux-gnu", "generic", "+avx,+avx2,+avx512f")
+    pad = window // 2
+    out = [(9 + 2 * pad - window) // s + 1 for s in strides]
+    mod = with_values(parse_module(f'''
+constants = {{"w": Tensor((12, 3, {window}, {window}), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, 3, 9, 9), "float32")) -> Tensor((1, 12, {out[0]}, {out[1]}), "float32"):
+    y: Tensor((1, 12, {out[0]}, {out[1]}), "float32") = op.conv2d(x, const("w"), strides={strides}, padding=[{pad}, {pad}, {pad}, {pad}], dilation=[1, 1], groups=1)
+    return y
+'''))
+    got = alter_conv_layout(mod, target)
+    if block is None:
+        assert structural_equal(got, mod)
+        return
+    (conv,) = [b for b in got["main"].bindings if b.value.op == "conv2d_nchwc"]
+    assert conv.var.type.shape[-1] == block
+    assert G.type_of(conv.value.args[0]).shape[-1] == 3
+    feeds = random_inputs(mod["main"])
+    np.testing.assert_allclose(run(got, feeds)[0], run(mod, feeds)[0], rtol=1e-5, atol=1e-5)

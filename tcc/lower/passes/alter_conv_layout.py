@@ -3,34 +3,37 @@
 
 May change: a `conv2d` with a float32 input of static channel counts and a constant weight
 (and a constant bias, if any) that is dense (groups 1), depthwise (groups = input channels
-= output channels) or grouped becomes layout_transform(x, NCHW -> NCHW{bi}c), `conv2d_nchwc`
-with the weight packed at compile time into OIHW{bi}i{b}o (depthwise OIHW1i{b}o) and the
-bias into (O / b, b), and a layout_transform back to NCHW. The block b is the target's
-float32 vector width (16 lanes with AVX-512, 8 with AVX2, 4 otherwise) when it divides the
-output channels (a group's, when grouped), else half of it (at least 4: ShuffleNet's first
-conv, 3 -> 24 channels, ran 3.1 ms in NCHW on one thread and 0.14 ms on two as NCHW8c),
-and for a grouped conv else a quarter of it (at least 4); otherwise the conv stays NCHW
-(zero padding the channels would cost memory and a crop in every consumer). A dense conv
-whose output channels only a narrower block divides, padded by at most 1/16, computes them
-padded to the vector instead and crops its NCHW result (a classifier's 1000). A dense 3 x 3
-stride-1 conv with at least 32 channels in and out and at least 32 output tiles of 4 x 4
-runs as Winograd F(4x4, 3x3) instead (tcc.ir.ops.winograd): `winograd_input_nchwc`, a
-batched `matmul` over the 36 positions of a tile with the weights transformed at compile
-time, and `winograd_output_nchwc` with the bias (VGG-19 1.41x -> 0.87x onnxruntime,
-Inception v2 1.35x -> 1.15x, ResNet-50 1.50x -> 1.37x, 2 threads of an Intel Xeon). The input
-block bi is the vector width when it divides the input channels (a group's), else the
-largest divisor of them below it, so a first conv on 3 colour channels still converts
-(NCHW3c). On 2 cores of an Intel Xeon: AlexNet's grouped 5 x 5 conv (2 groups, 96 -> 256
-channels at 27 x 27) ran 14.5 ms in NCHW, 2.8 ms as NCHW16c. A grouped 1 x 1 stride-1
-conv whose group's output channels the vector does not divide stays NCHW as a batched
-`matmul` of the weights (G, O/G, I/G) and a reshape of the input, (N, G, I/G, H*W), then a
-reshape back and the bias (ShuffleNet's, 4 groups: 136 channels at 28 x 28 ran 0.113 ms in
-NCHW, 0.029 as a matmul; 272 at 14 x 14, 0.088 ms as NCHW4c and 0.040; 544 at 7 x 7, 0.040
-as NCHW8c and 0.035), so its channel shuffles are transposes of whole planes. A float32
-`conv1d` with a constant weight whose channels would block as a conv2d's becomes that
-conv2d over a height of 1: `expand_dims` of its input, the weight reshaped to (O, I, 1, K)
-at compile time, and a `squeeze` of the conv2d's NCHW result (Whisper's strided conv stem:
-0.27 -> 0.03 ms, 2 threads of an AMD EPYC).
+= output channels) or grouped becomes layout_transform(x, NCHW -> NCHW{bi}c),
+`conv2d_nchwc` with the weight packed at compile time into OIHW{bi}i{b}o (depthwise
+OIHW1i{b}o) and the bias into (O / b, b), and a layout_transform back to NCHW. The block b
+is the target's float32 vector width (16 lanes with AVX-512, 8 with AVX2, 4 otherwise) when
+it divides the output channels (a group's, when grouped), else half of it (at least 4:
+ShuffleNet's first conv, 3 -> 24 channels, ran 3.1 ms in NCHW on one thread and 0.14 ms on
+two as NCHW8c), and for a grouped conv, or a dense one whose window is strided, else a
+quarter of it (at least 4: in NCHW a strided window reads its rows at a stride, and a
+3 -> 12 channel 7 x 7 stride-2 conv at 112 x 112 ran 4.97 ms there, 0.18-0.22 ms as NCHW4c,
+2 threads of an AMD EPYC); otherwise the conv stays NCHW (zero padding the channels would
+cost memory and a crop in every consumer). A dense conv whose output channels only a
+narrower block divides, padded by at most 1/16, computes them padded to the vector instead
+and crops its NCHW result (a classifier's 1000). A dense 3 x 3 stride-1 conv with at least
+32 channels in and out and at least 32 output tiles of 4 x 4 runs as Winograd F(4x4, 3x3)
+instead (tcc.ir.ops.winograd): `winograd_input_nchwc`, a batched `matmul` over the 36
+positions of a tile with the weights transformed at compile time, and
+`winograd_output_nchwc` with the bias (VGG-19 1.41x -> 0.87x onnxruntime, Inception v2
+1.35x -> 1.15x, ResNet-50 1.50x -> 1.37x, 2 threads of an Intel Xeon). The input block bi
+is the vector width when it divides the input channels (a group's), else the largest
+divisor of them below it, so a first conv on 3 colour channels still converts (NCHW3c). On
+2 cores of an Intel Xeon: AlexNet's grouped 5 x 5 conv (2 groups, 96 -> 256 channels at
+27 x 27) ran 14.5 ms in NCHW, 2.8 ms as NCHW16c. A grouped 1 x 1 stride-1 conv whose
+group's output channels the vector does not divide stays NCHW as a batched `matmul` of the
+weights (G, O/G, I/G) and a reshape of the input, (N, G, I/G, H*W), then a reshape back and
+the bias (ShuffleNet's, 4 groups: 136 channels at 28 x 28 ran 0.113 ms in NCHW, 0.029 as a
+matmul; 272 at 14 x 14, 0.088 ms as NCHW4c and 0.040; 544 at 7 x 7, 0.040 as NCHW8c and
+0.035), so its channel shuffles are transposes of whole planes. A float32 `conv1d` with a
+constant weight whose channels would block as a conv2d's becomes that conv2d over a height
+of 1: `expand_dims` of its input, the weight reshaped to (O, I, 1, K) at compile time, and
+a `squeeze` of the conv2d's NCHW result (Whisper's strided conv stem: 0.27 -> 0.03 ms, 2
+threads of an AMD EPYC).
 
 Then the layout is carried through what is layout-agnostic instead of converted back: an
 elementwise/broadcast op (UNARY_MATH, ACTIVATIONS, ARITHMETIC, clip) whose full-shape tensor
@@ -212,7 +215,11 @@ def _conv_blocks(call: G.Call, block: int) -> tuple[int, int, bool] | None:
     # dense or grouped: the blocks divide each group's channels, input and output
     if cin % groups or cout % groups:
         return None
-    out = _out_block(cout // groups, block, 2 if groups == 1 else 4)
+    # a strided window (module docstring) takes a quarter vector; at stride 1 NCHW's lanes
+    # run along the row, and a 1 x 1 window reads no input twice (a 40 -> 20 channel stride-2
+    # one ran 0.006 ms in NCHW, 0.019-0.026 with the two transforms of NCHW4c)
+    strided_window = w.shape[-1] != 1 and any(st > 1 for st in call.attrs.get("strides") or (1,))
+    out = _out_block(cout // groups, block, 4 if groups > 1 or strided_window else 2)
     if out is None:
         return None
     return _largest_divisor(cin // groups, block), out, False
