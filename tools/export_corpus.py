@@ -203,6 +203,27 @@ def mobilevit():
     return MobileViTModel(cfg), image(64)
 
 
+def mpt():
+    from transformers import MptConfig, MptModel
+
+    # ALiBi: the legacy exporter slices the bias table with a run-time Slice whose end is
+    # INT64_MAX, and its attention arenas get sizes known only at run time
+    cfg = MptConfig(vocab_size=1000, d_model=64, n_heads=4, n_layers=2, max_seq_len=256,
+                    use_cache=False)
+    return MptModel(cfg), text(1000)
+
+
+def levit():
+    from transformers import LevitConfig, LevitModel
+
+    # a stem of stride-2 3 x 3 convs from 3 to 4 channels, hardswish, attention with
+    # learned biases, subsampling attention
+    cfg = LevitConfig(image_size=64, hidden_sizes=[32, 48, 64], num_attention_heads=[1, 2, 2],
+                      depths=[1, 1, 1], key_dim=[8, 8, 8], drop_path_rate=0, mlp_ratio=[2, 2, 2],
+                      attention_ratio=[2, 2, 2])
+    return LevitModel(cfg), image(64)
+
+
 def lstm_lm():
     import torch
 
@@ -241,6 +262,8 @@ MODELS = {
     "gpt_neox_dynamo": (gpt_neox, "dynamo", 18),
     "falcon_dynamo": (falcon, "dynamo", 18),
     "mobilevit_legacy": (mobilevit, "legacy", 17),
+    "mpt_legacy": (mpt, "legacy", 17),
+    "levit_dynamo": (levit, "dynamo", 18),
 }
 # PyTorch programs (torch.export, saved with torch.export.save as NAME.pt2) of the same
 # builders, for the PyTorch frontend: name -> builder
