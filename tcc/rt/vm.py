@@ -35,6 +35,7 @@ from tcc.rt.format import (
     Op,
     ShapeOp,
 )
+from tcc.rt.host_pool import BIG, HostPool
 from tcc.rt.tensor import aligned_empty, as_array, numpy_dtype
 
 _UNSET = object()
@@ -246,6 +247,7 @@ class VirtualMachine:
         self._kinds = [kind for kind, _ in self.exe.table]
         self._index = index
         self._arena_plans: dict[tuple, ArenaPlan] = {}  # (sizes, lifetimes) -> the plan
+        self._pool = HostPool()  # big host tensors and arenas, kept between runs
         self.profile: Profile | None = None
         if profile:
             self.profile = Profile()
@@ -279,6 +281,8 @@ class VirtualMachine:
             result = self._invoke(self._index[name], inputs)
         except RecursionError:
             raise PackError(f"bytecode calls of {name!r} nest too deeply to run") from None
+        finally:
+            self._pool.take_back()
         outs = list(result) if len(sig["outputs"]) != 1 else [result]
         # weights are read-only views of the pack, device arrays are copied to the host
         # (np.array): hand the caller arrays it owns
@@ -466,7 +470,10 @@ class VirtualMachine:
         if self.device is not None:
             return self.device.empty(shape, dt)
         try:
-            return np.empty(shape, dt)
+            nbytes = math.prod(shape) * dt.itemsize
+            if nbytes < BIG:
+                return np.empty(shape, dt)
+            return self._pool.empty(nbytes).view(dt).reshape(shape)
         except (ValueError, MemoryError):  # as the C runtime says it (runtime_c/src/tensor.c)
             nbytes = math.prod(shape) * dt.itemsize
             raise RunInputError(f"out of memory allocating {nbytes} bytes for a tensor") from None
@@ -480,7 +487,7 @@ class VirtualMachine:
                 self._arena_plans.clear()
             pairs = [(lifetimes[2 * k], lifetimes[2 * k + 1]) for k in range(len(sizes))]
             plan = self._arena_plans[key] = plan_arena(sizes, pairs)
-        return Arena(plan.size, plan.offsets, sizes, self.device)
+        return Arena(plan.size, plan.offsets, sizes, self.device, self._pool)
 
     def _b_arena_view(self, frame: _Frame, arena, index: int, shape, dtype: str):
         if not isinstance(arena, Arena) or not isinstance(shape, tuple):
@@ -583,12 +590,12 @@ class Arena:
     __slots__ = ("data", "offsets", "sizes")
 
     def __init__(self, nbytes: int, offsets: tuple[int, ...], sizes: tuple[int, ...],
-                 device=None):
+                 device=None, pool: HostPool | None = None):
         if device is not None:  # GPU memory (tcc.rt.cuda.DeviceBuffer)
             self.data, self.offsets, self.sizes = device.buffer(nbytes), offsets, sizes
             return
         try:
-            self.data = aligned_empty(nbytes)
+            self.data = aligned_empty(nbytes) if pool is None else pool.empty(nbytes)
         except (ValueError, MemoryError):
             raise RunInputError(f"out of memory allocating a {nbytes}-byte arena") from None
         self.offsets, self.sizes = offsets, sizes

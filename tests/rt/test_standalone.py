@@ -16,5 +16,5 @@ def test_loader_imports_nothing_of_the_compiler():
     assert not modules & {"onnx", "onnxruntime", "llvmlite", "click", "rich", "ml_dtypes"}
     assert {m for m in modules if m.startswith("tcc.")} <= {
         "tcc.errors", "tcc.rt", "tcc.rt.errors", "tcc.rt.format", "tcc.rt.pack", "tcc.rt.tensor", "tcc.rt.vm",
-        "tcc.rt.kernels", "tcc.rt.arena", "tcc.rt.threads", "tcc.rt.elf",
+        "tcc.rt.kernels", "tcc.rt.arena", "tcc.rt.threads", "tcc.rt.elf", "tcc.rt.host_pool",
     }
