@@ -469,13 +469,12 @@ class VirtualMachine:
         dt = numpy_dtype(dtype)
         if self.device is not None:
             return self.device.empty(shape, dt)
+        nbytes = math.prod(shape) * dt.itemsize
         try:
-            nbytes = math.prod(shape) * dt.itemsize
             if nbytes < BIG:
                 return np.empty(shape, dt)
             return self._pool.empty(nbytes).view(dt).reshape(shape)
         except (ValueError, MemoryError):  # as the C runtime says it (runtime_c/src/tensor.c)
-            nbytes = math.prod(shape) * dt.itemsize
             raise RunInputError(f"out of memory allocating {nbytes} bytes for a tensor") from None
 
     def _b_alloc_arena(self, frame: _Frame, sizes_prog, lifetimes):
