@@ -67,3 +67,38 @@ def test_a_warm_module_allocates_no_big_block_per_call(tmp_path):
     once, many = big_blocks(1), big_blocks(21)
     assert once > 0  # the arena (128 x 256 floats) and the output are big blocks
     assert many == once, f"20 more calls asked for {many - once} more big blocks"
+
+
+def test_runs_on_several_threads_at_once_share_the_pool(tmp_path):
+    """tccrt_module_run may be called from several threads at once (tcc_runtime.h): their
+    arenas and outputs come from one pool, and every run still computes its own input's
+    result."""
+    import threading
+
+    from onnx import numpy_helper
+
+    from tests.runtime_c.capi import CRuntime, build_runtime
+
+    model = _mlp()
+    w1, w2 = (numpy_helper.to_array(t) for t in model.graph.initializer)
+    tcc.compile(model, output=tmp_path / "m.tvmpack")
+    crt = CRuntime(build_runtime(tmp_path / "build") / "libtccrt.so")
+    m = crt.load(tmp_path / "m.tvmpack")
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((64 + 32 * k, 256)).astype(np.float32) for k in range(4)]
+    wrong = []
+
+    def work(x):
+        want = np.tanh(x @ w1) @ w2
+        for _ in range(30):
+            (y,) = m.run("main", [x])
+            if not np.allclose(y, want, rtol=1e-4, atol=1e-3):
+                wrong.append(float(np.abs(y - want).max()))
+
+    threads = [threading.Thread(target=work, args=(x,)) for x in xs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    m.close()
+    assert not wrong, f"{len(wrong)} runs gave another result (largest error {max(wrong)})"
