@@ -243,12 +243,16 @@ def _compile(
         parts = stage("pack", lambda: pack_parts(
             state["exe"], built.module, str(parsed_target), state["lowered"].const_values,
             sign=signer))
-    if output is not None:
-        write_atomic(output, parts)
-    if key is not None:
-        packs.put(key, parts, source, times.read, {
-            "guarded": times.guarded, "tuning_warnings": times.tuning_warnings,
-            "tuned": times.tuned}, written=output)
+    def write():
+        if output is not None:
+            write_atomic(output, parts)
+        if key is not None:
+            packs.put(key, parts, source, times.read, {
+                "guarded": times.guarded, "tuning_warnings": times.tuning_warnings,
+                "tuned": times.tuned}, written=output)
+
+    if output is not None or key is not None:
+        stage("write", write)
     return sum(memoryview(part).nbytes for part in parts), parts
 
 

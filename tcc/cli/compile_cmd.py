@@ -21,7 +21,8 @@ _STAGES = {
     "tuning": "applying the tuning database",
     "vm": "compiling graph functions to bytecode",
     "kernels": "scheduling kernels and generating CPU code (LLVM)",
-    "pack": "writing the pack",
+    "pack": "assembling the pack",
+    "write": "writing the pack file (and the pack cache's copy)",
 }
 
 

@@ -175,13 +175,13 @@ def test_compile_v_names_the_stages_and_what_the_caches_gave(tmp_path, monkeypat
         return r.output, stages, (tmp_path / "m.tvmpack").read_bytes()
 
     cold, stages, cold_pack = compile_()
-    assert stages == ["cache", "import", "optimize", "legalize", "vm", "kernels", "pack"]
+    assert stages == ["cache", "import", "optimize", "legalize", "vm", "kernels", "pack", "write"]
     assert f"0 of 1 kernel(s) from the compile cache ({tmp_path / 'cache'})" in cold
     again, stages, again_pack = compile_()
     assert stages == ["cache"]
     assert f"the pack from the pack cache ({tmp_path / 'cache' / 'packs'})" in again
     warm, stages, warm_pack = compile_(env={"TCC_PACK_CACHE_MB": "0"})
-    assert stages == ["import", "optimize", "legalize", "vm", "kernels", "pack"]
+    assert stages == ["import", "optimize", "legalize", "vm", "kernels", "pack", "write"]
     assert "1 of 1 kernel(s) from the compile cache" in warm
     bypassed, stages, bypassed_pack = compile_("--no-cache")
     assert "cache" not in bypassed and stages[0] == "import"
