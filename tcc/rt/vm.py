@@ -40,6 +40,7 @@ from tcc.rt.tensor import aligned_empty, as_array, numpy_dtype
 
 _UNSET = object()
 _MAX_ARENA_PLANS = 64  # arena plans a machine remembers (one per set of sizes and lifetimes)
+_MAX_SHAPES = 4096  # shape program results a machine remembers (by program and sizes read)
 
 
 def eval_shape(prog: Sequence[int], heap: list, names: Sequence[str]) -> tuple[int, ...]:
@@ -52,10 +53,19 @@ def eval_shape(prog: Sequence[int], heap: list, names: Sequence[str]) -> tuple[i
     return tuple(dims)
 
 
-def check_failure(message: str, words: Sequence[int], frame) -> str:
-    """The error of a failed assert_shape condition: its message, then the size variables
-    the condition reads in order of first use (tcc.ir.interp words it the same way)."""
+def read_slots(prog: Sequence[int]) -> tuple[int, ...]:
+    """The heap slots a shape program reads, in order of first use."""
     slots: list[int] = []
+    i = 1
+    for _ in range(prog[0]):
+        n, i = prog[i], i + 1
+        _slots_in(prog[i : i + n], slots)
+        i += n
+    return tuple(slots)
+
+
+def _slots_in(words: Sequence[int], slots: list[int]) -> list[int]:
+    """`slots` with those one dimension's postfix `words` read appended, each once."""
     i = 0
     while i < len(words):
         if words[i] in (ShapeOp.PUSH_INT, ShapeOp.PUSH_VAR):
@@ -64,6 +74,13 @@ def check_failure(message: str, words: Sequence[int], frame) -> str:
             i += 2
         else:
             i += 1
+    return slots
+
+
+def check_failure(message: str, words: Sequence[int], frame) -> str:
+    """The error of a failed assert_shape condition: its message, then the size variables
+    the condition reads in order of first use (tcc.ir.interp words it the same way)."""
+    slots = _slots_in(words, [])
     values = ", ".join(f"{frame.names[s]} = {frame.heap[s]}" for s in slots)
     return f"{message} ({values})" if values else message
 
@@ -247,6 +264,10 @@ class VirtualMachine:
         self._kinds = [kind for kind, _ in self.exe.table]
         self._index = index
         self._arena_plans: dict[tuple, ArenaPlan] = {}  # (sizes, lifetimes) -> the plan
+        # a constant shape program (by id: the executable keeps it) -> the slots it reads;
+        # (its id, their values) -> its result
+        self._shape_slots: dict[int, tuple[int, ...]] = {}
+        self._shapes: dict[tuple, tuple[int, ...]] = {}
         self._pool = HostPool()  # big host tensors and arenas, kept between runs
         self.profile: Profile | None = None
         if profile:
@@ -445,8 +466,25 @@ class VirtualMachine:
             raise RunInputError(f"{what}: expected {pattern[0]} sizes, got {len(shape)} {list(shape)}")
         self._match(frame, what, "size", shape, pattern)
 
+    def _eval(self, prog, frame: _Frame) -> tuple[int, ...]:
+        """eval_shape of a constant program, remembered by the sizes it reads: a run at sizes
+        seen before evaluates none again (MPT's legacy export spent 57% of its tcc.rt run
+        time evaluating a run-time Slice's size programs)."""
+        slots = self._shape_slots.get(id(prog))
+        if slots is None:
+            slots = self._shape_slots[id(prog)] = read_slots(prog)
+        heap = frame.heap
+        key = (id(prog), *[heap[s] for s in slots])
+        got = self._shapes.get(key)
+        if got is None:
+            got = eval_shape(prog, heap, frame.names)  # raises, and remembers nothing, on bad sizes
+            if len(self._shapes) >= _MAX_SHAPES:
+                self._shapes.clear()
+            self._shapes[key] = got
+        return got
+
     def _b_assert_shape(self, frame: _Frame, prog, message: str):
-        conds = eval_shape(prog, frame.heap, frame.names)
+        conds = self._eval(prog, frame)
         i = 1
         for holds in conds:
             n = prog[i]
@@ -455,10 +493,10 @@ class VirtualMachine:
             i += 1 + n
 
     def _b_make_sizes(self, frame: _Frame, prog):
-        return eval_shape(prog, frame.heap, frame.names)
+        return self._eval(prog, frame)
 
     def _b_make_shape(self, frame: _Frame, prog):
-        dims = eval_shape(prog, frame.heap, frame.names)
+        dims = self._eval(prog, frame)
         for d in dims:
             if d < 0:
                 raise RunInputError(f"a computed shape {list(dims)} has a negative dimension; "

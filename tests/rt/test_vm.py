@@ -201,3 +201,35 @@ def test_negative_computed_shape_is_an_input_error():
     assert vm.run("main", [np.zeros(3, np.float32)])[0].shape == (3,)
     with pytest.raises(RunInputError, match=r"computed shape \[-1\] has a negative dimension"):
         vm.run("main", [np.zeros(2, np.float32)])
+
+
+def test_shape_results_are_remembered_by_the_sizes_they_read(tmp_path):
+    """A machine remembers each shape program's result by the sizes it reads: runs at other
+    sizes (a Slice's run-time bounds, an input's length) get their own, and runs at sizes
+    seen before get the same shapes as the first time."""
+    from onnx import TensorProto as TP
+    from onnx import helper
+
+    import tcc
+    import tcc.rt
+    from tcc.rt.vm import read_slots
+
+    g = helper.make_graph(
+        [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TP.FLOAT, [3, "n"]),
+         helper.make_tensor_value_info("starts", TP.INT64, [1]),
+         helper.make_tensor_value_info("ends", TP.INT64, [1])],
+        [helper.make_tensor_value_info("y", TP.FLOAT, None)],
+        [helper.make_tensor("axes", TP.INT64, [1], [1])])
+    tcc.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                output=tmp_path / "m.tvmpack")
+    big = np.iinfo(np.int64).max
+    cases = [(5, -2, big), (5, 1, 3), (9, -2, big), (5, -2, big), (9, 0, -1), (5, 1, 3)]
+    with tcc.rt.load(tmp_path / "m.tvmpack") as m:
+        for n, start, end in cases:
+            x = np.arange(3 * n, dtype=np.float32).reshape(3, n)
+            (y,) = m["main"](x, np.array([start], np.int64), np.array([end], np.int64))
+            np.testing.assert_array_equal(y, x[:, start:end])
+    prog = (2, 2, ShapeOp.PUSH_VAR, 3, 7, ShapeOp.PUSH_INT, 4, ShapeOp.PUSH_VAR, 1,
+            ShapeOp.PUSH_VAR, 3, ShapeOp.ADD, ShapeOp.MUL)
+    assert read_slots(prog) == (3, 1)
