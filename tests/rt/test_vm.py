@@ -207,22 +207,15 @@ def test_shape_results_are_remembered_by_the_sizes_they_read(tmp_path):
     """A machine remembers each shape program's result by the sizes it reads: runs at other
     sizes (a Slice's run-time bounds, an input's length) get their own, and runs at sizes
     seen before get the same shapes as the first time."""
-    from onnx import TensorProto as TP
-    from onnx import helper
-
     import tcc
     import tcc.rt
     from tcc.rt.vm import read_slots
+    from tests.helpers import node_model
 
-    g = helper.make_graph(
-        [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TP.FLOAT, [3, "n"]),
-         helper.make_tensor_value_info("starts", TP.INT64, [1]),
-         helper.make_tensor_value_info("ends", TP.INT64, [1])],
-        [helper.make_tensor_value_info("y", TP.FLOAT, None)],
-        [helper.make_tensor("axes", TP.INT64, [1], [1])])
-    tcc.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
-                output=tmp_path / "m.tvmpack")
+    model = node_model("Slice", {"x": (np.float32, (3, "n")), "starts": (np.int64, (1,)),
+                               "ends": (np.int64, (1,))}, ["y"],
+                       initializers=[("axes", np.array([1], np.int64))])
+    tcc.compile(model, output=tmp_path / "m.tvmpack")
     big = np.iinfo(np.int64).max
     cases = [(5, -2, big), (5, 1, 3), (9, -2, big), (5, -2, big), (9, 0, -1), (5, 1, 3)]
     with tcc.rt.load(tmp_path / "m.tvmpack") as m:

@@ -11,13 +11,12 @@ import subprocess
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from onnx import TensorProto as TP
-from onnx import helper
 
 import tcc
 import tcc.rt
 from tcc.cli.main import cli
 from tests.cli.test_cli_output_paths import _model
+from tests.helpers import node_model
 from tests.runtime_c.test_reader import _make
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None,
@@ -77,14 +76,9 @@ def test_a_slice_to_int64_max_runs_everywhere(setup, tmp_path):
     """A Slice whose end arrives at run time as INT64_MAX ("to the end", as MPT's legacy
     export slices its ALiBi table): its size program adds to the end only where the end is
     negative, and that untaken branch overflows. Every runtime gives the slice."""
-    g = helper.make_graph(
-        [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TP.FLOAT, [3, "n"]),
-         helper.make_tensor_value_info("starts", TP.INT64, [1]),
-         helper.make_tensor_value_info("ends", TP.INT64, [1])],
-        [helper.make_tensor_value_info("y", TP.FLOAT, None)],
-        [helper.make_tensor("axes", TP.INT64, [1], [1])])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model = node_model("Slice", {"x": (np.float32, (3, "n")), "starts": (np.int64, (1,)),
+                               "ends": (np.int64, (1,))}, ["y"],
+                       initializers=[("axes", np.array([1], np.int64))])
     tcc.compile(model, output=tmp_path / "m.tvmpack")
     x = np.arange(15, dtype=np.float32).reshape(3, 5)
     np.save(tmp_path / "x.npy", x)
