@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "tccrt_pack.h"
 #include "value.h"
 
 #define POOL_SLOTS 32 /* free blocks kept at most */
@@ -69,7 +70,7 @@ void *tccrt_host_pool_alloc(tccrt_host_pool_t *p, size_t *block) {
     p->free_blocks[best] = p->free_blocks[--p->free_count];
   }
   pthread_mutex_unlock(&p->lock);
-  if (!data && posix_memalign(&data, TCCRT_HOST_POOL_ALIGN, size ? size : TCCRT_HOST_POOL_ALIGN) != 0) return NULL;
+  if (!data && posix_memalign(&data, TCCRT_ARENA_ALIGN, size ? size : TCCRT_ARENA_ALIGN) != 0) return NULL;
   *block = size;
   pthread_mutex_lock(&p->lock);
   p->live_bytes += size;

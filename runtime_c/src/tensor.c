@@ -8,7 +8,6 @@
 #include "tccrt_pack.h"
 #include "value.h"
 
-#define TENSOR_ALIGN 64
 
 const char *tccrt_format_dims(char *buf, size_t size, const int64_t *dims, size_t n) {
   size_t used = (size_t)snprintf(buf, size, "[");
@@ -156,18 +155,25 @@ static tccrt_storage_t *device_storage(tccrt_cuda_t *cuda, size_t nbytes) {
   return s;
 }
 
-/* Host memory of `nbytes` (a multiple of TCCRT_HOST_POOL_ALIGN, at least that) from `pool`;
- * NULL when memory runs out (no message). */
-static tccrt_storage_t *pooled_storage(tccrt_host_pool_t *pool, size_t nbytes) {
-  size_t size = nbytes;
-  void *data = tccrt_host_pool_alloc(pool, &size);
-  tccrt_storage_t *s = data ? storage_new(TCCRT_STORAGE_POOLED, data) : NULL;
+/* Host memory for `nbytes`, rounded up to TCCRT_ARENA_ALIGN (at least that much): from
+ * `pool` when it is not NULL, else owned; NULL when memory runs out (no message). */
+static tccrt_storage_t *host_storage(tccrt_host_pool_t *pool, size_t nbytes) {
+  if (nbytes > SIZE_MAX - TCCRT_ARENA_ALIGN) return NULL;
+  size_t size = nbytes ? (nbytes + TCCRT_ARENA_ALIGN - 1) / TCCRT_ARENA_ALIGN * TCCRT_ARENA_ALIGN
+                       : TCCRT_ARENA_ALIGN;
+  void *data = NULL;
+  if (pool) data = tccrt_host_pool_alloc(pool, &size);
+  else if (posix_memalign(&data, TCCRT_ARENA_ALIGN, size) != 0) data = NULL;
+  tccrt_storage_t *s = data ? storage_new(pool ? TCCRT_STORAGE_POOLED : TCCRT_STORAGE_OWNED, data) : NULL;
   if (!s) {
-    if (data) tccrt_host_pool_give_back(pool, data, size);
+    if (pool && data) tccrt_host_pool_give_back(pool, data, size);
+    else free(data);
     return NULL;
   }
-  s->pool = tccrt_host_pool_retain(pool);
-  s->pool_size = size;
+  if (pool) {
+    s->pool = tccrt_host_pool_retain(pool);
+    s->pool_size = size;
+  }
   return s;
 }
 
@@ -175,45 +181,35 @@ int tccrt_tensor_on_device(const tccrt_value_t *x) { return x->storage && x->sto
 
 size_t tccrt_tensor_bytes(const tccrt_value_t *x) { return x->size * tccrt_dtype_size(x->dtype); }
 
-tccrt_status_t tccrt_tensor_alloc(const tccrt_dtype_t *dtype, size_t rank, const int64_t *shape,
-                                  int zero, tccrt_value_t **out) {
+/* tccrt_tensor_alloc's tensor, in memory from `pool` when it is not NULL. */
+static tccrt_status_t host_tensor(tccrt_host_pool_t *pool, const tccrt_dtype_t *dtype, size_t rank,
+                                  const int64_t *shape, int zero, tccrt_value_t **out) {
   tccrt_value_t *v;
   tccrt_status_t st = tensor_shell(dtype, rank, shape, &v);
   if (st) return st;
   size_t nbytes = tccrt_tensor_bytes(v);
-  size_t padded = (nbytes + TENSOR_ALIGN - 1) / TENSOR_ALIGN * TENSOR_ALIGN;
-  void *data = NULL;
-  if (posix_memalign(&data, TENSOR_ALIGN, padded ? padded : TENSOR_ALIGN) != 0) data = NULL;
-  if (data && zero) memset(data, 0, nbytes);
-  v->storage = data ? storage_new(TCCRT_STORAGE_OWNED, data) : NULL;
+  v->storage = host_storage(pool, nbytes);
   if (!v->storage) {
-    free(data);
     tccrt_value_release(v);
     return tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory allocating %zu bytes for a tensor", nbytes);
   }
-  v->dl.data = data;
+  if (zero) memset(v->storage->data, 0, nbytes);
+  v->dl.data = v->storage->data;
   *out = v;
   return TCCRT_OK;
 }
 
+tccrt_status_t tccrt_tensor_alloc(const tccrt_dtype_t *dtype, size_t rank, const int64_t *shape,
+                                  int zero, tccrt_value_t **out) {
+  return host_tensor(NULL, dtype, rank, shape, zero, out);
+}
+
 tccrt_status_t tccrt_tensor_alloc_on(tccrt_cuda_t *cuda, tccrt_host_pool_t *pool, const tccrt_dtype_t *dtype,
                                      size_t rank, const int64_t *shape, tccrt_value_t **out) {
-  if (!cuda && !pool) return tccrt_tensor_alloc(dtype, rank, shape, 0, out);
+  if (!cuda) return host_tensor(pool, dtype, rank, shape, 0, out);
   tccrt_value_t *v;
   tccrt_status_t st = tensor_shell(dtype, rank, shape, &v);
   if (st) return st;
-  if (!cuda) {
-    size_t nbytes = tccrt_tensor_bytes(v);
-    size_t padded = (nbytes + TCCRT_HOST_POOL_ALIGN - 1) / TCCRT_HOST_POOL_ALIGN * TCCRT_HOST_POOL_ALIGN;
-    v->storage = pooled_storage(pool, padded ? padded : TCCRT_HOST_POOL_ALIGN);
-    if (!v->storage) {
-      tccrt_value_release(v);
-      return tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory allocating %zu bytes for a tensor", nbytes);
-    }
-    v->dl.data = v->storage->data;
-    *out = v;
-    return TCCRT_OK;
-  }
   v->storage = device_storage(cuda, tccrt_tensor_bytes(v));
   if (!v->storage) {
     tccrt_value_release(v);
@@ -299,21 +295,14 @@ tccrt_status_t tccrt_arena_value_new(tccrt_cuda_t *cuda, tccrt_host_pool_t *pool
                                      const int64_t *offsets, const int64_t *sizes, tccrt_value_t **out) {
   tccrt_value_t *v = tccrt_value_new(TCCRT_V_ARENA, 0);
   if (!v) return TCCRT_OUT_OF_MEMORY;
-  void *data = NULL;
   size_t padded = (nbytes + TCCRT_ARENA_ALIGN - 1) / TCCRT_ARENA_ALIGN * TCCRT_ARENA_ALIGN;
   int fits = nbytes <= SIZE_MAX - TCCRT_ARENA_ALIGN && n <= SIZE_MAX / (2 * sizeof *v->dims);
-  if (cuda) { /* the pool's memory is aligned to more than TCCRT_ARENA_ALIGN */
-    v->storage = fits ? device_storage(cuda, padded) : NULL;
-  } else if (pool) { /* TCCRT_HOST_POOL_ALIGN is TCCRT_ARENA_ALIGN */
-    v->storage = fits ? pooled_storage(pool, padded ? padded : TCCRT_ARENA_ALIGN) : NULL;
-  } else {
-    if (!fits || posix_memalign(&data, TCCRT_ARENA_ALIGN, padded ? padded : TCCRT_ARENA_ALIGN) != 0) data = NULL;
-    v->storage = data ? storage_new(TCCRT_STORAGE_OWNED, data) : NULL;
-  }
+  if (!fits) v->storage = NULL;
+  else if (cuda) v->storage = device_storage(cuda, padded); /* aligned to more than TCCRT_ARENA_ALIGN */
+  else v->storage = host_storage(pool, nbytes);
   v->dims = v->storage ? malloc((n ? 2 * n : 1) * sizeof *v->dims) : NULL;
   if (!v->dims) {
     int gpu_said = cuda && fits && !v->storage; /* the pool's message names the GPU */
-    if (!v->storage) free(data);
     tccrt_value_release(v);
     if (gpu_said) return TCCRT_OUT_OF_MEMORY;
     return tccrt_fail(TCCRT_OUT_OF_MEMORY, "out of memory allocating a %zu-byte arena", nbytes);

@@ -33,9 +33,8 @@ typedef enum tccrt_storage_kind_e {
 typedef struct tccrt_cuda_t tccrt_cuda_t;
 
 /* Host memory a module keeps between its calls (host_pool.c): blocks of freed tensors and
- * arenas, handed out again to later ones, TCCRT_HOST_POOL_ALIGN-aligned. Thread-safe;
+ * arenas, handed out again to later ones, TCCRT_ARENA_ALIGN-aligned. Thread-safe;
  * reference-counted, so a tensor that outlives its module still has a pool to go back to. */
-#define TCCRT_HOST_POOL_ALIGN 64
 typedef struct tccrt_host_pool_t tccrt_host_pool_t;
 tccrt_host_pool_t *tccrt_host_pool_new(void);
 tccrt_host_pool_t *tccrt_host_pool_retain(tccrt_host_pool_t *pool);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "tccrt_pack.h"
 #include "value.h"
 
 static int failures;
@@ -92,7 +93,7 @@ static void test_host_pool(void) {
   size_t a_size = 4096, b_size = 1000;
   char *a = tccrt_host_pool_alloc(pool, &a_size), *b = tccrt_host_pool_alloc(pool, &b_size);
   EXPECT(a && b && a_size == 4096 && b_size == 1000, "two fresh blocks of their sizes");
-  EXPECT((uintptr_t)a % TCCRT_HOST_POOL_ALIGN == 0 && (uintptr_t)b % TCCRT_HOST_POOL_ALIGN == 0, "aligned");
+  EXPECT((uintptr_t)a % TCCRT_ARENA_ALIGN == 0 && (uintptr_t)b % TCCRT_ARENA_ALIGN == 0, "aligned");
   memset(a, 1, a_size);
   tccrt_host_pool_give_back(pool, a, a_size);
   tccrt_host_pool_give_back(pool, b, b_size);

@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from tcc.rt.tensor import ARENA_ALIGN
+from tcc.rt.tensor import aligned_empty
 
 BIG = 1 << 16  # smaller blocks come and go in the C library's own pools
 KEPT_BLOCKS = 32
@@ -35,14 +35,9 @@ class HostPool:
         self._local = threading.local()
 
     def empty(self, nbytes: int) -> np.ndarray:
-        """`nbytes` uninitialized bytes at an ARENA_ALIGN boundary, lent to this thread's run
-        (`take_back` ends it); a small block is NumPy's own."""
-        if nbytes < BIG:
-            raw = np.empty(nbytes + ARENA_ALIGN, np.uint8)
-        else:
-            raw = self._lend(nbytes + ARENA_ALIGN)
-        start = -raw.ctypes.data % ARENA_ALIGN
-        return raw[start:start + nbytes]
+        """`nbytes` uninitialized bytes at an ARENA_ALIGN boundary (`aligned_empty`), lent to
+        this thread's run (`take_back` ends it); a small block is NumPy's own."""
+        return aligned_empty(nbytes, allocate=None if nbytes < BIG else self._lend)
 
     def _lend(self, nbytes: int) -> np.ndarray:
         lent = getattr(self._local, "lent", None)

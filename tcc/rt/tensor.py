@@ -56,11 +56,12 @@ def random_array(shape, dtype: str, rng: np.random.Generator) -> np.ndarray:
     return rng.integers(0, 8, shape).astype(dt)
 
 
-def aligned_empty(nbytes: int, align: int = ARENA_ALIGN) -> np.ndarray:
+def aligned_empty(nbytes: int, align: int = ARENA_ALIGN, allocate=None) -> np.ndarray:
     """`nbytes` uninitialized bytes starting at an `align`-byte boundary, as the runtimes'
     arenas start (numpy's own allocations are 16-byte aligned: a 64-byte vector load from
-    one can straddle two cache lines)."""
-    raw = np.empty(nbytes + align, np.uint8)
+    one can straddle two cache lines), cut from `allocate(n)` (a uint8 array of n bytes;
+    default numpy's)."""
+    raw = np.empty(nbytes + align, np.uint8) if allocate is None else allocate(nbytes + align)
     start = -raw.ctypes.data % align
     return raw[start:start + nbytes]
 

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 
 import numpy as np
 import pytest
 from onnx import TensorProto as TP
-from onnx import helper
+from onnx import helper, numpy_helper
 
 import tcc
+from tests.runtime_c.capi import CRuntime
 from tests.runtime_c.test_reader import _make
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None,
@@ -48,12 +50,16 @@ def _mlp():
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_a_warm_module_allocates_no_big_block_per_call(tmp_path):
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    return _make(tmp_path_factory.mktemp("tccrt-host-pool"))
+
+
+def test_a_warm_module_allocates_no_big_block_per_call(build, tmp_path):
     shim = tmp_path / "shim.so"
     (tmp_path / "shim.c").write_text(SHIM)
     subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(tmp_path / "shim.c"), "-o", str(shim), "-ldl"],
                    check=True, capture_output=True)
-    build = _make(tmp_path / "build")
     tcc.compile(_mlp(), output=tmp_path / "m.tvmpack")
     np.save(tmp_path / "x.npy", np.ones((128, 256), np.float32))
 
@@ -69,20 +75,14 @@ def test_a_warm_module_allocates_no_big_block_per_call(tmp_path):
     assert many == once, f"20 more calls asked for {many - once} more big blocks"
 
 
-def test_runs_on_several_threads_at_once_share_the_pool(tmp_path):
+def test_runs_on_several_threads_at_once_share_the_pool(build, tmp_path):
     """tccrt_module_run may be called from several threads at once (tcc_runtime.h): their
     arenas and outputs come from one pool, and every run still computes its own input's
     result."""
-    import threading
-
-    from onnx import numpy_helper
-
-    from tests.runtime_c.capi import CRuntime, build_runtime
-
     model = _mlp()
     w1, w2 = (numpy_helper.to_array(t) for t in model.graph.initializer)
     tcc.compile(model, output=tmp_path / "m.tvmpack")
-    crt = CRuntime(build_runtime(tmp_path / "build") / "libtccrt.so")
+    crt = CRuntime(build / "libtccrt.so")
     m = crt.load(tmp_path / "m.tvmpack")
     rng = np.random.default_rng(1)
     xs = [rng.standard_normal((64 + 32 * k, 256)).astype(np.float32) for k in range(4)]
