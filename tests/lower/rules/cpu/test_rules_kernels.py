@@ -439,3 +439,28 @@ def test_a_blocked_convs_tile_holds_several_output_channel_chunks(machine, width
     assert tiles == {tile}
     ((_, want, got),) = run_both({"conv": func}, {"conv": scheduled})
     assert got[-1].tobytes() == want[-1].tobytes()
+
+
+def _packs(func: T.PrimFunc) -> bool:
+    from tcc.lower.rules import schedule_kernel
+
+    sch = schedule_kernel(func, AVX512)
+    return any(i.kind == "cache_read" for i in sch.trace.instructions)
+
+
+@pytest.mark.parametrize("m, k, n, packs", [
+    (64, 512, 512, True),  # a 1 MB right operand read down its columns by 8 row tiles
+    (64, 256, 256, False),  # 256 KB: no gain from a panel measured
+    (16, 512, 512, False),  # two row tiles share a panel: not enough to pay for the copy
+    (64, 512, 32, False),  # one column tile: the panel is contiguous already
+])
+def test_a_large_strided_operand_is_packed_untuned(m, k, n, packs):
+    """Untuned, the panel of a strided right operand is copied contiguous once per column
+    tile (`pack`) when the operand is large and enough row tiles share each panel; the
+    sums keep their order, so the results are the plain kernel's bits."""
+    func = op_prim_func("matmul", [TensorType((m, k), "float32"),
+                                   TensorType((k, n), "float32")], {})
+    assert _packs(func) is packs
+    if packs:
+        ((_, want, got),) = run_both({"mm": func}, {"mm": schedule_prim_func(func, AVX512)})
+        assert got[-1].tobytes() == want[-1].tobytes()
