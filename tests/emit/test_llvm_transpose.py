@@ -49,6 +49,8 @@ def _tile(func: T.PrimFunc) -> tuple[int, int] | None:
     ("NCHW", "NCHW16c", (1, 32, 56, 56), (14, 16)),
     ("NCHW", "NCHW8c", (2, 16, 7, 7), (7, 8)),
     ("NCHW", "NCHW4c", (1, 8, 9, 12), (12, 4)),
+    ("NCHW", "NCHW3c", (1, 3, 10, 32), (16, 3)),  # an image's 3 channels
+    ("NCHW", "NCHW2c", (1, 2, 10, 32), None),  # 2 lanes: gathered
     ("NCHW16c", "NCHW", (1, 4, 14, 14, 16), (16, 14)),  # 16 channels, 14 columns
     ("NCHW16c", "NCHW", (1, 2, 7, 7, 16), (16, 7)),
     ("NCHW16c", "NCHW", (1, 2, 56, 56, 16), (16, 14)),

@@ -128,8 +128,11 @@ def _transpose_tile(sch: Schedule, stage: Stage, along: Axis | None, machine: Ma
     iterations of `along` (unrolled) around one vector step of L lanes, the largest each
     that divides its extent and fits a vector (L: a power of two, or at most twice an odd
     number, which the backend also runs as one step), so the backend loads each tile's L
-    rows whole and transposes them in registers (tcc.emit.llvm_transpose). The loops
-    outside the tile, or None when this does not apply or is decided against."""
+    rows whole and transposes them in registers (tcc.emit.llvm_transpose); at least 4 rows
+    and 3 lanes, so an image's 3 channels qualify (ResNet-50's NCHW -> NCHW3c of its
+    224 x 224 input: 0.131 ms as 3-lane gathers, 0.067 ms as 16 x 3 tiles, 2 threads of
+    an Intel Xeon). The loops outside the tile, or None when this does not apply or is
+    decided against."""
     inner = stage.axes[-1]
     if along is None or stage.work() is None or guarded_load_along(stage, inner.var):
         return None
@@ -137,7 +140,7 @@ def _transpose_tile(sch: Schedule, stage: Stage, along: Axis | None, machine: Ma
     rows = divisor_at_most(along.extent, lanes)
     columns = max((d for d in range(1, lanes + 1)
                    if inner.extent % d == 0 and (d & -d == d or d & -d < 4)), default=1)
-    if min(rows, columns) < 4 or chosen_by_position(stage, MAX_PERIOD):
+    if rows < 4 or columns < 3 or chosen_by_position(stage, MAX_PERIOD):
         return None
     if not decide_flag(sch, f"{block}.transpose_tile", True):
         return None
