@@ -124,6 +124,15 @@ SEARCH_TASKS = {"matmul": lambda: one_node("MatMul", [256, 512], [512, 512]),
                 "conv3x3": lambda: one_node("Conv", [1, 64, 56, 56], [64, 64, 3, 3],
                                             pads=[1, 1, 1, 1]),
                 "attention_bmm": lambda: one_node("MatMul", [12, 128, 64], [12, 64, 128]),
+                # ResNet-50's stride-2 3 x 3 conv (stage 3's first) and a 1 x 1 conv with
+                # deep input (stage 4's 1024 -> 256): defaults well off their spaces' best
+                # on an Intel Xeon (1.85x and 1.24x after 130-250 trials)
+                "conv3x3_s2": lambda: one_node("Conv", [1, 128, 56, 56], [128, 128, 3, 3],
+                                               strides=[2, 2], pads=[1, 1, 1, 1]),
+                "conv1x1_deep": lambda: one_node("Conv", [1, 1024, 14, 14], [256, 1024, 1, 1]),
+                # SqueezeNet's first expand 3 x 3: 16 channels in, too few for Winograd
+                "conv3x3_narrow": lambda: one_node("Conv", [1, 16, 55, 55], [64, 16, 3, 3],
+                                                   pads=[1, 1, 1, 1]),
                 # AlexNet's second conv: 2 groups of 48 -> 128 channels, 5 x 5, in NCHW16c
                 "conv_grouped": lambda: one_node("Conv", [1, 96, 27, 27], [256, 48, 5, 5],
                                                  group=2, pads=[2, 2, 2, 2]),
