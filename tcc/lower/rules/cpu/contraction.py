@@ -50,7 +50,8 @@ of the innermost reduction loop, whether to accumulate in a local tile, whether 
 runs on threads, and (with the column tile loop outside) whether the load reused across
 rows is first copied into a contiguous panel per thread (`pack`): a matmul whose right
 operand is read down its columns then reads one run per reduction step instead of one
-line (1024^3: 4.9 ms packed, 6.7-10 ms not, on 2 threads of an AMD EPYC).
+line (1024^3: 4.9 ms packed, 6.7-10 ms not, on 2 threads of an AMD EPYC). Untuned, a
+large operand shared by enough row tiles is packed (`_pays_to_pack`).
 """
 
 from __future__ import annotations
