@@ -68,6 +68,16 @@ def bert():
     return BertModel(BertConfig(vocab_size=1000, max_position_embeddings=256, **_tiny())), text(1000)
 
 
+def bert_base():
+    """BERT-base's width (hidden 768, 12 heads, FFN 3072) in 2 layers: weights as large as
+    real exports have, where the tiny configs' fit in cache."""
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(vocab_size=1000, max_position_embeddings=256, hidden_size=768,
+                     num_hidden_layers=2, num_attention_heads=12, intermediate_size=3072)
+    return BertModel(cfg), text(1000)
+
+
 def gpt2():
     from transformers import GPT2Config, GPT2Model
 
@@ -245,6 +255,7 @@ def lstm_lm():
 MODELS = {
     "bert_dynamo": (bert, "dynamo", 18),
     "bert_legacy": (bert, "legacy", 17),
+    "bert_base_legacy": (bert_base, "legacy", 17),
     "gpt2_dynamo": (gpt2, "dynamo", 18),
     "gpt2_legacy": (gpt2, "legacy", 17),
     "llama_dynamo": (llama, "dynamo", 18),
