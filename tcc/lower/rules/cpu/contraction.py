@@ -308,7 +308,7 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
     # loads of their rows (or columns) in cache
     u0, um = _blocks(sch, block, "row_blocks", u0, u.extent, rows)
     v0, vm = _blocks(sch, block, "column_blocks", v0, v.extent, cols)
-    packs = _pays_to_pack(stage, u, v, cols, rows)
+    packs = local and _pays_to_pack(stage, u, v, cols, rows)  # a panel needs a local tile
     swap = decide_flag(sch, f"{block}.columns_outside", packs)
     tiles = [v0, u0] if swap else [u0, v0]
     outer = []
