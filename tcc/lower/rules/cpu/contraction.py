@@ -308,7 +308,8 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
     # loads of their rows (or columns) in cache
     u0, um = _blocks(sch, block, "row_blocks", u0, u.extent, rows)
     v0, vm = _blocks(sch, block, "column_blocks", v0, v.extent, cols)
-    packs = local and _pays_to_pack(stage, u, v, cols, rows)  # a panel needs a local tile
+    panel = _packed_load(stage, u, v, cols)
+    packs = local and panel is not None and _pays_to_pack(stage, u, v, panel, rows)
     swap = decide_flag(sch, f"{block}.columns_outside", packs)
     tiles = [v0, u0] if swap else [u0, v0]
     outer = []
@@ -334,7 +335,7 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
         or decide_flag(sch, f"{block}.guarded_columns", cols % lanes == 0))
     tile, vector_loops = None, [v1]
     if local and lanes_ok:
-        packed = _packed_load(stage, u, v, cols) if swap else None
+        packed = panel if swap else None
         if packed is not None and decide_flag(sch, f"{block}.pack", packs):
             # the tile loops the panel depends on outside, the others in each of its copies
             used = [lp for lp, a in zip(outer, axes) if _uses(packed, a)]
@@ -412,20 +413,19 @@ def _packed_load(stage: Stage, u: Axis, v: Axis, cols: int) -> E.BufferLoad | No
     return load
 
 
-def _pays_to_pack(stage: Stage, u: Axis, v: Axis, cols: int, rows: int) -> bool:
-    """Whether the untuned schedule packs (`pack`, with the column tiles outside): when the
-    load reused across rows reads its panel at a stride (`_packed_load`), the operand it
-    reads is at least PACK_MIN_BYTES (constant extents), and at least PACK_MIN_ROW_TILES
-    row tiles (a symbolic count: assumed many) share each panel. 2 threads of an Intel
+def _pays_to_pack(stage: Stage, u: Axis, v: Axis, panel: E.BufferLoad, rows: int) -> bool:
+    """Whether the untuned schedule packs `panel` (the load `_packed_load` finds; `pack`,
+    with the column tiles outside): when the operand it reads is at least PACK_MIN_BYTES
+    (constant extents) and at least PACK_MIN_ROW_TILES row tiles (a symbolic count:
+    assumed many) share each panel. 2 threads of an Intel
     Xeon (AVX-512), M x K x N: 128 x 768 x 3072 4.35 -> 2.49 ms, 128 x 3072 x 768
     5.0 -> 2.5, 128 x 768 x 768 0.98 -> 0.58, 1024^3 16.2 -> 8.4; 128 x 512 x 512 0.27 ->
     0.26; at 256 KB and below no gain (128 x 256 x 256, 512 x 128 x 128), and the small
     corpus exports (hidden 64) ran 5-10% slower packing every strided panel."""
-    load = _packed_load(stage, u, v, cols)
     extents = [v.extent, *(r.extent for r in stage.reduce)]
-    if load is None or any(e is None for e in extents):
+    if any(e is None for e in extents):
         return False
-    if math.prod(extents) * bit_width(load.buffer.dtype) // 8 < PACK_MIN_BYTES:
+    if math.prod(extents) * bit_width(panel.buffer.dtype) // 8 < PACK_MIN_BYTES:
         return False
     return u.extent is None or u.extent >= PACK_MIN_ROW_TILES * rows
 

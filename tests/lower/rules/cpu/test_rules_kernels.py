@@ -11,7 +11,7 @@ from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.graph import TensorType
 from tcc.lower.legalize import op_prim_func
-from tcc.lower.rules import UNSCHEDULED, schedule_prim_func, stage_rules
+from tcc.lower.rules import UNSCHEDULED, schedule_kernel, schedule_prim_func, stage_rules
 from tcc.lower.rules.cpu import Machine
 from tcc.lower.rules.cpu.contraction import row_tile
 from tcc.lower.schedule import Schedule, ScheduleError
@@ -442,8 +442,6 @@ def test_a_blocked_convs_tile_holds_several_output_channel_chunks(machine, width
 
 
 def _packs(func: T.PrimFunc) -> bool:
-    from tcc.lower.rules import schedule_kernel
-
     sch = schedule_kernel(func, AVX512)
     return any(i.kind == "cache_read" for i in sch.trace.instructions)
 
