@@ -96,22 +96,19 @@ def _table(progress, title: str, rows: int | None = ROWS) -> Table:
               help="Candidates measured per round of one kernel.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Processes that build candidates and realize the search's points "
-                   "(default: the cores tcc may run on; with --runner ray, the nodes build).")
+                   "(default: the cores tcc may run on; with --cluster, the nodes build).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds a candidate may run before it is killed and recorded as failed.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the search.")
-@click.option("--runner", type=click.Choice(["local", "ray"]), default="local",
-              show_default=True,
-              help="Where candidates are built and timed: here, or by one actor per node of "
-                   "a Ray cluster whose nodes are all the target machine (pip install "
-                   "'tcc[ray]').")
-@click.option("--ray-address", metavar="ADDRESS",
-              help="The Ray cluster to join (ray://host:10001, or 'auto'); without it "
-                   "--runner ray starts a cluster on this machine.")
+@click.option("--cluster", metavar="ADDRESS",
+              help="Build and time candidates on a Ray cluster instead of here, one actor on "
+                   "each node whose CPU is the target's: 'auto' joins the cluster running on "
+                   "this machine or starts one (on loopback), ray://HOST:PORT joins that one "
+                   "(pip install 'tcc[distributed]').")
 def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs, timeout, seed,
-            runner, ray_address):
+            cluster):
     """Search for the fastest schedule of each kernel of a model, measured on this machine
-    (or on the nodes of a Ray cluster, --runner ray).
+    (or on the nodes of a Ray cluster, --cluster).
 
     Each distinct kernel is a task, weighted by its calls per run and measured at the sizes
     one run of the model at --shape gives it. Its default schedule is measured first; then
@@ -140,11 +137,11 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
     named = parse_shapes(shape_pairs, "NAME=DIMS for an input (input_ids=1,128) or NAME=N "
                                       "for a symbolic dimension (batch=1)")
     parsed = parse_target(target)
-    if ray_address and runner != "ray":
-        raise TccError("--ray-address is for --runner ray; add --runner ray")
-    if runner == "ray":
+    if cluster is not None:
         from tcc.tune.ray_runner import require_ray
 
+        if not cluster.strip():
+            raise TccError("--cluster '': expected 'auto' or a Ray address (ray://HOST:PORT)")
         require_ray()
     if parsed.kind == "cuda":
         raise TccError(f"--target {target!r}: tcc tune does not measure CUDA kernels yet; "
@@ -164,20 +161,20 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
     shown = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in inputs.items())
     out.print(f"tuning {source} at {shown} for {target} ({search} search, db {db})")
     busy = _busy()
-    if busy and runner == "local":
+    if busy and cluster is None:
         console.print(f"warning: {busy}", markup=False)
     if jobs is None:
         from tcc.forked import available_cores
 
         jobs = available_cores()
     measurer = None
-    if runner == "ray":
+    if cluster is not None:
         from tcc.tune.ray_runner import RayRunner
 
-        with console.status("joining the Ray cluster" if ray_address else
-                            "starting a Ray cluster on this machine", spinner="dots"):
-            measurer = RayRunner(parsed, ray_address, timeout=timeout)
-        out.print(f"measuring on {len(measurer.nodes)} Ray node(s), one actor each")
+        with console.status(f"joining the Ray cluster ({cluster})", spinner="dots"):
+            measurer = RayRunner(parsed, cluster, timeout=timeout)
+        out.print(f"measuring on the {len(measurer.nodes)} Ray node(s) of the target's "
+                  "machine, one actor each")
     tuner = Tuner(lowered, parsed, database, sizes, search=search, batch=batch, jobs=jobs,
                   seed=seed, timeout=timeout, runner=measurer)
     title = f"tcc tune {source.name}"

@@ -1,18 +1,20 @@
-"""Measuring on a Ray cluster (`tcc tune --runner ray`): candidates built and timed by actors
-spread over the cluster's nodes.
+"""Measuring on a Ray cluster (`tcc tune --cluster auto|ray://HOST:PORT`): candidates built
+and timed by actors on the cluster's nodes whose machine is the target's.
 
 Each `MeasureActor` holds a `tcc.tune.measure.Worker` and, per task, a `KernelBench` of its
 own, so a candidate is built and timed, paired with the default schedule, on the node that
-runs it: ratios taken on different nodes of one target compare, latencies would not. By
-default there is one actor per node, so two timings never share a node's cores. Every node
-must be the machine the target names; an actor on another node refuses its candidates
-(each recorded as failed, saying which node).
+runs it: ratios taken on different nodes of one target compare, latencies would not. The
+runner first asks every node which machine it is (a small task pinned to the node) and
+places one actor on each node whose machine is the target's, so two timings never share a
+node's cores and nothing is measured on other hardware; a cluster with no such node is an
+error that names the machines it has. An actor that finds itself on another machine anyway
+(its node gone, Ray placed it elsewhere) refuses its candidates, each recorded as failed.
 
 Results come back one candidate at a time, in order, and the tuner appends each as it comes.
 An actor that dies during the tune (its process killed, its node lost) fails only what it
 had not finished: each of those candidates is tried once more on another actor, then
 recorded as failed, and a fresh actor takes the dead one's place. Ray is an optional extra
-(`pip install 'tcc[ray]'`).
+(`pip install 'tcc[distributed]'`).
 """
 
 from __future__ import annotations
@@ -33,8 +35,54 @@ def require_ray():
     try:
         import ray
     except ImportError:
-        raise TccError("--runner ray needs Ray: pip install 'tcc[ray]'") from None
+        raise TccError("--cluster needs Ray: pip install 'tcc[distributed]'") from None
     return ray
+
+
+def machine_of(target) -> str:
+    """A target's machine in a few words: its triple and CPU."""
+    return f"{target.triple} -mcpu={target.cpu}"
+
+
+def this_machine() -> str:
+    """The canonical target string of the machine this runs on (run on each node)."""
+    from tcc.target import parse_target
+
+    return str(parse_target("llvm"))
+
+
+def matching_nodes(machines: dict[str, str | None], target_text: str) -> list[str]:
+    """The nodes (by id, in order) whose machine is the target's; `machines` gives each
+    node's canonical target string, None for a node that did not answer. No such node is a
+    one-line error naming the machines the cluster has."""
+    nodes = [node for node, machine in machines.items() if machine == target_text]
+    if nodes:
+        return nodes
+    from tcc.target import parse_target
+
+    seen = sorted({machine_of(parse_target(m)) for m in machines.values() if m})
+    silent = sum(m is None for m in machines.values())
+    has = "; ".join(seen) + (f"; {silent} node(s) did not answer" if silent else "")
+    raise TccError(f"--cluster: none of the Ray cluster's {len(machines)} node(s) is the "
+                   f"target machine {machine_of(parse_target(target_text))} (it has: "
+                   f"{has or 'no nodes'}); tune on a cluster of the target's machines")
+
+
+def connect(ray, address: str) -> None:
+    """Join the cluster at `address` ('auto': the one running on this machine, else a new
+    one started here, its node on the loopback address)."""
+    options = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        if address == "auto":
+            try:
+                ray.init(address="auto", **options)
+            except ConnectionError:  # none is running here: start one
+                ray.init(address="local", _node_ip_address="127.0.0.1", **options)
+        else:
+            ray.init(address=address, **options)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise TccError(f"--cluster {address}: cannot join the Ray cluster ({first})") from None
 
 
 class MeasureActor:
@@ -47,8 +95,8 @@ class MeasureActor:
         here = parse_target("llvm")
         self.refusal = ""
         if str(here) != str(self.target):
-            self.refusal = (f"node {socket.gethostname()} is {here.triple} -mcpu={here.cpu}, "
-                            f"not the target {target_text.split()[0]} -mcpu={self.target.cpu}")
+            self.refusal = (f"node {socket.gethostname()} is {machine_of(here)}, not the "
+                            f"target machine {machine_of(self.target)}")
         self.repeats, self.timeout = repeats, timeout
         self.worker = Worker()
         self.benches: dict[str, KernelBench] = {}
@@ -78,38 +126,49 @@ class MeasureActor:
 
 
 class RayRunner:
-    """Actors on a Ray cluster (started locally when `address` is None and none is running;
-    joined at `address` otherwise): `actors` of them, one per node when None."""
+    """Actors on the nodes of a Ray cluster whose machine is the target's (the cluster is
+    joined at `address` unless Ray is connected already): `actors` of them, one per such
+    node when None."""
 
-    def __init__(self, target, address: str | None = None, actors: int | None = None,
+    def __init__(self, target, address: str = "auto", actors: int | None = None,
                  repeats: int = 3, timeout: float = 10.0):
         ray = self.ray = require_ray()
         if not ray.is_initialized():
-            try:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False)
-            except (ConnectionError, RuntimeError, ValueError) as e:
-                first = str(e).splitlines()[0] if str(e) else type(e).__name__
-                raise TccError(f"--ray-address {address}: cannot join the Ray cluster ({first})"
-                               ) from None
+            connect(ray, address)
         self.target_text = str(target)
         self.options = (self.target_text, repeats, timeout)
         self.timeout = timeout
         self.remote = ray.remote(num_cpus=0)(MeasureActor)
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        self.nodes = [n["NodeID"] for n in nodes] or [None]
+        self.nodes = matching_nodes(self._machines(), self.target_text)
         self.count = actors or len(self.nodes)
         self.actors: list = []
         self._turn = 0
 
-    def _start(self, i: int):
-        node = self.nodes[i % len(self.nodes)]
-        options = {"max_restarts": 0}
-        if node is not None:
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    def _machines(self) -> dict[str, str | None]:
+        """Each live node's machine (its canonical target string), asked on the node; None
+        for a node that does not answer within START_SECONDS."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
-        return self.remote.options(**options).remote(*self.options)
+        ray = self.ray
+        probe = ray.remote(num_cpus=0)(this_machine)
+        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                              max_retries=0).remote() for node in nodes]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=START_SECONDS)
+        machines: dict[str, str | None] = {}
+        for node, ref in zip(nodes, refs):
+            try:
+                machines[node] = ray.get(ref) if ref in ready else None
+            except ray.exceptions.RayError:
+                machines[node] = None
+        return machines
+
+    def _start(self, i: int):
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        strategy = NodeAffinitySchedulingStrategy(self.nodes[i % len(self.nodes)], soft=True)
+        return self.remote.options(max_restarts=0,
+                                   scheduling_strategy=strategy).remote(*self.options)
 
     def bench(self, default: T.PrimFunc, shapes: dict, target) -> RayBench:
         return RayBench(self, default, shapes)

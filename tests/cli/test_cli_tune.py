@@ -62,7 +62,7 @@ def test_a_tune_killed_with_sigkill_resumes_losing_and_repeating_nothing(tmp_pat
     (["--target", "cuda -arch=sm_4"], "bad CUDA arch 'sm_4'"),
     (["--target", "llvm -mtriple=OTHER-unknown-linux-gnu -mcpu=generic"],
      "tcc tune measures kernels on this machine"),
-    (["--ray-address", "auto"], "--ray-address is for --runner ray"),
+    (["--cluster", ""], "--cluster '': expected 'auto' or a Ray address"),
     (["--shape", "seq=8"], "--shape seq: the model has no input or symbolic dimension of this "
                            "name (inputs: x; dimensions: batch)"),
 ])
@@ -82,14 +82,14 @@ def test_a_missing_model_is_an_error(tmp_path):
     assert not (tmp_path / "t.db").exists()
 
 
-def test_the_ray_runner_without_ray_says_how_to_install_it(tmp_path, monkeypatch):
+def test_a_cluster_without_ray_says_how_to_install_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets where it is missing
     model = tmp_path / "m.onnx"
     onnx.save(_model(), model)
     r = CliRunner().invoke(cli, ["tune", str(model), "--db", str(tmp_path / "t.db"),
-                                 "--runner", "ray"])
+                                 "--cluster", "auto"])
     assert r.exit_code == 2, r.output
-    assert "--runner ray needs Ray: pip install 'tcc[ray]'" in r.output
+    assert "--cluster needs Ray: pip install 'tcc[distributed]'" in r.output
     assert len(r.output.strip().splitlines()) == 1, r.output
 
 
