@@ -218,7 +218,8 @@ def remeasure(tuners: dict, target, rounds: int = 5) -> dict:
             ratios = {name: [] for name in bests}
             for _ in range(rounds):
                 for name, func in bests.items():
-                    ratios[name].append(bench.measure([func], CONFIRM_REPEATS)[0].ratio)
+                    ratios[name].append(bench.measure([func], CONFIRM_REPEATS)[0].ratio(
+                        bench.default_latency))
         finally:
             bench.worker.close()
         default = state.task.weight * bench.default_latency

@@ -12,7 +12,9 @@ A record is one measured schedule of one workload (DESIGN.md §5):
 
 A record's *relative latency* is its fastest repeat over its paired baseline's fastest (1 for the default;
 records without a baseline, written by earlier tcc versions, are divided by the default
-record's latency at the same shapes). The record applied for a workload is the one of least
+record's latency at the same shapes). A pair whose baseline ran far slower than the default
+usually does (`DISTURBED`) was disturbed in a way pairing does not cancel, and the record's
+fastest repeat is divided by the default's usual latency instead (`paired_ratio`). The record applied for a workload is the one of least
 relative latency among the confirmed records and the default, or among all records when
 none is confirmed: a screening measurement that looked fast by luck does not count once a
 confirmation exists. A schedule confirmed several times counts with the median of its
@@ -46,13 +48,24 @@ class DatabaseError(TccError):
     """A tuning database that cannot be read or written at all."""
 
 
-def paired_ratio(seconds, baseline) -> float | None:
+# A baseline this many times slower than the default's usual latency was disturbed.
+# Pairing cancels drift that slows both schedules alike; it does not cancel load on the
+# other cores, which stalls a parallel default at every fork and join (a 50 us kernel
+# timed at 7 ms) while a serial candidate runs on undisturbed.
+DISTURBED = 3.0
+
+
+def paired_ratio(seconds, baseline, default: float | None = None) -> float | None:
     """A candidate's fastest repeat over the fastest of the default's repeats taken beside
     them (None when either is missing): another process's load adds to some repeats, and
-    the fastest of each side is the least disturbed."""
+    the fastest of each side is the least disturbed. When that baseline is more than
+    DISTURBED times the default's usual latency `default`, over `default` instead."""
     if not seconds or not baseline:
         return None
-    return min(seconds) / max(min(baseline), 1e-12)
+    paired = max(min(baseline), 1e-12)
+    if default is not None and paired > DISTURBED * default:
+        paired = default
+    return min(seconds) / paired
 
 
 @dataclass(frozen=True)
@@ -76,10 +89,10 @@ class Record:
             return None
         return statistics.median(self.seconds)
 
-    @property
-    def ratio(self) -> float | None:
-        """Latency relative to the paired baseline (`paired_ratio`)."""
-        return paired_ratio(self.seconds, self.baseline) if self.status == "ok" else None
+    def ratio(self, default: float | None = None) -> float | None:
+        """Latency relative to the paired baseline (`paired_ratio`; `default` the default
+        schedule's usual latency)."""
+        return paired_ratio(self.seconds, self.baseline, default) if self.status == "ok" else None
 
     def as_json(self) -> dict:
         return {"format": FORMAT, "version": VERSION, "workload": self.workload,
@@ -191,6 +204,10 @@ class Database:
 
 def relative_latencies(records: list[Record]) -> list[tuple[Record, float]]:
     """The successful records that have a relative latency, each with it (module docstring)."""
+    at_shapes: dict[tuple, list[Record]] = {}
+    for r in records:
+        at_shapes.setdefault(tuple(sorted(r.shapes.items())), []).append(r)
+    usual = {shapes: default_latency(group) for shapes, group in at_shapes.items()}
     defaults = {}
     for r in records:
         if r.default and r.latency is not None:
@@ -199,12 +216,13 @@ def relative_latencies(records: list[Record]) -> list[tuple[Record, float]]:
     for r in records:
         if r.latency is None:
             continue
+        shapes = tuple(sorted(r.shapes.items()))
         if r.default:
             out.append((r, 1.0))
-        elif r.ratio is not None:
-            out.append((r, r.ratio))
-        elif tuple(sorted(r.shapes.items())) in defaults:
-            out.append((r, r.latency / max(defaults[tuple(sorted(r.shapes.items()))], 1e-12)))
+        elif r.baseline:
+            out.append((r, r.ratio(usual[shapes])))
+        elif shapes in defaults:
+            out.append((r, r.latency / max(defaults[shapes], 1e-12)))
     return out
 
 

@@ -58,10 +58,10 @@ class Measurement:
         """The median repeat (as a record's), None when failed."""
         return statistics.median(self.seconds) if self.status == "ok" and self.seconds else None
 
-    @property
-    def ratio(self) -> float | None:
-        """Latency relative to the paired default's (`database.paired_ratio`)."""
-        return paired_ratio(self.seconds, self.baseline) if self.status == "ok" else None
+    def ratio(self, default: float | None = None) -> float | None:
+        """Latency relative to the paired default's (`database.paired_ratio`; `default` the
+        default schedule's usual latency, to tell a disturbed pair)."""
+        return paired_ratio(self.seconds, self.baseline, default) if self.status == "ok" else None
 
 
 def size_env(func: T.PrimFunc, shapes: dict[str, int]) -> dict:

@@ -10,7 +10,8 @@ hang) or by actors on the nodes of a Ray cluster (`tcc.tune.ray_runner.RayRunner
 paired with the default schedule, and every measurement is appended to the database as it
 is taken. The cost model is retrained after each round.
 
-Candidates are ranked by their latency relative to the default's (`Measurement.ratio`). The
+Candidates are ranked by their latency relative to the default's (`Measurement.ratio`; a
+pair whose default ran far slower than its usual latency counts against that latency). The
 best of a round's many quick measurements is the one most likely to have been lucky, so
 when it beats the task's best it is measured again, longer (CONFIRM_REPEATS), and only that
 confirmed ratio makes it the task's best; the confirmation is a record of its own, which
@@ -217,7 +218,7 @@ class Tuner:
         for c, m in zip(candidates, bench.measure_each(candidates)):
             self._record(state, c.trace, m)
             self._saw_default(state, m.baseline if m.status == "ok" else ())
-            ratio = m.ratio
+            ratio = m.ratio(state.default_seconds)
             state.space.measured[point_key(c.point)] = ratio
             state.space.measured_kernels.add(c.key)
             self.model.add(state.space.features(c), ratio)
@@ -247,8 +248,9 @@ class Tuner:
         for x, m in zip(contenders, measured):
             self._record(state, x.trace, m, confirmed=True)
             self._saw_default(state, m.baseline if m.status == "ok" else ())
-            if m.ratio is not None:
-                self._add_confirmation(state, point_key(x.point), m.ratio)
+            ratio = m.ratio(state.default_seconds)
+            if ratio is not None:
+                self._add_confirmation(state, point_key(x.point), ratio)
         self._settle_best(state)
 
     @staticmethod

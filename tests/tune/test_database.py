@@ -33,7 +33,7 @@ def test_records_round_trip_and_append_one_durable_line_each(tmp_path):
     assert again.records == records and again.problems == []
     assert again.records[0].latency == 2e-3  # the median of the repeats
     assert again.records[1].latency is None
-    assert again.records[2].ratio == 1e-3 / 2e-3 and again.records[2].confirmed  # fastest over fastest
+    assert again.records[2].ratio() == 1e-3 / 2e-3 and again.records[2].confirmed  # fastest over fastest
 
 
 def test_a_line_cut_short_by_a_kill_is_named_and_the_next_append_starts_a_new_line(tmp_path):
@@ -89,6 +89,29 @@ def test_best_goes_by_latency_relative_to_the_default_timed_beside_it(tmp_path):
               _record(seconds=(4e-3,), baseline=(5e-3,), trace=_traced(2))):
         db.append(r)
     assert db.best("w1", "llvm -mcpu=a").trace == _traced(1)
+
+
+def test_a_pair_whose_default_ran_far_slower_than_usual_counts_against_the_usual(tmp_path):
+    """Load on the other core stalled the parallel default at each fork and join (50 us
+    timed at 7 ms) while a serial candidate ran undisturbed: the pair says 0.01, the
+    candidate is 1.4x slower than the default as the default usually runs."""
+    db = Database(tmp_path / "t.db")
+    default = _record(seconds=(50e-6, 51e-6, 49e-6), default=True)
+    screened = [_record(seconds=(60e-6,) * 3, baseline=(50e-6,) * 3, trace=_traced(10 + i))
+                for i in range(5)]  # the default's usual latency: the median of its times
+    stalled = _record(seconds=(72e-6,) * 10, baseline=(7e-3,) * 10, trace=_traced(1),
+                      confirmed=True)
+    faster = _record(seconds=(29e-6,) * 10, baseline=(50e-6,) * 10, trace=_traced(2),
+                     confirmed=True)
+    for r in (default, *screened, stalled):
+        db.append(r)
+    assert stalled.ratio() == pytest.approx(72 / 7000)  # the pair alone
+    assert db.best("w1", "llvm -mcpu=a") == default
+    db.append(faster)
+    assert db.best("w1", "llvm -mcpu=a") == faster
+    # a default twice as slow beside a candidate is drift that pairing cancels
+    drifted = _record(seconds=(40e-6,), baseline=(100e-6,), trace=_traced(3))
+    assert drifted.ratio(50e-6) == pytest.approx(0.4)
 
 
 def test_once_a_candidate_is_confirmed_only_confirmations_and_the_default_count(tmp_path):

@@ -45,10 +45,10 @@ def test_candidates_are_timed_and_checked_against_the_default():
     assert len(tuned.seconds) == 5 and all(0 < s < 1 for s in tuned.seconds)
     # each is timed beside the default, repeat by repeat
     assert len(tuned.baseline) == 5 and all(0 < s < 1 for s in tuned.baseline)
-    assert base.baseline == () and base.ratio is None
+    assert base.baseline == () and base.ratio() is None
     # the default against itself: paired too (how close the ratio is to 1 is a matter of the
     # machine's load, not something a test under load can hold it to)
-    assert same.status == "ok" and len(same.baseline) == 5 and same.ratio > 0
+    assert same.status == "ok" and len(same.baseline) == 5 and same.ratio() > 0
 
 
 def test_a_candidate_with_another_result_is_recorded_as_failed():
