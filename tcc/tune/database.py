@@ -10,15 +10,15 @@ A record is one measured schedule of one workload (DESIGN.md §5):
      "baseline": [<the default schedule's time per repeat, measured alternately with these>],
      "confirmed": <whether this is a longer second measurement of a candidate that looked best>}
 
-A record's *relative latency* is its fastest repeat over its paired baseline's fastest (1 for the default;
-records without a baseline, written by earlier tcc versions, are divided by the default
-record's latency at the same shapes). A pair whose baseline ran far slower than the default
-usually does (`DISTURBED`) was disturbed in a way pairing does not cancel, and the record's
-fastest repeat is divided by the default's usual latency instead (`paired_ratio`). The record applied for a workload is the one of least
-relative latency among the confirmed records and the default, or among all records when
-none is confirmed: a screening measurement that looked fast by luck does not count once a
-confirmation exists. A schedule confirmed several times counts with the median of its
-confirmations.
+A record's *relative latency* is its fastest repeat over its paired baseline's fastest (1
+for the default; records without a baseline, written by earlier tcc versions, are divided by
+the default record's latency at the same shapes). A pair whose baseline ran far slower than
+the default usually does (`DISTURBED`) was disturbed in a way pairing does not cancel, and
+the record's fastest repeat is divided by the default's usual latency instead
+(`paired_ratio`). The record applied for a workload is the one of least relative latency
+among the confirmed records and the default, or among all records when none is confirmed:
+a screening measurement that looked fast by luck does not count once a confirmation
+exists. A schedule confirmed several times counts with the median of its confirmations.
 
 Records are keyed by workload and target: models that share a kernel share its records, and
 a record from another target is never applied. Appending writes the whole line, flushes and
