@@ -89,6 +89,11 @@ class Record:
             return None
         return statistics.median(self.seconds)
 
+    @property
+    def shapes_key(self) -> tuple:
+        """The shapes as a hashable key: records at other shapes are other measurements."""
+        return tuple(sorted(self.shapes.items()))
+
     def ratio(self, default: float | None = None) -> float | None:
         """Latency relative to the paired baseline (`paired_ratio`; `default` the default
         schedule's usual latency)."""
@@ -206,23 +211,20 @@ def relative_latencies(records: list[Record]) -> list[tuple[Record, float]]:
     """The successful records that have a relative latency, each with it (module docstring)."""
     at_shapes: dict[tuple, list[Record]] = {}
     for r in records:
-        at_shapes.setdefault(tuple(sorted(r.shapes.items())), []).append(r)
-    usual = {shapes: default_latency(group) for shapes, group in at_shapes.items()}
-    defaults = {}
-    for r in records:
-        if r.default and r.latency is not None:
-            defaults.setdefault(tuple(sorted(r.shapes.items())), r.latency)
+        at_shapes.setdefault(r.shapes_key, []).append(r)
+    usual = {key: default_latency(group) for key, group in at_shapes.items()}
+    first_default = {key: next((r.latency for r in group if r.default and r.latency is not None),
+                               None) for key, group in at_shapes.items()}
     out = []
     for r in records:
         if r.latency is None:
             continue
-        shapes = tuple(sorted(r.shapes.items()))
         if r.default:
             out.append((r, 1.0))
         elif r.baseline:
-            out.append((r, r.ratio(usual[shapes])))
-        elif shapes in defaults:
-            out.append((r, r.latency / max(defaults[shapes], 1e-12)))
+            out.append((r, r.ratio(usual[r.shapes_key])))
+        elif first_default[r.shapes_key] is not None:
+            out.append((r, r.latency / max(first_default[r.shapes_key], 1e-12)))
     return out
 
 
