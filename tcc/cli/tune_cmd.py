@@ -103,7 +103,7 @@ def _table(progress, title: str, rows: int | None = ROWS) -> Table:
 @click.option("--cluster", metavar="ADDRESS",
               help="Build and time candidates on a Ray cluster instead of here, one actor on "
                    "each node whose CPU is the target's: 'auto' joins the cluster running on "
-                   "this machine or starts one (on loopback), ray://HOST:PORT joins that one "
+                   "this machine or starts one here, ray://HOST:PORT joins that one "
                    "(pip install 'tcc[distributed]').")
 def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs, timeout, seed,
             cluster):
