@@ -16,15 +16,16 @@
   each task is searched N times by each search (seeds 0..N-1), and the packs' verdicts are
   counted.
 * kernels: one-node models (fp32 matmul 1024^3, a MobileNet-style depthwise 3x3, a 1x1
-  convolution, a strided conv1d, a layer norm); each is tuned, then its default pack, its
-  tuned pack (C runtime: tccrt's own --bench timing, so no Python in the timed loop; needs
-  `make runtime`) and onnxruntime run on the same inputs and threads; the matmul is also
-  timed against numpy/OpenBLAS.
+  convolution, a strided conv1d, a layer norm); each is tuned (with the in-model check),
+  then its default pack, its tuned pack (C runtime: tccrt's own --bench timing, so no
+  Python in the timed loop; needs `make runtime`) and onnxruntime run on the same inputs
+  and threads; the matmul is also timed against numpy/OpenBLAS.
 * models: each model (by default real exports of six families from the corpus that
   tools/export_corpus.py writes, and ShuffleNet from the onnx package; symbolic sizes at
-  batch 1, sequence 128) is tuned (`tcc tune` with --trials/--budget), then the untuned pack,
-  the tuned pack (C runtime) and onnxruntime are timed in one run; outputs are checked
-  against onnxruntime first (rtol 1e-3, atol 1e-4), so a fast wrong answer never counts.
+  batch 1, sequence 128) is tuned (`tcc tune` with --trials/--budget, then its in-model
+  check), then the untuned pack, the tuned pack (C runtime) and onnxruntime are timed in
+  one run; outputs are checked against onnxruntime first (rtol 1e-3, atol 1e-4), so a fast
+  wrong answer never counts.
 
 Timings are medians of --runs with their min-max spread. OPENBLAS_NUM_THREADS and the
 kernels' threads are set to --threads before anything loads.
@@ -178,17 +179,29 @@ def lowered(model, target):
 
 
 def tune(model, target, db_path: Path, trials: int, search="evolutionary", budget=None,
-         on_trial=lambda p: None, named=None, seed: int = 0):
+         on_trial=lambda p: None, named=None, seed: int = 0, model_check: bool = False):
+    """Tune as `tcc tune` does (ending with its in-model check when `model_check`): the
+    tuner, its progress and the seconds it took, the check's included."""
     from tcc.tune.database import Database
+    from tcc.tune.model_check import check_model
     from tcc.tune.shapes import kernel_shapes
     from tcc.tune.tuner import Tuner
 
     mod = lowered(model, target)
-    sizes, _ = kernel_shapes(mod, target, named or {})
+    sizes, inputs = kernel_shapes(mod, target, named or {})
     tuner = Tuner(mod, target, Database(db_path), sizes, search=search, seed=seed)
     deadline = None if budget is None else time.monotonic() + budget
     start = time.monotonic()
     progress = tuner.run(trials, deadline, on_trial)
+    if model_check and not progress.interrupted:
+        with tempfile.TemporaryDirectory() as tmp:
+            verdict = check_model(mod, target, tuner.db, inputs, Path(tmp))
+        if verdict is not None:
+            kept = verdict.variants[verdict.chosen]["tuned"]
+            times = ", ".join(f"{v['tuned']}: {statistics.median(v['ms']):.4f} ms"
+                              for v in verdict.variants)
+            print(f"  in-model check: keeps {kept} of {verdict.variants[0]['tuned']} tuned "
+                  f"kernels (model time by kernels kept: {times})", flush=True)
     return tuner, progress, time.monotonic() - start
 
 
@@ -430,7 +443,7 @@ def kernels_mode(args, target, work: Path) -> None:
         model = KERNELS[name]()
         db = work / f"kernel-{name}.db"
         db.unlink(missing_ok=True)
-        _, progress, seconds = tune(model, target, db, trials)
+        _, progress, seconds = tune(model, target, db, trials, model_check=True)
         kernels = ", ".join(f"{s.task.name} {s.speedup:.2f}x" for s in progress.states
                             if s.speedup)
         print(f"{name}: {progress.trials} trials in {seconds:.0f} s; tuned/default per kernel: "
@@ -462,7 +475,7 @@ def models_mode(args, target, work: Path) -> None:
         found.add(name)
         db = work / f"model-{name}.db"
         _, progress, seconds = tune(model, target, db, trials, budget=budget,
-                                    named=tuning_sizes(model))
+                                    named=tuning_sizes(model), model_check=True)
         print(f"{name}: {progress.trials} trials in {seconds:.0f} s "
               f"({progress.trials / max(seconds, 1e-9):.2f}/s); kernel time of one run: "
               f"default {progress.estimate(best=False) * 1e6:.1f} us, "

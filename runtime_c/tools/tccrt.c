@@ -577,7 +577,7 @@ static int bench(tccrt_module_t *module, const char *function, tccrt_tensor_t *c
   }
   qsort(ms, (size_t)runs, sizeof *ms, compare_doubles);
   double median = runs % 2 ? ms[runs / 2] : (ms[runs / 2 - 1] + ms[runs / 2]) / 2;
-  printf("bench: %d runs, median %.3f ms (min %.3f, max %.3f)\n", runs, median, ms[0],
+  printf("bench: %d runs, median %.4f ms (min %.4f, max %.4f)\n", runs, median, ms[0],
          ms[runs - 1]);
   free(ms);
   return 0;

@@ -33,7 +33,8 @@ def show_command(db: Path):
     with its speedup over the default schedule, measured alongside it; its time is the
     default's divided by that speedup, the default's the median of all its measurements
     (its own and those beside each candidate). Targets are shown by kind and CPU; the
-    database holds their full strings."""
+    database holds their full strings. Then the latest in-model check of each model `tcc
+    tune` checked: how many tuned kernels it keeps, and which keep the default schedule."""
     why = not_a_file(db)
     if why:
         raise TccError(f"{db}: {why}")
@@ -58,7 +59,25 @@ def show_command(db: Path):
         table.add_row(workload[:12], _short_target(target), str(len(ok)),
                       str(len(records) - len(ok)),
                       "-" if default is None else f"{default * 1e3:.3f}", best_ms, speedup)
-    Console(highlight=False, soft_wrap=True).print(table)
+    out = Console(highlight=False, soft_wrap=True)
+    out.print(table)
+    latest = {(c.model, c.target): c for c in database.checks}
+    for check in latest.values():
+        out.print(_check_line(check), markup=False)
+
+
+def _check_line(check) -> str:
+    """The latest in-model verdict on one model and target, in one line."""
+    import statistics
+
+    medians = [statistics.median(v["ms"]) if v["ms"] else 0.0 for v in check.variants]
+    kept = check.variants[check.chosen]["tuned"]
+    shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in check.inputs.items())
+    reverted = ", ".join(w[:12] for w in check.reverted) or "none"
+    return (f"in-model check of model {check.model[:12]} ({_short_target(check.target)}, "
+            f"{shapes}): keeps {kept} of {check.variants[0]['tuned']} tuned kernels, "
+            f"{medians[check.chosen]:.4f} ms against {medians[-1]:.4f} ms untuned; "
+            f"default schedule kept for: {reverted}")
 
 
 def _short_target(target: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 import time
 from pathlib import Path
 
@@ -105,8 +106,13 @@ def _table(progress, title: str, rows: int | None = ROWS) -> Table:
                    "each node whose CPU is the target's: 'auto' joins the cluster running on "
                    "this machine or starts one here, ray://HOST:PORT joins that one "
                    "(pip install 'tcc[distributed]').")
+@click.option("--model-check/--no-model-check", default=True, show_default=True,
+              help="End by timing the model itself in the C runtime with its tuned kernels, "
+                   "with only the largest gains (half, a quarter, ..., none), and keeping the "
+                   "fastest: a kernel faster alone can slow its neighbours. Needs the C "
+                   "runtime (make runtime); not run after Ctrl-C.")
 def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs, timeout, seed,
-            cluster):
+            cluster, model_check):
     """Search for the fastest schedule of each kernel of a model, measured on this machine
     (or on the nodes of a Ray cluster, --cluster).
 
@@ -117,8 +123,9 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
     candidate that looks best is measured again before it counts. Tune on an otherwise
     idle machine. Every measurement is appended
     to DB as it is taken: Ctrl-C, --budget or a kill loses nothing, and running the same
-    command again goes on from there. `tcc compile --db DB` uses the best schedules
-    (docs/tuning.md).
+    command again goes on from there. The tune ends by timing the model itself with and
+    without its tuned kernels, and keeps the fastest set (--model-check). `tcc compile --db
+    DB` uses the best schedules (docs/tuning.md).
     """
     from tcc.api import load_module, lower
     from tcc.lower.passes import run_pipeline
@@ -158,7 +165,7 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
         lowered = lower(run_pipeline(load_module(source), target=parsed))
     with console.status("finding each kernel's sizes (one run of the model)", spinner="dots"):
         sizes, inputs = kernel_shapes(lowered, parsed, named)
-    shown = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in inputs.items())
+    shown = ", ".join(f"{k}={'x'.join(map(str, v.shape))}" for k, v in inputs.items())
     out.print(f"tuning {source} at {shown} for {target} ({search} search, db {db})")
     busy = _busy()
     if busy and cluster is None:
@@ -198,5 +205,37 @@ def command(source, db, target, trials, budget, shape_pairs, search, batch, jobs
               "the budget ran out" if deadline is not None and time.monotonic() >= deadline
               else "every kernel's space is measured")
     out.print(_table(progress, f"{title}: stopped ({reason})", rows=None))
+    if model_check and not progress.interrupted:
+        _model_check(lowered, parsed, database, inputs, jobs, console, out)
     out.print(f"{len(database.records)} records in {db}; compile with `tcc compile {source} "
               f"--db {db}`")
+
+
+def _model_check(lowered, target, database, inputs, jobs, console, out) -> None:
+    """Run the in-model check (tcc.tune.model_check) and say what it kept."""
+    from tcc.outfile import scratch_dir
+    from tcc.tune.model_check import check_model
+
+    try:
+        with console.status("in-model check", spinner="dots") as status, \
+                scratch_dir("tcc-check-") as tmp:
+            verdict = check_model(lowered, target, database, inputs, Path(tmp), jobs=jobs,
+                                  on_stage=lambda text: status.update(f"in-model check: {text}"))
+    except TccError as e:
+        console.print(f"warning: in-model check skipped: {e}", markup=False)
+        return
+    if verdict is None:
+        out.print("in-model check: no kernel has a schedule faster than its default")
+        return
+    medians = [statistics.median(v["ms"]) for v in verdict.variants]
+    tuned = verdict.variants[0]["tuned"]
+
+    def label(k: int) -> str:
+        return "untuned" if k == 0 else f"all {k} tuned" if k == tuned else f"largest {k}"
+
+    shown = ", ".join(f"{label(v['tuned'])} {m:.4f} ms" for v, m in zip(verdict.variants, medians))
+    out.print(f"in-model check (C runtime, median of {len(verdict.variants[0]['ms'])} rounds): "
+              f"{shown}")
+    out.print(f"kept {label(verdict.variants[verdict.chosen]['tuned'])}: "
+              f"{medians[verdict.chosen] / medians[-1]:.2f}x untuned; "
+              f"{len(verdict.reverted)} tuned kernel(s) keep the default schedule")

@@ -3,7 +3,9 @@ its PrimFunc as legalized) has a successful record for the target gets the best 
 trace replayed in place of the default rules. A record made for another target is never
 looked at; one whose trace no longer replays (written by another tcc version, say), or whose
 schedule leaves an access that cannot be proven in bounds, leaves the kernel to the default
-rules, with a one-line warning."""
+rules, with a one-line warning. A kernel the database's latest in-model verdict on this
+model reverted (tcc.tune.model_check) keeps the default rules while its best record is the
+one the model was timed with."""
 
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from tcc.ir.verify import guard_accesses
 from tcc.lower.rules import finish_schedule
 from tcc.lower.schedule import Schedule, ScheduleError
 from tcc.lower.schedule.trace import Trace
-from tcc.tune.database import Database
-from tcc.tune.tasks import workload_key
+from tcc.tune.database import Database, trace_digest
+from tcc.tune.tasks import model_key, workload_key
 
 
 def replay(func: PrimFunc, trace_json: dict) -> PrimFunc:
@@ -25,15 +27,19 @@ def replay(func: PrimFunc, trace_json: dict) -> PrimFunc:
     return finish_schedule(sch.func)
 
 
-def tuned_prim_funcs(mod: IRModule, target: str, db: Database) -> tuple[dict[str, PrimFunc], list[str]]:
+def tuned_prim_funcs(mod: IRModule, target: str, db: Database, apply_checks: bool = True
+                     ) -> tuple[dict[str, PrimFunc], list[str]]:
     """The kernels of `mod` the database has records for on `target`, each scheduled by its
-    best record, and one warning for each record that does not replay."""
+    best record (unless the in-model verdict reverted it, with `apply_checks`), and one
+    warning for each record that does not replay."""
     tuned: dict[str, PrimFunc] = {}
     warnings: list[str] = []
+    verdict = db.check(model_key(mod), target) if apply_checks and db.checks else None
+    reverted = verdict.reverted if verdict else {}
     for name, func in mod.prim_funcs.items():
         workload = workload_key(func)
         record = db.best(workload, target)
-        if record is None:
+        if record is None or reverted.get(workload) == trace_digest(record.trace):
             continue
         where = f"{db.path}: the best record of kernel {name!r} (workload {workload[:12]})"
         try:

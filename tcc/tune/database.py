@@ -26,10 +26,22 @@ syncs it before returning, so a tune killed at any moment loses no finished reco
 a kill cut short is reported when the file is read, and the next append starts a new line.
 Reading never stops at a bad line: each one gives a one-line problem naming the file and
 line, and the other records still load.
+
+The file also holds the verdicts of in-model checks (tcc.tune.model_check), one line each:
+
+    {"format": "tcc-model-check", "version": 1, "model": "<tcc.tune.tasks.model_key>",
+     "target": "<target string>", "inputs": {"x": [1, 3, 224, 224], ...},
+     "variants": [{"tuned": <kernels given their best record>, "ms": [<one per round>]}, ...],
+     "chosen": <index of the variant kept>, "tcc": "<tcc version>",
+     "reverted": {"<workload>": "<trace_digest of the best record it ran slower with>"}}
+
+Compiling that model for that target applies the latest verdict: a reverted workload keeps
+its default schedule as long as its best record is still the one the check timed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import statistics
@@ -40,6 +52,7 @@ from pathlib import Path
 from tcc.errors import TccError
 
 FORMAT = "tcc-tuning-record"
+CHECK_FORMAT = "tcc-model-check"
 VERSION = 1
 STATUSES = ("ok", "failed")
 
@@ -147,42 +160,106 @@ class Record:
                       data.get("confirmed", False))
 
 
-def read_records(path: Path) -> tuple[list[Record], list[str]]:
-    """The records of the database at `path`, and a one-line problem for each line that is
-    not one (`FILE:LINE: what is wrong`). A missing file is an empty database."""
+def trace_key(trace: dict) -> str:
+    """A trace as one string: records with equal keys measured the same schedule."""
+    return json.dumps(trace, sort_keys=True, separators=(",", ":"))
+
+
+def trace_digest(trace: dict) -> str:
+    """A short hash of `trace_key`, which a verdict stores for the trace it timed."""
+    return hashlib.sha256(trace_key(trace).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    """The verdict of one in-model check (module docstring)."""
+
+    model: str
+    target: str
+    inputs: dict
+    variants: tuple  # ({"tuned": int, "ms": [float, ...]}, ...)
+    chosen: int
+    reverted: dict  # workload -> trace_digest
+    tcc: str = ""
+
+    def as_json(self) -> dict:
+        return {"format": CHECK_FORMAT, "version": VERSION, "model": self.model,
+                "target": self.target, "inputs": dict(self.inputs),
+                "variants": [dict(v) for v in self.variants], "chosen": self.chosen,
+                "reverted": dict(self.reverted), "tcc": self.tcc}
+
+    def line(self) -> str:
+        return json.dumps(self.as_json(), sort_keys=True, separators=(",", ":"))
+
+    @staticmethod
+    def from_json(data: dict) -> ModelCheck:
+        """A verdict from its JSON object; ValueError saying what is wrong."""
+        if data.get("version") != VERSION:
+            raise ValueError(f"version {data.get('version')!r} is not one this tcc reads "
+                             f"({VERSION})")
+        for key, kind, what in (("model", str, "a string"), ("target", str, "a string"),
+                                ("inputs", dict, "an object"), ("variants", list, "a list"),
+                                ("chosen", int, "an integer"), ("reverted", dict, "an object")):
+            if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
+                raise ValueError(f"'{key}' is {data.get(key)!r}, expected {what}")
+        for v in data["variants"]:
+            if not (isinstance(v, dict) and isinstance(v.get("tuned"), int)
+                    and isinstance(v.get("ms"), list)
+                    and all(isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0
+                            for t in v["ms"])):
+                raise ValueError(f"variant {v!r} is not {{\"tuned\": N, \"ms\": [times]}}")
+        if not 0 <= data["chosen"] < len(data["variants"]):
+            raise ValueError(f"'chosen' is {data['chosen']}, but there are "
+                             f"{len(data['variants'])} variants")
+        if not all(isinstance(v, str) for v in data["reverted"].values()):
+            raise ValueError("'reverted' maps workloads to trace digests (strings)")
+        return ModelCheck(data["model"], data["target"], dict(data["inputs"]),
+                          tuple({"tuned": v["tuned"], "ms": [float(t) for t in v["ms"]]}
+                                for v in data["variants"]),
+                          data["chosen"], dict(data["reverted"]), str(data.get("tcc", "")))
+
+
+def read_records(path: Path) -> tuple[list[Record], list[ModelCheck], list[str]]:
+    """The records and in-model verdicts of the database at `path`, and a one-line problem
+    for each line that is neither (`FILE:LINE: what is wrong`). A missing file is an empty
+    database."""
     path = Path(path)
     if not path.exists():
-        return [], []
+        return [], [], []
     if path.is_dir():
         raise DatabaseError(f"{path} is a directory, not a tuning database")
     try:
         text = path.read_bytes().decode("utf-8", errors="replace")
     except OSError as e:
         raise DatabaseError(f"{path}: cannot read the tuning database: {e.strerror or e}") from None
-    records, problems = [], []
+    records, checks, problems = [], [], []
     lines = text.split("\n")
     for number, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
         try:
-            records.append(Record.from_json(json.loads(raw)))
+            data = json.loads(raw)
+            if isinstance(data, dict) and data.get("format") == CHECK_FORMAT:
+                checks.append(ModelCheck.from_json(data))
+            else:
+                records.append(Record.from_json(data))
         except json.JSONDecodeError as e:  # the last line has no newline when a kill cut it
             cut = " (cut short: a tune stopped while writing it?)" if number == len(lines) else ""
             problems.append(f"{path}:{number}: not a JSON record ({e.msg}){cut}; line skipped")
         except ValueError as e:
             problems.append(f"{path}:{number}: {e}; line skipped")
-    return records, problems
+    return records, checks, problems
 
 
 class Database:
-    """The records of one database file, and appending to it."""
+    """The records and verdicts of one database file, and appending to it."""
 
     def __init__(self, path):
         self.path = Path(path)
-        self.records, self.problems = read_records(self.path)
+        self.records, self.checks, self.problems = read_records(self.path)
 
-    def append(self, record: Record) -> None:
-        """Write `record` as one line and make it durable before returning."""
+    def append(self, record: Record | ModelCheck) -> None:
+        """Write `record` (or a verdict) as one line and make it durable before returning."""
         line = record.line() + "\n"
         try:
             with open(self.path, "a+b") as f:
@@ -196,7 +273,7 @@ class Database:
         except OSError as e:
             raise DatabaseError(
                 f"{self.path}: cannot append to the tuning database: {e.strerror or e}") from None
-        self.records.append(record)
+        (self.checks if isinstance(record, ModelCheck) else self.records).append(record)
 
     def for_workload(self, workload: str, target: str) -> list[Record]:
         return [r for r in self.records if r.workload == workload and r.target == target]
@@ -205,6 +282,11 @@ class Database:
         """The record to apply for `workload` on `target` (`best_record`)."""
         found = best_record(self.for_workload(workload, target))
         return found[0] if found else None
+
+    def check(self, model: str, target: str) -> ModelCheck | None:
+        """The latest in-model verdict on `model` for `target`."""
+        return next((c for c in reversed(self.checks)
+                     if c.model == model and c.target == target), None)
 
 
 def relative_latencies(records: list[Record]) -> list[tuple[Record, float]]:
@@ -253,7 +335,7 @@ def best_record(records: list[Record]) -> tuple[Record, float] | None:
     if any(r.confirmed for r, _ in confirmed):
         by_trace: dict[str, list] = {}
         for r, x in confirmed:
-            by_trace.setdefault(json.dumps(r.trace, sort_keys=True), []).append((r, x))
+            by_trace.setdefault(trace_key(r.trace), []).append((r, x))
         pool = [(group[0][0], statistics.median(x for _, x in group))
                 for group in by_trace.values()]
     else:
@@ -265,16 +347,17 @@ def best_record(records: list[Record]) -> tuple[Record, float] | None:
 
 
 def merge(paths: Iterable, out) -> tuple[int, list[str]]:
-    """Write the records of every database in `paths` to `out`, each distinct record once, in
-    order of first appearance; returns how many were written and the problems read."""
+    """Write the records and verdicts of every database in `paths` to `out`, each distinct
+    line once, in order of first appearance (a file's records before its verdicts); returns
+    how many were written and the problems read."""
     from tcc.outfile import open_output
 
     seen: dict[str, None] = {}
     problems: list[str] = []
     for p in paths:
-        records, bad = read_records(Path(p))
+        records, checks, bad = read_records(Path(p))
         problems += bad
-        for r in records:
+        for r in [*records, *checks]:
             seen.setdefault(r.line(), None)
     with open_output(Path(out), f"--output {out}: cannot write the merged database") as f:
         f.write("".join(line + "\n" for line in seen).encode())

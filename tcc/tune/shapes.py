@@ -88,9 +88,9 @@ def bind(func: T.PrimFunc, arguments: list) -> dict[str, int]:
 
 
 def kernel_shapes(lowered: IRModule, target, named: dict[str, list[int]],
-                  entry: str = "main") -> tuple[dict[str, dict[str, int]], dict[str, list[int]]]:
+                  entry: str = "main") -> tuple[dict[str, dict[str, int]], dict[str, np.ndarray]]:
     """The sizes of each kernel (by name) in one run of `lowered` at the input shapes
-    `named` gives, and those input shapes. Kernels the run does not call get none."""
+    `named` gives, and the inputs of that run. Kernels the run does not call get none."""
     import tcc.rt
     from tcc.emit.llvm import compile_prim_funcs
     from tcc.emit.pack import pack_bytes
@@ -119,4 +119,4 @@ def kernel_shapes(lowered: IRModule, target, named: dict[str, list[int]],
         os.unlink(path)
     sizes = {name: bind(func, recorder.calls[name])
              for name, func in lowered.prim_funcs.items() if name in recorder.calls}
-    return sizes, shapes
+    return sizes, inputs

@@ -8,6 +8,8 @@ loop or scan body counts once, since the trip count is known only at run time.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import Counter
 from dataclasses import dataclass
 
@@ -45,3 +47,10 @@ def extract_tasks(mod: IRModule) -> list[Task]:
     tasks = [Task(w, name, func, weight) for w, (name, func, weight) in by_workload.items()]
     order = {t.workload: i for i, t in enumerate(tasks)}
     return sorted(tasks, key=lambda t: (-t.weight, order[t.workload]))
+
+
+def model_key(mod: IRModule) -> str:
+    """The key of a model's in-model verdicts: a hash of its tasks (workload and calls per
+    run), so a model compiled as it was tuned finds them and a changed one does not."""
+    tasks = sorted((t.workload, t.weight) for t in extract_tasks(mod))
+    return hashlib.sha256(json.dumps(tasks).encode()).hexdigest()

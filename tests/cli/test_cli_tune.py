@@ -101,3 +101,34 @@ def test_a_busy_machine_is_named_before_tuning(monkeypatch):
     assert tune_cmd._busy().startswith("this machine is busy (load average 3.5 on 2 cores)")
     monkeypatch.setattr(tune_cmd.os, "getloadavg", lambda: (0.2, 1.0, 1.0))
     assert tune_cmd._busy() == ""
+
+
+def _tune_here(tmp_path, *extra):
+    model = tmp_path / "m.onnx"
+    onnx.save(_model(), model)
+    r = CliRunner().invoke(cli, ["tune", str(model), "--db", str(tmp_path / "t.db"), "--batch",
+                                 "4", "--jobs", "1", "--shape", "batch=16", "--trials", "8",
+                                 *extra])
+    assert r.exit_code == 0, r.output
+    return r.output, Database(tmp_path / "t.db")
+
+
+def test_a_tune_ends_with_the_in_model_check_and_its_verdict_in_the_db(tmp_path):
+    output, db = _tune_here(tmp_path)
+    if "no kernel has a schedule faster than its default" in output:
+        assert db.checks == []
+    else:
+        assert "in-model check (C runtime, median of 7 rounds" in output, output
+        assert "x untuned; " in output and len(db.checks) == 1
+
+
+def test_no_model_check_leaves_it_out(tmp_path):
+    output, db = _tune_here(tmp_path, "--no-model-check")
+    assert "in-model check" not in output and db.checks == []
+
+
+def test_a_tune_without_the_c_runtime_skips_the_check_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCCRT", str(tmp_path / "missing"))
+    output, db = _tune_here(tmp_path)
+    assert f"warning: in-model check skipped: TCCRT={tmp_path / 'missing'} is not an " in output
+    assert db.checks == [] and len(db.records) >= 8

@@ -20,9 +20,9 @@ from onnx import TensorProto, helper
 
 import tcc
 import tcc.rt
-from tcc.cli import run_cmd
 from tcc.cli.arrays_io import safe_file_names
 from tcc.cli.main import cli
+from tcc.rt import c_runtime
 from tests.e2e.test_models import onnxruntime_outputs, token_inputs
 from tests.models import builders
 from tests.packs import compiled_pack
@@ -464,7 +464,7 @@ def test_tcc_run_runtime_c_errors(build, packs, tmp_path, monkeypatch):
     # neither $TCCRT, nor a build in the source tree, nor tccrt on the PATH
     monkeypatch.delenv("TCCRT", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(run_cmd, "__file__", str(tmp_path / "tcc" / "cli" / "run_cmd.py"))
+    monkeypatch.setattr(c_runtime, "__file__", str(tmp_path / "tcc" / "rt" / "c_runtime.py"))
     r = tcc_run(pack, "--runtime", "c", "--random-inputs")
     assert r.exit_code == 2
     assert (

@@ -19,8 +19,8 @@ from tcc.lower.rules import _stages
 from tcc.lower.schedule import Schedule
 from tcc.target import host_target
 from tcc.tune.apply import tuned_prim_funcs
-from tcc.tune.database import Database, Record
-from tcc.tune.tasks import workload_key
+from tcc.tune.database import Database, ModelCheck, Record, trace_digest
+from tcc.tune.tasks import model_key, workload_key
 
 
 def _model():
@@ -37,11 +37,11 @@ def _lowered():
     return lower(run_pipeline(from_onnx(_model()), target=target)), str(target)
 
 
-def _hand_record(func, target: str, **kw) -> Record:
-    """A schedule written by hand: the first stage's outer loop split by 2 and parallel."""
+def _hand_record(func, target: str, factor: int = 2, **kw) -> Record:
+    """A schedule written by hand: the first stage's outer loop split by `factor` and parallel."""
     sch = Schedule(func)
     block = sch.get_block(_stages(func)[0])
-    outer, _ = sch.split(sch.get_loops(block)[0], [None, 2])
+    outer, _ = sch.split(sch.get_loops(block)[0], [None, factor])
     sch.parallel(outer)
     return Record(workload_key(func), target, sch.trace.as_json(), (1e-4,), **kw)
 
@@ -111,6 +111,31 @@ def test_a_schedule_not_provably_in_bounds_is_not_applied(tmp_path, monkeypatch)
     assert "leaves 1 access(es) not provably in bounds (first: load x[i + 9]: unproven)" in warning
 
 
+def _verdict(model: str, target: str, reverted: dict) -> ModelCheck:
+    return ModelCheck(model, target, {"x": [4, 16]}, ({"tuned": 1, "ms": [2.0]},
+                                                     {"tuned": 0, "ms": [1.0]}), 1, reverted)
+
+
+def test_a_kernel_the_in_model_check_reverted_keeps_the_default_while_its_best_is_unchanged(
+        tmp_path):
+    lowered, target = _lowered()
+    (name, func), = lowered.prim_funcs.items()
+    record = _hand_record(func, target)
+    db = Database(tmp_path / "t.db")
+    db.append(record)
+    reverted = {record.workload: trace_digest(record.trace)}
+    db.append(_verdict("another model", target, reverted))
+    db.append(_verdict(model_key(lowered), "llvm -mcpu=another", reverted))
+    assert list(tuned_prim_funcs(lowered, target, db)[0]) == [name]  # not this model's verdicts
+    db.append(_verdict(model_key(lowered), target, reverted))
+    assert tuned_prim_funcs(lowered, target, db) == ({}, [])
+    assert list(tuned_prim_funcs(lowered, target, db, apply_checks=False)[0]) == [name]
+    assert compile_to_bytes(_model(), db=tmp_path / "t.db") == compile_to_bytes(_model())
+    # a later tune found a better schedule: the verdict was on another, and does not apply
+    db.append(_hand_record(func, target, factor=4, baseline=(1e-3,), confirmed=True))
+    assert list(tuned_prim_funcs(lowered, target, db)[0]) == [name]
+
+
 def _onnx(tmp_path):
     import onnx
 
@@ -131,9 +156,16 @@ def test_db_show_and_merge(tmp_path):
     assert r.exit_code == 0, r.output
     assert f"warning: {tmp_path / 'a.db'}:3: not a JSON record" in r.output
     assert workload_key(func)[:12] in r.output and "40.00x" in r.output
+    assert "in-model check" not in r.output
+    hand = _hand_record(func, target)
+    db.append(_verdict(model_key(lowered), target, {hand.workload: trace_digest(hand.trace)}))
+    r = CliRunner().invoke(cli, ["db", "show", str(tmp_path / "a.db")])
+    assert (f"in-model check of model {model_key(lowered)[:12]} (llvm -mcpu=" in r.output
+            and "x=4x16): keeps 0 of 1 tuned kernels, 1.0000 ms against 1.0000 ms untuned; "
+                "default schedule kept for: " + workload_key(func)[:12] in r.output), r.output
     r = CliRunner().invoke(cli, ["db", "merge", str(tmp_path / "a.db"), str(tmp_path / "a.db"),
                                  "-o", str(tmp_path / "c.db")])
-    assert r.exit_code == 0 and "2 records" in r.output, r.output
+    assert r.exit_code == 0 and "3 records" in r.output, r.output
     r = CliRunner().invoke(cli, ["db", "show", str(tmp_path / "missing.db")])
     assert r.exit_code == 2 and "missing.db: no such file" in r.output
 

@@ -5,7 +5,14 @@ import json
 
 import pytest
 
-from tcc.tune.database import Database, DatabaseError, Record, merge, read_records
+from tcc.tune.database import (
+    Database,
+    DatabaseError,
+    ModelCheck,
+    Record,
+    merge,
+    read_records,
+)
 
 TRACE = {"format": "tcc-trace", "version": 1, "instructions": []}
 
@@ -14,6 +21,13 @@ def _record(workload="w1", target="llvm -mcpu=a", seconds=(1e-3,), status="ok", 
             baseline=(), confirmed=False, trace=TRACE):
     return Record(workload, target, trace, tuple(seconds), status, {"n": 4}, tcc="0.1.0",
                   default=default, baseline=tuple(baseline), confirmed=confirmed)
+
+
+def _check(model="m1", target="llvm -mcpu=a", chosen=1, reverted=None):
+    return ModelCheck(model, target, {"x": [1, 8]},
+                      ({"tuned": 2, "ms": [0.07, 0.069]}, {"tuned": 1, "ms": [0.06, 0.061]},
+                       {"tuned": 0, "ms": [0.068, 0.067]}),
+                      chosen, {"w2": "trace"} if reverted is None else reverted, "0.1.0")
 
 
 def _traced(n: int) -> dict:
@@ -58,11 +72,15 @@ def test_a_line_cut_short_by_a_kill_is_named_and_the_next_append_starts_a_new_li
     (json.dumps({**_record().as_json(), "seconds": [-1]}), "seconds [-1] are not all non-negative"),
     (json.dumps({**_record().as_json(), "baseline": [0]}), "baseline [0] is not a list of positive"),
     (json.dumps({**_record().as_json(), "confirmed": 1}), "'confirmed' is 1, expected true or"),
+    (json.dumps({**_check().as_json(), "chosen": 3}), "'chosen' is 3, but there are 3 variants"),
+    (json.dumps({**_check().as_json(), "chosen": True}), "'chosen' is True, expected an integer"),
+    (json.dumps({**_check().as_json(), "variants": [{"tuned": 1}]}), "is not {\"tuned\": N"),
+    (json.dumps({**_check().as_json(), "reverted": {"w": 1}}), "'reverted' maps workloads to trace"),
 ])
 def test_a_corrupted_line_is_named_and_the_other_records_still_load(tmp_path, line, message):
     path = tmp_path / "t.db"
     path.write_text(_record("a").line() + "\n" + line + "\n" + _record("b").line() + "\n")
-    records, problems = read_records(path)
+    records, _, problems = read_records(path)
     assert [r.workload for r in records] == ["a", "b"]
     assert len(problems) == 1 and problems[0].startswith(f"{path}:2: ") and message in problems[0]
     assert problems[0].endswith("; line skipped") and "\n" not in problems[0]
@@ -148,6 +166,22 @@ def test_merge_writes_each_distinct_record_once(tmp_path):
     count, problems = merge([tmp_path / "a.db", tmp_path / "b.db"], tmp_path / "c.db")
     assert count == 3 and len(problems) == 1 and f"{tmp_path / 'b.db'}:3:" in problems[0]
     assert [r.workload for r in Database(tmp_path / "c.db").records] == ["x", "y", "z"]
+
+
+def test_model_checks_round_trip_and_the_latest_for_the_model_and_target_counts(tmp_path):
+    db = Database(tmp_path / "t.db")
+    first, other_target, other_model = _check(), _check(target="llvm -mcpu=b"), _check("m2")
+    latest = _check(chosen=0, reverted={})
+    for entry in (first, _record("w1"), other_target, other_model, latest):
+        db.append(entry)
+    again = Database(tmp_path / "t.db")
+    assert again.problems == [] and [r.workload for r in again.records] == ["w1"]
+    assert again.checks == [first, other_target, other_model, latest]
+    assert again.check("m1", "llvm -mcpu=a") == latest
+    assert again.check("m1", "llvm -mcpu=b") == other_target
+    assert again.check("m3", "llvm -mcpu=a") is None
+    count, _ = merge([tmp_path / "t.db", tmp_path / "t.db"], tmp_path / "c.db")
+    assert count == 5 and Database(tmp_path / "c.db").checks == again.checks
 
 
 def test_a_directory_is_no_database(tmp_path):
