@@ -85,7 +85,8 @@ def _table(progress, title: str, rows: int | None = ROWS) -> Table:
               help="Measurements in all, over every kernel, counting those the database has "
                    "already (so a stopped tune resumes).")
 @click.option("--budget", metavar="TIME",
-              help="Stop after this long (90s, 10m, 1h), everything measured so far kept.")
+              help="Stop the search after this long (90s, 10m, 1h), everything measured so "
+                   "far kept; the in-model check (seconds) runs after it.")
 @click.option("--shape", "shape_pairs", multiple=True, metavar="NAME=DIMS",
               help="Sizes to tune at: an input's shape (input_ids=1,128) or a symbolic "
                    "dimension by name (batch=1). Other symbolic dimensions: 1 when leading, "
