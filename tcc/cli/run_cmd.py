@@ -93,8 +93,8 @@ class _CRunner(CRuntimePack):
         with scratch_dir("tcc-run-") as tmp:
             out = Path(tmp) / "outputs"
             self.tccrt_run("run", str(self.path), "--function", self.entry,
-                        *self.input_args(Path(tmp), inputs), "--output-dir", str(out),
-                        *self.thread_args, *self.signature_args)
+                           *self.input_args(Path(tmp), inputs), "--output-dir", str(out),
+                           *self.thread_args, *self.signature_args)
             files = safe_file_names([o["name"] for o in self.signature["outputs"]])
             return [np.load(out / f"{f}.npy") for f in files]
 

@@ -49,7 +49,8 @@ class CRuntimePack:
         self.path, self.entry = path, entry
         self.thread_args: list[str] = []
         self.signature_args = ["--require-signature", str(public_key)] if public_key else []
-        functions = json.loads(self.tccrt_run("info", "--json", *self.signature_args, str(path)))["functions"]
+        info = self.tccrt_run("info", "--json", *self.signature_args, str(path))
+        functions = json.loads(info)["functions"]
         if entry not in functions:
             raise TccError(f"no entry function {entry!r}; the pack has {sorted(functions)}")
         self.signature = functions[entry]
@@ -88,8 +89,8 @@ class CRuntimePack:
         """Median, min and max ms as tccrt measures them (after its own warm-up run)."""
         with scratch_dir("tcc-run-") as tmp:
             stdout = self.tccrt_run("run", str(self.path), "--function", self.entry,
-                                 *self.input_args(Path(tmp), inputs), "--bench", str(runs),
-                                 *self.thread_args, *self.signature_args)
+                                    *self.input_args(Path(tmp), inputs), "--bench", str(runs),
+                                    *self.thread_args, *self.signature_args)
         m = BENCH_LINE.search(stdout)
         if m is None:
             raise InternalError(f"{self.tccrt} printed no bench line: {stdout[-200:]!r}")
@@ -100,8 +101,8 @@ class CRuntimePack:
         """tccrt's --profile table over `runs` runs (after its own warm-up run)."""
         with scratch_dir("tcc-run-") as tmp:
             stdout = self.tccrt_run("run", str(self.path), "--function", self.entry,
-                                 *self.input_args(Path(tmp), inputs), "--bench", str(runs),
-                                 "--profile", *self.thread_args, *self.signature_args)
+                                    *self.input_args(Path(tmp), inputs), "--bench", str(runs),
+                                    "--profile", *self.thread_args, *self.signature_args)
         start = stdout.find("profile: ")
         if start < 0:
             raise InternalError(f"{self.tccrt} printed no profile: {stdout[-200:]!r}")

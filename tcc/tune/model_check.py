@@ -2,11 +2,10 @@
 kernels, decides which of them it keeps.
 
 A kernel is tuned alone, called over and over on its own arrays. In a model it runs between
-other kernels, and a schedule faster alone can make the model slower: a layout transform
-that runs faster on one thread leaves its output in one core's cache for a parallel
-neighbour to fetch, and the neighbours slow down by more than it gained (a ResNet export:
-five tuned kernels, each faster alone, made the model 3% slower; its two largest gains
-alone made it 10% faster).
+other kernels, and a schedule faster alone can make the model slower: its neighbours slow
+down by more than it gained (a ResNet export: five tuned kernels, each faster alone, made
+the model 3% slower; its two largest gains alone made it 12% faster). Where the time goes
+is not always clear from a profile, which is why the model itself decides.
 
 So the check ranks the tuned kernels by the time they claim to save in one run (calls per
 run x the default's latency x (1 - relative latency)) and times the model with the
@@ -14,8 +13,7 @@ largest gains only: all of them, half, a quarter, ..., one, none. Each variant i
 compiled as `tcc compile --db` would compile it, run in the C runtime (no Python between
 kernels, as deployed) on the tuning shapes, in alternating rounds so that drift falls on
 every variant alike. The fastest by median over the rounds is kept, and the untuned model
-is one of the variants, so the model keeps no tuned kernel that makes it slower than untuned
-as timed here. The verdict is appended to the database (tcc.tune.database.ModelCheck), and
+is one of the variants, so the model as kept is never slower than untuned as timed here. The verdict is appended to the database (tcc.tune.database.ModelCheck), and
 compiling the same model applies it. It changes which records apply, never a record.
 """
 
