@@ -53,7 +53,7 @@ def _tile(func: T.PrimFunc) -> tuple[int, int] | None:
     ("NCHW", "NCHW2c", (1, 2, 10, 32), None),  # 2 lanes: gathered
     ("NCHW16c", "NCHW", (1, 4, 14, 14, 16), (16, 14)),  # 16 channels, 14 columns
     ("NCHW16c", "NCHW", (1, 2, 7, 7, 16), (16, 7)),
-    ("NCHW16c", "NCHW", (1, 2, 56, 56, 16), (16, 14)),
+    ("NCHW16c", "NCHW", (1, 2, 56, 56, 16), (16, 8)),  # whole aligned 8-lane rows, not 14
     ("NCHW8c", "NCHW4c", (1, 2, 5, 6, 8), None),  # no gather along the lanes: a plain copy
 ])
 def test_layout_transforms_run_as_transposed_tiles(src, dst, shape, tile):
@@ -104,3 +104,22 @@ def test_only_loads_every_copy_and_lane_reads_come_from_a_tile():
     assert "insertelement" in _ir(selected)
     want = np.where((np.arange(8) % 2 == 0)[:, None], x.T, np.float32(1.0))
     np.testing.assert_array_equal(_run(selected, x), want)
+
+
+@pytest.mark.parametrize("columns", [14, 7, 4])
+def test_a_tuner_may_pick_the_tiles_width(columns):
+    """`transpose_columns` takes any width that divides the row (56: 4, 7, 8, 14), each a
+    tile of the same kernel."""
+    from tcc.lower.rules import finish_schedule, schedule_kernel
+    from tcc.lower.schedule.sampling import Decisions
+
+    shape = (1, 2, 56, 56, 16)
+    func = op_prim_func("layout_transform", [TensorType(shape, "float32")],
+                        {"src": "NCHW16c", "dst": "NCHW"})
+    (block,) = [loc.stmt.name for loc in walk(func.body)
+                if isinstance(loc.stmt, T.Block) and loc.stmt.name != "root"]
+    sch = schedule_kernel(func, AVX512, Decisions({f"{block}.transpose_columns": columns}))
+    scheduled = finish_schedule(sch.func)
+    assert _tile(scheduled) == (16, columns)
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    assert _run(scheduled, x).tobytes() == _run(func, x).tobytes()

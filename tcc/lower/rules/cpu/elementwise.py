@@ -18,13 +18,14 @@ along the lanes, whether it runs in tiles (`transpose_tile`, static stages: R it
 the axis that load is contiguous along, unrolled, around one vector step of L lanes, which
 the backend loads as L contiguous rows and transposes in registers; NCHW -> NCHW16c of 64
 channels at 56 x 56 ran 0.062 ms with gathers and 0.012 ms in 14 x 16 tiles, NCHW16c ->
-NCHW of 272 channels at 14 x 14 0.016 and 0.006 ms), else whether that axis moves next to
-the lanes (`transpose_order`: for NCHWc -> NCHW the 16 channels of a block then reuse the
-gathered cache lines from L1, where the default order comes back to them from L2 after a
-whole plane), and whether loops whose position selects test (`unroll_positions`: the Winograd
-transforms pick their coefficients by position in the tile) run unrolled next to the
-lanes, where every select is decided at compile time: a 64-channel 56 x 56 input transform
-ran 1.42 ms with the selects at run time, 0.07-0.09 ms unrolled (2 threads, Intel Xeon).
+NCHW of 272 channels at 14 x 14 0.016 and 0.006 ms; `transpose_columns` picks L), else
+whether that axis moves next to the lanes (`transpose_order`: for NCHWc -> NCHW the 16
+channels of a block then reuse the gathered cache lines from L1, where the default order
+comes back to them from L2 after a whole plane), and whether loops whose position selects
+test (`unroll_positions`: the Winograd transforms pick their coefficients by position in
+the tile) run unrolled next to the lanes, where every select is decided at compile time: a
+64-channel 56 x 56 input transform ran 1.42 ms with the selects at run time, 0.07-0.09 ms
+unrolled (2 threads, Intel Xeon).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from tcc.lower.rules.cpu.machine import (
     pieces_for_threads,
     vector_split,
 )
-from tcc.lower.rules.decide import decide_flag
+from tcc.lower.rules.decide import decide, decide_flag
 from tcc.lower.schedule import Schedule
 
 MAX_PERIOD = 8  # positions a select may choose among for its loop to be unrolled
@@ -125,11 +126,12 @@ def _unroll_positions(sch: Schedule, stage: Stage, axes: list[Axis],
 def _transpose_tile(sch: Schedule, stage: Stage, along: Axis | None, machine: Machine,
                     block: str) -> list | None:
     """Loads that gather along the lanes, contiguous along `along`: tiles of R x L, R
-    iterations of `along` (unrolled) around one vector step of L lanes, the largest each
-    that divides its extent and fits a vector (L: a power of two, or at most twice an odd
-    number, which the backend also runs as one step), so the backend loads each tile's L
-    rows whole and transposes them in registers (tcc.emit.llvm_transpose); at least 4 rows
-    and 3 lanes, so an image's 3 channels qualify (ResNet-50's NCHW -> NCHW3c of its
+    iterations of `along` (unrolled) around one vector step of L lanes, R the largest that
+    divides its extent and fits a vector, L a width that divides the innermost extent and
+    fits a vector (a power of two, or at most twice an odd number, which the backend also
+    runs as one step; `transpose_columns`, `_preferred_width` by default), so the backend
+    loads each tile's L rows whole and transposes them in registers
+    (tcc.emit.llvm_transpose); at least 4 rows and 3 lanes, so an image's 3 channels qualify (ResNet-50's NCHW -> NCHW3c of its
     224 x 224 input: 0.131 ms as 3-lane gathers, 0.067 ms as 16 x 3 tiles, 2 threads of
     an Intel Xeon). The loops outside the tile, or None when this does not apply or is
     decided against."""
@@ -138,12 +140,13 @@ def _transpose_tile(sch: Schedule, stage: Stage, along: Axis | None, machine: Ma
         return None
     lanes = machine.lanes(stage.dtype)
     rows = divisor_at_most(along.extent, lanes)
-    columns = max((d for d in range(1, lanes + 1)
-                   if inner.extent % d == 0 and (d & -d == d or d & -d < 4)), default=1)
-    if rows < 4 or columns < 3 or chosen_by_position(stage, MAX_PERIOD):
+    widths = [d for d in range(3, lanes + 1)
+              if inner.extent % d == 0 and (d & -d == d or d & -d < 4)]
+    if rows < 4 or not widths or chosen_by_position(stage, MAX_PERIOD):
         return None
     if not decide_flag(sch, f"{block}.transpose_tile", True):
         return None
+    columns = decide(sch, f"{block}.transpose_columns", widths, _preferred_width(widths))
     along_out, along_in = sch.split(along.loop, [None, rows])
     inner_out, inner_in = sch.split(inner.loop, [None, columns])
     outer = [along_out if a is along else a.loop for a in stage.axes[:-1]] + [inner_out]
@@ -151,6 +154,16 @@ def _transpose_tile(sch: Schedule, stage: Stage, along: Axis | None, machine: Ma
     sch.unroll(along_in)
     sch.vectorize(inner_in)
     return outer
+
+
+def _preferred_width(widths: list[int]) -> int:
+    """The tile's default width among `widths`: a power of two of at least 8 lanes when one
+    fits, else the widest. Its rows are stored as whole aligned vectors, where a width of
+    twice an odd number stores part-vectors across cache lines: NCHW16c -> NCHW of 256
+    channels at 56 x 56 ran 0.101 ms in 16 x 8 tiles and 0.119 ms in 16 x 14 (2 threads,
+    Intel Xeon)."""
+    aligned = [w for w in widths if w & -w == w and w >= 8]
+    return max(aligned or widths)
 
 
 def _gathered_along(stage: Stage) -> Axis | None:
