@@ -5,7 +5,11 @@ the extension itself and turned into an ImportError ("numpy._core.multiarray fai
 import"), so while the CLI imports, a SIGINT is only recorded, and acted on once the import
 is done. Afterwards it raises KeyboardInterrupt as usual, and is still recorded, so that an
 error an extension makes of it is reported as the interrupt it is (tcc/cli/main.py asks
-`interrupted()`). Python's own start-up, before this module runs, is not covered."""
+`interrupted()`). An import can still happen later, inside a command (numpy.random's, the
+first time `tcc run --random-inputs` draws), and its importer may catch the error the
+extension makes of the interrupt: `tcc run` then ran on for minutes. So a SIGINT that
+arrives during an import is raised again once the import is done. Python's own start-up,
+before this module runs, is not covered."""
 
 from __future__ import annotations
 
@@ -24,8 +28,28 @@ def _record_sigint(signum, frame):
     _SIGINT_SEEN[0] = True
 
 
+def _importing(frame) -> bool:
+    """Whether `frame` runs inside an import (a frame of importlib's bootstrap is below it)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+RETRY_S = 0.02  # how soon an interrupt that arrived during an import is delivered again
+
+
 def _on_sigint(signum, frame):
     _SIGINT_SEEN[0] = True
+    if _importing(frame):
+        import _thread
+        import threading
+
+        again = threading.Timer(RETRY_S, _thread.interrupt_main, args=(signal.SIGINT,))
+        again.daemon = True
+        again.start()
+        return
     raise KeyboardInterrupt
 
 

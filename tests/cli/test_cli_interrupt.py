@@ -68,3 +68,32 @@ def test_sigint_prints_one_line_and_exits_130(files, command, delay):
         return
     assert p.returncode == 130, (p.returncode, err)
     assert err.strip().splitlines()[-1] == "interrupted", err
+
+
+def test_an_interrupt_during_an_import_its_importer_swallows_is_raised_after_it(tmp_path):
+    """numpy.random's import, the first time `tcc run --random-inputs` draws, turned a Ctrl-C
+    into an error its importer caught, and the command ran on: a SIGINT that arrives during
+    an import is raised again once the import is done."""
+    (tmp_path / "swallowing.py").write_text(
+        "import signal\n"
+        "try:\n"
+        "    signal.raise_signal(signal.SIGINT)\n"
+        "    sum(range(1000))\n"
+        "except BaseException:\n"
+        "    pass\n")
+    script = (
+        "import signal, sys, time\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from tcc.cli import entry\n"
+        "signal.signal(signal.SIGINT, entry._on_sigint)\n"
+        "try:\n"
+        "    import swallowing\n"
+        "    deadline = time.monotonic() + 20\n"
+        "    while time.monotonic() < deadline:\n"
+        "        pass\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(130)\n"
+        "sys.exit(1)\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=60, preexec_fn=_as_a_shell_starts_it)
+    assert r.returncode == 130, (r.returncode, r.stderr)
