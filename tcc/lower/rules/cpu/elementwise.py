@@ -131,10 +131,10 @@ def _transpose_tile(sch: Schedule, stage: Stage, along: Axis | None, machine: Ma
     fits a vector (a power of two, or at most twice an odd number, which the backend also
     runs as one step; `transpose_columns`, `_preferred_width` by default), so the backend
     loads each tile's L rows whole and transposes them in registers
-    (tcc.emit.llvm_transpose); at least 4 rows and 3 lanes, so an image's 3 channels qualify (ResNet-50's NCHW -> NCHW3c of its
-    224 x 224 input: 0.131 ms as 3-lane gathers, 0.067 ms as 16 x 3 tiles, 2 threads of
-    an Intel Xeon). The loops outside the tile, or None when this does not apply or is
-    decided against."""
+    (tcc.emit.llvm_transpose); at least 4 rows and 3 lanes, so an image's 3 channels
+    qualify (ResNet-50's NCHW -> NCHW3c of its 224 x 224 input: 0.131 ms as 3-lane
+    gathers, 0.067 ms as 16 x 3 tiles, 2 threads of an Intel Xeon). The loops outside the
+    tile, or None when this does not apply or is decided against."""
     inner = stage.axes[-1]
     if along is None or stage.work() is None or guarded_load_along(stage, inner.var):
         return None
