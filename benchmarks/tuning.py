@@ -198,8 +198,8 @@ def tune(model, target, db_path: Path, trials: int, search="evolutionary", budge
             verdict = check_model(mod, target, tuner.db, inputs, Path(tmp))
         if verdict is not None:
             kept = verdict.variants[verdict.chosen]["tuned"]
-            times = ", ".join(f"{v['tuned']}: {statistics.median(v['ms']):.4f} ms"
-                              for v in verdict.variants)
+            times = ", ".join(f"{v['tuned']}: {m:.4f} ms"
+                              for v, m in zip(verdict.variants, verdict.medians()))
             print(f"  in-model check: keeps {kept} of {verdict.variants[0]['tuned']} tuned "
                   f"kernels (model time by kernels kept: {times})", flush=True)
     return tuner, progress, time.monotonic() - start

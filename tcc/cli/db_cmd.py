@@ -68,9 +68,7 @@ def show_command(db: Path):
 
 def _check_line(check) -> str:
     """The latest in-model verdict on one model and target, in one line."""
-    import statistics
-
-    medians = [statistics.median(v["ms"]) if v["ms"] else 0.0 for v in check.variants]
+    medians = check.medians()
     kept = check.variants[check.chosen]["tuned"]
     shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in check.inputs.items())
     reverted = ", ".join(w[:12] for w in check.reverted) or "none"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import statistics
 import time
 from pathlib import Path
 
@@ -228,7 +227,7 @@ def _model_check(lowered, target, database, inputs, jobs, console, out) -> None:
     if verdict is None:
         out.print("in-model check: no kernel has a schedule faster than its default")
         return
-    medians = [statistics.median(v["ms"]) for v in verdict.variants]
+    medians = verdict.medians()
     tuned = verdict.variants[0]["tuned"]
 
     def label(k: int) -> str:

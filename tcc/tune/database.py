@@ -191,6 +191,10 @@ class ModelCheck:
     def line(self) -> str:
         return json.dumps(self.as_json(), sort_keys=True, separators=(",", ":"))
 
+    def medians(self) -> list[float]:
+        """Each variant's median time over its rounds, in ms (0 for one with no time)."""
+        return [statistics.median(v["ms"]) if v["ms"] else 0.0 for v in self.variants]
+
     @staticmethod
     def from_json(data: dict) -> ModelCheck:
         """A verdict from its JSON object; ValueError saying what is wrong."""
