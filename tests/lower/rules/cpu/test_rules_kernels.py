@@ -10,11 +10,19 @@ from tcc.emit.llvm import compile_prim_funcs
 from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.graph import TensorType
+from tcc.ir.structural import structural_equal
 from tcc.lower.legalize import op_prim_func
-from tcc.lower.rules import UNSCHEDULED, schedule_kernel, schedule_prim_func, stage_rules
+from tcc.lower.rules import (
+    UNSCHEDULED,
+    finish_schedule,
+    schedule_kernel,
+    schedule_prim_func,
+    stage_rules,
+)
 from tcc.lower.rules.cpu import Machine
-from tcc.lower.rules.cpu.contraction import row_tile
+from tcc.lower.rules.cpu.contraction import block_rows, reduction_chunk, row_tile
 from tcc.lower.schedule import Schedule, ScheduleError
+from tcc.lower.schedule.sampling import Decisions
 from tcc.lower.schedule.state import walk
 from tcc.rt.kernels import load_cpu_library
 
@@ -462,3 +470,65 @@ def test_a_large_strided_operand_is_packed_untuned(m, k, n, packs):
     if packs:
         ((_, want, got),) = run_both({"mm": func}, {"mm": schedule_prim_func(func, AVX512)})
         assert got[-1].tobytes() == want[-1].tobytes()
+
+
+@pytest.mark.parametrize("step_bytes, steps, chunk", [
+    (2 * 16 * 4 * 16, 64, 8),  # a 1 x 1 conv, 1024 -> 256 channels, 2 planes: 128 KB
+    (2 * 16 * 4 * 16, 16, None),  # 256 input channels: 32 KB, which L1 holds
+    (4 * 16 * 4 * 9 * 16, 8, 1),  # 3 x 3, 128 channels, 4 planes: 36 KB a step, 295 KB
+    (2 * 16 * 4 * 16, None, None),  # a symbolic reduction
+])
+def test_a_reduction_is_chunked_when_its_reused_loads_outgrow_l1(step_bytes, steps, chunk):
+    assert reduction_chunk(step_bytes, steps) == chunk
+
+
+@pytest.mark.parametrize("row_tiles, extent, tiles, cores, rows", [
+    (2, 14, 8, 2, 7),  # 2 tiles a row: 7 rows make a block of 14 tiles
+    (7, 28, 2, 2, 2),  # 7 tiles a row: 2 rows
+    (1, 7, 16, 2, 7),  # no divisor reaches 8 tiles: all the rows
+    (2, 14, 1, 16, 1),  # 16 cores and one block outside: blocks of one row
+])
+def test_a_block_holds_enough_tiles_and_leaves_each_core_several(row_tiles, extent, tiles,
+                                                                 cores, rows):
+    assert block_rows(row_tiles, extent, tiles, cores) == rows
+
+
+def _deep_conv() -> T.PrimFunc:
+    """A 1 x 1 conv over 1024 channels (NCHW16c) to 8 chunks of 16 at 14 x 14."""
+    return op_prim_func("conv2d_nchwc", [TensorType((1, 64, 14, 14, 16), "float32"),
+                                         TensorType((8, 64, 1, 1, 16, 16), "float32")],
+                        {"strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1],
+                         "groups": 1})
+
+
+def _local_tiles(func: T.PrimFunc) -> set[tuple[int, ...]]:
+    return {tuple(d for d in b.shape if d != 1) for b in _allocations(func)
+            if b.scope == "local"}
+
+
+def _extents(func: T.PrimFunc) -> list[int]:
+    return [loc.stmt.extent.value for loc in walk(func.body) if isinstance(loc.stmt, T.For)
+            and isinstance(loc.stmt.extent, E.IntImm)]
+
+
+@pytest.mark.parametrize("chunk, tile, chunks", [
+    # untuned: its 2 planes' weights take 128 KB; chunks of 8 input-channel blocks (16 KB)
+    # sweep a block of 7 output rows, 2 tiles of 7 columns each, whose sums stay local; 4
+    # pairs of planes x 2 blocks of rows leave each of 2 cores 4 blocks
+    (None, (2, 7, 14, 16), 8),
+    (0, (2, 7, 16), None),  # no chunks: one tile's accumulators
+    (2, (2, 7, 14, 16), 32),
+])
+def test_a_deep_convs_reduction_sweeps_a_block_of_tiles_chunk_by_chunk(chunk, tile, chunks):
+    """Each output still sums its products in the plain kernel's order, chunk after chunk,
+    so the results are the plain kernel's bits."""
+    func = _deep_conv()
+    given = {} if chunk is None else {"conv2d_nchwc.reduction_chunk": chunk}
+    scheduled = finish_schedule(schedule_kernel(func, AVX512, Decisions(given)).func)
+    if chunk is None:
+        assert structural_equal(scheduled, schedule_prim_func(func, AVX512))
+    assert _local_tiles(scheduled) == {tile}
+    if chunks is not None:
+        assert chunks in _extents(scheduled)
+    ((_, want, got),) = run_both({"conv": func}, {"conv": scheduled})
+    assert got[-1].tobytes() == want[-1].tobytes()
