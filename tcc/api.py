@@ -36,6 +36,7 @@ class StageTimes:
     # one-line warnings of the tuning database: lines skipped, records that do not replay
     tuning_warnings: list[str] = field(default_factory=list)
     tuned: int = 0  # kernels scheduled by a tuning record
+    reverted: int = 0  # kernels with a record that the in-model verdict left on the default
     kernels_cached: int = 0  # kernels whose object code came from the compile cache
     kernels_compiled: int = 0
     # files the import read besides the source (an ONNX model's external data), relative
@@ -211,6 +212,7 @@ def _compile(
             times.guarded += warnings.get("guarded", [])
             times.tuning_warnings += warnings.get("tuning_warnings", [])
             times.tuned, times.from_pack_cache = warnings.get("tuned", 0), True
+            times.reverted = warnings.get("reverted", 0)
             return header["size"], None if data is None else [data]
 
     state["mod"] = stage("import", lambda: load_module(source, times.guarded, times.read))
@@ -249,7 +251,7 @@ def _compile(
         if key is not None:
             packs.put(key, parts, source, times.read, {
                 "guarded": times.guarded, "tuning_warnings": times.tuning_warnings,
-                "tuned": times.tuned}, written=output)
+                "tuned": times.tuned, "reverted": times.reverted}, written=output)
 
     if output is not None or key is not None:
         stage("write", write)
@@ -258,13 +260,14 @@ def _compile(
 
 def _tuned(lowered, target: str, db, times: StageTimes) -> dict:
     """The kernels the tuning database `db` (a path) schedules; its warnings go to `times`."""
-    from tcc.tune.apply import tuned_prim_funcs
+    from tcc.tune.apply import reverted_kernels, tuned_prim_funcs
     from tcc.tune.database import Database
 
     database = Database(db)
-    tuned, warnings = tuned_prim_funcs(lowered, target, database)
+    reverted = reverted_kernels(lowered, target, database)
+    tuned, warnings = tuned_prim_funcs(lowered, target, database, reverted)
     times.tuning_warnings += database.problems + warnings
-    times.tuned = len(tuned)
+    times.tuned, times.reverted = len(tuned), len(reverted)
     return tuned
 
 

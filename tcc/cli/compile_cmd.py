@@ -63,7 +63,10 @@ def _build(source: Path, target: str, output: Path, verbose: bool, optimize: boo
         for name, s in times.seconds.items():
             Console(highlight=False).print(f"  {name:9s} {s * 1000:9.1f} ms")
         if db is not None:
-            Console(highlight=False).print(f"  {times.tuned} kernel(s) scheduled by {db}")
+            kept = (f" ({times.reverted} more kept on the default schedule by its in-model "
+                    "check)" if times.reverted else "")
+            Console(highlight=False).print(f"  {times.tuned} kernel(s) scheduled by {db}{kept}",
+                                           soft_wrap=True)
         from tcc.emit.object_cache import cache_dir
 
         if times.from_pack_cache:

@@ -27,19 +27,38 @@ def replay(func: PrimFunc, trace_json: dict) -> PrimFunc:
     return finish_schedule(sch.func)
 
 
-def tuned_prim_funcs(mod: IRModule, target: str, db: Database, apply_checks: bool = True
-                     ) -> tuple[dict[str, PrimFunc], list[str]]:
-    """The kernels of `mod` the database has records for on `target`, each scheduled by its
-    best record (unless the in-model verdict reverted it, with `apply_checks`), and one
-    warning for each record that does not replay."""
-    tuned: dict[str, PrimFunc] = {}
-    warnings: list[str] = []
-    verdict = db.check(model_key(mod), target) if apply_checks and db.checks else None
-    reverted = verdict.reverted if verdict else {}
+def reverted_kernels(mod: IRModule, target: str, db: Database) -> set[str]:
+    """The kernels of `mod` that the database's latest in-model verdict for `mod` on `target`
+    reverted to the default schedule, while the best record of each is still the one the
+    model was timed with."""
+    verdict = db.check(model_key(mod), target) if db.checks else None
+    if verdict is None or not verdict.reverted:
+        return set()
+    reverted = set()
     for name, func in mod.prim_funcs.items():
         workload = workload_key(func)
+        digest = verdict.reverted.get(workload)
+        record = db.best(workload, target) if digest else None
+        if record is not None and trace_digest(record.trace) == digest:
+            reverted.add(name)
+    return reverted
+
+
+def tuned_prim_funcs(mod: IRModule, target: str, db: Database,
+                     reverted: set[str] | None = None) -> tuple[dict[str, PrimFunc], list[str]]:
+    """The kernels of `mod` the database has records for on `target`, each scheduled by its
+    best record except those in `reverted` (None: the in-model verdict's,
+    `reverted_kernels`), and one warning for each record that does not replay."""
+    tuned: dict[str, PrimFunc] = {}
+    warnings: list[str] = []
+    if reverted is None:
+        reverted = reverted_kernels(mod, target, db)
+    for name, func in mod.prim_funcs.items():
+        if name in reverted:
+            continue
+        workload = workload_key(func)
         record = db.best(workload, target)
-        if record is None or reverted.get(workload) == trace_digest(record.trace):
+        if record is None:
             continue
         where = f"{db.path}: the best record of kernel {name!r} (workload {workload[:12]})"
         try:

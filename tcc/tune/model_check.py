@@ -107,7 +107,7 @@ def check_model(lowered: IRModule, target, db: Database, inputs: dict, scratch: 
     gains = ranked_gains(lowered, target_text, db)
     if not gains:
         return None
-    tuned, _ = tuned_prim_funcs(lowered, target_text, db, apply_checks=False)
+    tuned, _ = tuned_prim_funcs(lowered, target_text, db, reverted=set())
     workload_of = {name: workload_key(f) for name, f in lowered.prim_funcs.items()}
     sizes = variant_sizes(len(gains))
     executable = compile_module(lowered)

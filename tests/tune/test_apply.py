@@ -18,7 +18,7 @@ from tcc.lower.passes import run_pipeline
 from tcc.lower.rules import _stages
 from tcc.lower.schedule import Schedule
 from tcc.target import host_target
-from tcc.tune.apply import tuned_prim_funcs
+from tcc.tune.apply import reverted_kernels, tuned_prim_funcs
 from tcc.tune.database import Database, ModelCheck, Record, trace_digest
 from tcc.tune.tasks import model_key, workload_key
 
@@ -127,12 +127,25 @@ def test_a_kernel_the_in_model_check_reverted_keeps_the_default_while_its_best_i
     db.append(_verdict("another model", target, reverted))
     db.append(_verdict(model_key(lowered), "llvm -mcpu=another", reverted))
     assert list(tuned_prim_funcs(lowered, target, db)[0]) == [name]  # not this model's verdicts
+    assert reverted_kernels(lowered, target, db) == set()
     db.append(_verdict(model_key(lowered), target, reverted))
+    assert reverted_kernels(lowered, target, db) == {name}
     assert tuned_prim_funcs(lowered, target, db) == ({}, [])
-    assert list(tuned_prim_funcs(lowered, target, db, apply_checks=False)[0]) == [name]
+    assert list(tuned_prim_funcs(lowered, target, db, reverted=set())[0]) == [name]
     assert compile_to_bytes(_model(), db=tmp_path / "t.db") == compile_to_bytes(_model())
+    # `tcc compile -v` counts the kernel the check kept on its default (from the pack cache
+    # too: the second compile)
+    for _ in range(2):
+        r = CliRunner().invoke(cli, ["compile", str(_onnx(tmp_path)), "-o",
+                                     str(tmp_path / "m.tvmpack"), "--db", str(tmp_path / "t.db"),
+                                     "-v"])
+        assert r.exit_code == 0, r.output
+        assert ("0 kernel(s) scheduled by " in r.output
+                and "(1 more kept on the default schedule by its in-model check)" in r.output), \
+            r.output
     # a later tune found a better schedule: the verdict was on another, and does not apply
     db.append(_hand_record(func, target, factor=4, baseline=(1e-3,), confirmed=True))
+    assert reverted_kernels(lowered, target, db) == set()
     assert list(tuned_prim_funcs(lowered, target, db)[0]) == [name]
 
 
