@@ -115,7 +115,9 @@ _no_schedule = click.option(
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="The pack to write (default: MODEL with the suffix .tvmpack).")
 @click.option("-v", "--verbose", is_flag=True,
-              help="Print the time of every stage, and the kernels the compile cache gave.")
+              help="Print the time of every stage, the kernels the compile cache gave, and "
+                   "with --db how many kernels the database scheduled (and its in-model check "
+                   "kept on the default schedule).")
 @click.option("--no-optimize", is_flag=True, help="Skip the graph passes of `tcc optimize`.")
 @click.option("--disable-pass", "disable_passes", multiple=True, metavar="NAME",
               help="Skip one graph pass (repeatable); see `tcc optimize --help`.")
@@ -145,7 +147,9 @@ def compile_command(model: Path, target: str, output: Path | None, verbose: bool
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="The pack to write (default: IR_FILE with the suffix .tvmpack).")
 @click.option("-v", "--verbose", is_flag=True,
-              help="Print the time of every stage, and the kernels the compile cache gave.")
+              help="Print the time of every stage, the kernels the compile cache gave, and "
+                   "with --db how many kernels the database scheduled (and its in-model check "
+                   "kept on the default schedule).")
 @_no_schedule
 @_db
 @_sign

@@ -373,7 +373,7 @@ def micro_kernel(sch: Schedule, block: str, machine: Machine, local: bool) -> Sc
             tile, nests = local_tile(sch, func, block, used, rest + inner, reduce[0])
             nests.append(_pack(sch, block, packed, tile))
         elif chunk is not None:
-            tile_loops, chunks = _chunked(sch, block, stage, outer, axes, u0, w, reduce, chunk,
+            tile_loops, chunks = _chunked(sch, block, outer, axes, u0, w, reduce[0], chunk,
                                           -(-u.extent // rows) if u.extent else BLOCK_TILES,
                                           machine)
             tile, nests = local_tile(sch, func, block, tile_loops, [], chunks)
@@ -499,14 +499,14 @@ def _chunk_decided(sch: Schedule, block: str, stage: Stage, plane_bytes: int) ->
     return decide(sch, f"{block}.reduction_chunk", [default, 0, *divisors], default) or None
 
 
-def _chunked(sch: Schedule, block: str, stage: Stage, outer: list[LoopRV], axes: list[Axis],
-             u0: LoopRV, w: Axis, reduce: list[LoopRV], chunk: int, row_tiles: int,
+def _chunked(sch: Schedule, block: str, outer: list[LoopRV], axes: list[Axis], u0: LoopRV,
+             w: Axis, first: LoopRV, chunk: int, row_tiles: int,
              machine: Machine) -> tuple[list[LoopRV], LoopRV]:
     """Reorder the nest for a chunked reduction: the tile loops (less the row tiles and the
-    decided block of the loop outside them), the chunks of the first reduction loop, the
+    decided block of the loop outside them), the chunks of the `first` reduction loop, the
     block's tile loops, then the rest of the reduction and the micro-kernel. Returns the
     tile loops and the chunk loop, before which the block's accumulators start."""
-    chunks, within = sch.split(reduce[0], [None, chunk])
+    chunks, within = sch.split(first, [None, chunk])
     at = outer.index(u0)
     before, after, block_loops = outer[:at], outer[at + 1:], [u0]
     if at >= 1 and axes[at - 1] is not w:
