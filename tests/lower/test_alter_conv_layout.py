@@ -121,8 +121,9 @@ def main(x: Tensor((1, 5, 10), "float32")) -> Tensor((1, 6, 8), "float32"):
 
 def test_a_3x3_conv_with_enough_tiles_and_channels_runs_as_winograd():
     """32 channels at 28 x 28: 7 x 7 tiles of 4 x 4 outputs, each tile's 6 x 6 input
-    transformed, one batched product over the 36 tile positions with the weights transformed
-    at compile time (6, 6, I, O), and the output transform adding the bias."""
+    transformed, one batched product over the 36 tile positions and the 4 blocks of 8 output
+    channels with the weights transformed at compile time (6, 6, O / 8, I, 8), and the
+    output transform adding the bias."""
     mod, got = verify(
         f'''
 constants = {{"w": Tensor((32, 32, 3, 3), "float32"), "b": Tensor((32,), "float32")}}
@@ -133,24 +134,43 @@ def main(x: Tensor((1, 32, 28, 28), "float32")) -> Tensor((1, 32, 28, 28), "floa
     return y
 ''',
         '''
-constants = {"w_winograd": Tensor((6, 6, 32, 32), "float32"), "b_8o": Tensor((4, 8), "float32")}
+constants = {"w_winograd8o": Tensor((6, 6, 4, 32, 8), "float32"), "b_8o": Tensor((4, 8), "float32")}
 
 @function(inputs=["x"], outputs=["y"])
 def main(x: Tensor((1, 32, 28, 28), "float32")) -> Tensor((1, 32, 28, 28), "float32"):
     x_NCHW8c: Tensor((1, 4, 28, 28, 8), "float32") = op.layout_transform(x, src="NCHW", dst="NCHW8c")
     y_wino_in: Tensor((6, 6, 1, 7, 7, 4, 8), "float32") = op.winograd_input_nchwc(x_NCHW8c, padding=[1, 1, 1, 1])
-    y_wino_v: Tensor((6, 6, 49, 32), "float32") = op.reshape(y_wino_in, shape=[6, 6, -1, 32])
-    y_wino_m: Tensor((6, 6, 49, 32), "float32") = op.matmul(y_wino_v, const("w_winograd"))
-    y_wino_mt: Tensor((6, 6, 1, 7, 7, 4, 8), "float32") = op.reshape(y_wino_m, shape=[6, 6, 1, 7, 7, 4, 8])
+    y_wino_v: Tensor((6, 6, 1, 49, 32), "float32") = op.reshape(y_wino_in, shape=[6, 6, 1, -1, 32])
+    y_wino_m: Tensor((6, 6, 4, 49, 8), "float32") = op.matmul(y_wino_v, const("w_winograd8o"))
+    y_wino_mt: Tensor((6, 6, 4, 1, 7, 7, 8), "float32") = op.reshape(y_wino_m, shape=[6, 6, 4, 1, 7, 7, 8])
     y_c: Tensor((1, 4, 28, 28, 8), "float32") = op.winograd_output_nchwc(y_wino_mt, const("b_8o"), height=28, width=28)
     y: Tensor((1, 32, 28, 28), "float32") = op.layout_transform(y_c, src="NCHW8c", dst="NCHW")
     return y
 ''',
         rtol=1e-3, atol=1e-3,  # outputs up to about 20: Winograd's bound, 1e-4 of the largest
     )
-    g = np.array(WINOGRAD_G, dtype=np.float64)  # U[a, b, i, o] = (G w[o, i] G^T)[a, b]
-    w, u = mod.const_values["w"].astype(np.float64), got.const_values["w_winograd"]
-    np.testing.assert_allclose(u[:, :, 5, 7], g @ w[7, 5] @ g.T, rtol=1e-6, atol=1e-6)
+    g = np.array(WINOGRAD_G, dtype=np.float64)  # U[a, b, o // 8, i, o % 8] = (G w[o, i] G^T)[a, b]
+    w, u = mod.const_values["w"].astype(np.float64), got.const_values["w_winograd8o"]
+    np.testing.assert_allclose(u[:, :, 2, 5, 3], g @ w[19, 5] @ g.T, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("cin, cout, size, winograd", [
+    (32, 32, 13, True),  # 4 x 4 tiles, the last row and column of them cropped
+    (32, 32, 12, False),  # 3 x 3 tiles
+    (16, 32, 28, False),  # too few input channels
+    (32, 16, 28, False),  # too few output channels
+])
+def test_winograd_needs_16_tiles_and_32_channels_in_and_out(cin, cout, size, winograd):
+    mod = with_values(parse_module(f'''
+constants = {{"w": Tensor(({cout}, {cin}, 3, 3), "float32")}}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((1, {cin}, {size}, {size}), "float32")) -> Tensor((1, {cout}, {size}, {size}), "float32"):
+    y: Tensor((1, {cout}, {size}, {size}), "float32") = op.conv2d(x, const("w"), {CONV}, groups=1)
+    return y
+'''))
+    ops = call_ops(run_pipeline(mod, disable=["fuse-ops"], target=AVX2))
+    assert ("winograd_output_nchwc" in ops, "conv2d_nchwc" in ops) == (winograd, not winograd)
 
 
 def test_conv_relu_conv_stays_blocked():
@@ -470,16 +490,16 @@ def test_without_a_target_the_module_is_unchanged():
 
 # (blocked convs, Winograd convs, convs left NCHW, matmuls, layout transforms) with blocks
 # of 8: the CNNs without channel shuffles transform only at their entry and exit; the 3 x 3
-# stride-1 convs with 32 channels or more and at least 32 tiles of 4 x 4 run as Winograd,
-# each with a batched matmul (ResNet-50: the three at 56 x 56 and the three stride-1 ones at
-# 28 x 28, not those at 14 x 14 or 7 x 7; SqueezeNet: fire4 and fire5, 32 channels in at
-# 27 x 27, not the 16 channels of fire2 and fire3 or the 13 x 13 of fire6 to fire9); in
+# stride-1 convs with 32 channels or more and at least 16 tiles of 4 x 4 run as Winograd,
+# each with a batched matmul (ResNet-50: the three at 56 x 56, the three stride-1 ones at
+# 28 x 28 and the five at 14 x 14, not the two at 7 x 7; SqueezeNet: fire4 to fire9, 32 to
+# 64 channels in at 27 x 27 and 13 x 13, not the 16 channels of fire2 and fire3); in
 # ShuffleNet the grouped 1 x 1 convs with 28, 34 or 68 output channels a group run as
 # matmuls in NCHW and those with 136 blocked, and each depthwise conv between converts its
 # input and output.
 @pytest.mark.parametrize(
     "name, counts",
-    [("resnet50", (47, 6, 0, 6, 2)), ("squeezenet", (24, 2, 0, 2, 2)),
+    [("resnet50", (42, 11, 0, 11, 2)), ("squeezenet", (20, 6, 0, 6, 2)),
      ("shufflenet", (23, 0, 0, 26, 41))],
 )
 def test_compiled_model_matches_onnxruntime(name, counts):

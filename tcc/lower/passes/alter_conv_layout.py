@@ -81,7 +81,7 @@ WINDOW_POOLS = {"max_pool2d": "max_pool3d", "avg_pool2d": "avg_pool3d"}
 GLOBAL_POOLS = {"global_max_pool": "max_pool3d", "global_avg_pool": "avg_pool3d"}
 # Winograd F(4x4, 3x3) for dense 3 x 3 stride-1 convs with at least this many 4 x 4 output
 # tiles and channels in and out (the measurements are in `_winograd_applies`).
-WINOGRAD_MIN_TILES = 32
+WINOGRAD_MIN_TILES = 16
 WINOGRAD_MIN_CHANNELS = 32
 
 
@@ -353,12 +353,15 @@ def _winograd_applies(call: G.Call, out: G.TensorType) -> bool:
     """A dense 3 x 3 stride-1 conv with enough output tiles and channels for Winograd.
 
     One conv with its ReLU, 2 threads of an Intel Xeon (AVX-512), direct NCHW16c against
-    Winograd, both packs including the transforms to and from NCHW: 64 -> 64 channels at
-    56 x 56 (196 tiles) 1.21 -> 0.65 ms, 128 at 28 x 28 (49 tiles) 0.95 -> 0.44 ms. With
-    16 tiles (256 at 14 x 14: 0.92 -> 0.52 ms alone) the batched product has 16 rows for
-    weights four times the direct ones' size, and inside ResNet-50, its weights no longer
-    in cache, it ran 1.16 ms a call against the direct conv's 1.05. With 16 input channels
-    the transforms outweigh the product: 16 -> 64 at 112 x 112 1.28 -> 1.42 ms."""
+    Winograd, both packs including the transforms to and from NCHW (`benchmarks/
+    winograd.py`): 64 -> 64 channels at 56 x 56 (196 tiles) 0.94 -> 0.39 ms, 128 at
+    28 x 28 (49 tiles) 0.94 -> 0.31, 256 at 14 x 14 (16 tiles) 0.81 -> 0.37, 512 at
+    14 x 14 3.31 -> 1.45. The transformed weights are 4 times the direct ones, and inside a
+    model they come from memory: there 16 tiles still win (ResNet-50 33.6 -> 32.4 ms,
+    DenseNet-121 31.1 -> 29.1, Inception v2 16.3 -> 15.0, VGG-19 91.4 -> 87.3, with 16
+    tiles against 32 as the threshold), but 4 (512 channels at 7 x 7: 0.83 -> 0.74 ms
+    alone) made ResNet-50 slower, 30.3 -> 31.2 ms. 16 -> 64 channels at 112 x 112 ran
+    0.95 -> 0.75 ms alone; fewer than 32 channels stay direct, unmeasured in a model."""
     w = call.args[1].type
     a = call.attrs
     if a["groups"] != 1 or tuple(w.shape[2:]) != (3, 3):
@@ -383,10 +386,10 @@ def _winograd(fn: _Function, var: G.Var, call: G.Call, weight, bias, bi: int, bo
     v = fn.emit("winograd_input_nchwc", (fn.in_layout(call.args[0], _blocked(bi)),),
                 {"padding": padding}, f"{var.name}_wino_in")
     _, _, n, th, tw, _, _ = v.type.shape
-    flat = fn.emit("reshape", (v,), {"shape": [ALPHA, ALPHA, -1, cin]}, f"{var.name}_wino_v")
-    u = fn.pack(call.args[1], winograd_weight(weight), "winograd")
+    flat = fn.emit("reshape", (v,), {"shape": [ALPHA, ALPHA, 1, -1, cin]}, f"{var.name}_wino_v")
+    u = fn.pack(call.args[1], winograd_weight(weight, bo), f"winograd{bo}o")
     m = fn.emit("matmul", (flat, u), {}, f"{var.name}_wino_m")
-    tiles = fn.emit("reshape", (m,), {"shape": [ALPHA, ALPHA, n, th, tw, cout // bo, bo]},
+    tiles = fn.emit("reshape", (m,), {"shape": [ALPHA, ALPHA, cout // bo, n, th, tw, bo]},
                     f"{var.name}_wino_mt")
     args: tuple = (tiles,)
     if bias is not None:

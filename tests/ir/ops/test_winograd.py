@@ -32,10 +32,10 @@ def winograd_conv(x, w, b, padding, ci, co):
     xc = ref("layout_transform", x, src="NCHW", dst=f"NCHW{ci}c")
     v = ref("winograd_input_nchwc", xc, padding=padding)
     _, _, n, th, tw, _, _ = v.shape
-    m = v.reshape(6, 6, n * th * tw, -1) @ winograd_weight(w)
+    m = v.reshape(6, 6, 1, n * th * tw, -1) @ winograd_weight(w, co)
     height = x.shape[2] + padding[0] + padding[2] - 2
     width = x.shape[3] + padding[1] + padding[3] - 2
-    y = ref("winograd_output_nchwc", m.reshape(6, 6, n, th, tw, -1, co), b.reshape(-1, co),
+    y = ref("winograd_output_nchwc", m.reshape(6, 6, -1, n, th, tw, co), b.reshape(-1, co),
             height=height, width=width)
     return ref("layout_transform", y, src=f"NCHW{co}c", dst="NCHW")
 
@@ -66,6 +66,19 @@ def test_error_against_direct_convolution_at_512_channels():
     assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
 
 
+def test_weights_are_g_g_gt_in_panels_of_a_block_of_output_channels():
+    """U = G g G^T of each (output, input) channel pair, at (a, b, o // block, i, o % block)."""
+    w = rand(12, 5, 3, 3)
+    u = winograd_weight(w, 4)
+    assert u.shape == (6, 6, 3, 5, 4) and u.flags.c_contiguous
+    gm = np.array(G, dtype=np.float64)
+    for o, i in ((0, 0), (5, 2), (11, 4)):
+        np.testing.assert_allclose(u[:, :, o // 4, i, o % 4], gm @ w[o, i] @ gm.T, rtol=1e-6,
+                                   atol=1e-6)
+    with pytest.raises(ValueError, match="blocks of 8"):
+        winograd_weight(w, 8)
+
+
 @pytest.mark.parametrize("shape, padding", [((1, 2, 7, 6, 8), [1, 1, 1, 1]),
                                             ((2, 1, 5, 9, 4), [0, 2, 1, 0])])
 def test_input_transform_loop_program(shape, padding):
@@ -75,8 +88,8 @@ def test_input_transform_loop_program(shape, padding):
 
 @pytest.mark.parametrize("height, width, bias", [(7, 6, True), (8, 4, False)])
 def test_output_transform_loop_program(height, width, bias):
-    m = rand(6, 6, 2, (height + 3) // 4, (width + 3) // 4, 2, 8)
-    b = (rand(2, 8),) if bias else ()
+    m = rand(6, 6, 3, 2, (height + 3) // 4, (width + 3) // 4, 8)  # 3 channel blocks, batch 2
+    b = (rand(3, 8),) if bias else ()
     assert_compute_matches_ref("winograd_output_nchwc", m, *b, rtol=1e-5, atol=1e-4,
                                height=height, width=width)
 

@@ -398,7 +398,7 @@ def test_a_matrix_vector_product_shares_its_columns_among_the_cores(columns, par
 @pytest.mark.parametrize("op, shapes, attrs, periods", [
     ("winograd_input_nchwc", [(1, 2, 14, 13, 16)], {"padding": [1, 1, 1, 1]}, [6, 6]),
     # 14 rows: tiles of 4 rows split by 4, the last tile guarded
-    ("winograd_output_nchwc", [(6, 6, 1, 4, 4, 2, 16), (2, 16)], {"height": 14, "width": 16},
+    ("winograd_output_nchwc", [(6, 6, 2, 1, 4, 4, 16), (2, 16)], {"height": 14, "width": 16},
      [4, 4]),
 ])
 def test_loops_whose_position_selects_test_are_unrolled_next_to_the_lanes(op, shapes, attrs,
