@@ -94,14 +94,18 @@ def compile_kernels(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llv
         return KernelBuild(compile_prim_funcs(scheduled, target), 0, len(work))
 
     objects: list[ObjectFile | None] = [None] * len(work)
+    texts = [print_prim_func(name, t if how == "tuned" else f) for name, f, how, t in work]
     keys = []
     if cache is not None:
-        keys = [ObjectCache.key(str(target), how, print_prim_func(name, t if how == "tuned" else f))
-                for name, f, how, t in work]
+        keys = [ObjectCache.key(str(target), how, text)
+                for (_, _, how, _), text in zip(work, texts)]
         for i, key in enumerate(keys):
             data = cache.get(key)
             objects[i] = _decode(data) if data else None
-    missing = [i for i, o in enumerate(objects) if o is None]
+    # the largest first (their text's length stands in for their compile time), so that no
+    # long one is left to run alone at the end
+    missing = sorted((i for i, o in enumerate(objects) if o is None),
+                     key=lambda i: (-len(texts[i]), i))
     built = forked_map(functools.partial(_compile_one, target), [work[i] for i in missing], jobs,
                        serial_below=2 * min(jobs, 2))
     for i, obj in zip(missing, built):
