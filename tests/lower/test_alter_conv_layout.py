@@ -157,10 +157,14 @@ def main(x: Tensor((1, 32, 28, 28), "float32")) -> Tensor((1, 32, 28, 28), "floa
 @pytest.mark.parametrize("cin, cout, size, winograd", [
     (32, 32, 13, True),  # 4 x 4 tiles, the last row and column of them cropped
     (32, 32, 12, False),  # 3 x 3 tiles
-    (16, 32, 28, False),  # too few input channels
-    (32, 16, 28, False),  # too few output channels
+    (16, 32, 28, False),  # 16 input channels need 64 tiles, not 7 x 7
+    (32, 16, 28, False),  # and so do 16 output channels
+    (16, 64, 32, True),  # 8 x 8 tiles
+    (64, 16, 29, True),
+    (8, 64, 56, False),  # too few input channels at any size
 ])
-def test_winograd_needs_16_tiles_and_32_channels_in_and_out(cin, cout, size, winograd):
+def test_winograd_needs_32_channels_and_16_tiles_or_16_channels_and_64_tiles(cin, cout, size,
+                                                                              winograd):
     mod = with_values(parse_module(f'''
 constants = {{"w": Tensor(({cout}, {cin}, 3, 3), "float32")}}
 
@@ -490,16 +494,17 @@ def test_without_a_target_the_module_is_unchanged():
 
 # (blocked convs, Winograd convs, convs left NCHW, matmuls, layout transforms) with blocks
 # of 8: the CNNs without channel shuffles transform only at their entry and exit; the 3 x 3
-# stride-1 convs with 32 channels or more and at least 16 tiles of 4 x 4 run as Winograd,
-# each with a batched matmul (ResNet-50: the three at 56 x 56, the three stride-1 ones at
-# 28 x 28 and the five at 14 x 14, not the two at 7 x 7; SqueezeNet: fire4 to fire9, 32 to
-# 64 channels in at 27 x 27 and 13 x 13, not the 16 channels of fire2 and fire3); in
+# stride-1 convs with 32 channels or more and at least 16 tiles of 4 x 4 (or 16 channels
+# and 64 tiles) run as Winograd, each with a batched matmul (ResNet-50: the three at 56 x 56,
+# the three stride-1 ones at 28 x 28 and the five at 14 x 14, not the two at 7 x 7;
+# SqueezeNet: all eight expand convs, 16 channels in at 55 x 55 and 32 to 64 at 27 x 27 and
+# 13 x 13); in
 # ShuffleNet the grouped 1 x 1 convs with 28, 34 or 68 output channels a group run as
 # matmuls in NCHW and those with 136 blocked, and each depthwise conv between converts its
 # input and output.
 @pytest.mark.parametrize(
     "name, counts",
-    [("resnet50", (42, 11, 0, 11, 2)), ("squeezenet", (20, 6, 0, 6, 2)),
+    [("resnet50", (42, 11, 0, 11, 2)), ("squeezenet", (18, 8, 0, 8, 2)),
      ("shufflenet", (23, 0, 0, 26, 41))],
 )
 def test_compiled_model_matches_onnxruntime(name, counts):

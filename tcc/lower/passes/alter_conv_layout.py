@@ -16,7 +16,8 @@ quarter of it (at least 4: in NCHW a strided window reads its rows at a stride, 
 cost memory and a crop in every consumer). A dense conv whose output channels only a
 narrower block divides, padded by at most 1/16, computes them padded to the vector instead
 and crops its NCHW result (a classifier's 1000). A dense 3 x 3 stride-1 conv with at least
-32 channels in and out and at least 16 output tiles of 4 x 4 runs as Winograd F(4x4, 3x3)
+32 channels in and out and at least 16 output tiles of 4 x 4 (16 channels and 64 tiles)
+runs as Winograd F(4x4, 3x3)
 instead (tcc.ir.ops.winograd): `winograd_input_nchwc`, a batched `matmul` over the 36
 positions of a tile and the blocks of output channels with the weights transformed at
 compile time, and `winograd_output_nchwc` with the bias (VGG-19 1.41x -> 0.87x
@@ -84,6 +85,9 @@ GLOBAL_POOLS = {"global_max_pool": "max_pool3d", "global_avg_pool": "avg_pool3d"
 # tiles and channels in and out (the measurements are in `_winograd_applies`).
 WINOGRAD_MIN_TILES = 16
 WINOGRAD_MIN_CHANNELS = 32
+# fewer channels (at least this many) need more tiles to pay for the transforms
+WINOGRAD_FEW_CHANNELS = 16
+WINOGRAD_FEW_CHANNELS_MIN_TILES = 64
 
 
 class VectorTarget(Protocol):
@@ -361,8 +365,11 @@ def _winograd_applies(call: G.Call, out: G.TensorType) -> bool:
     model they come from memory: there 16 tiles still win (ResNet-50 33.6 -> 32.4 ms,
     DenseNet-121 31.1 -> 29.1, Inception v2 16.3 -> 15.0, VGG-19 91.4 -> 87.3, with 16
     tiles against 32 as the threshold), but 4 (512 channels at 7 x 7: 0.83 -> 0.74 ms
-    alone) made ResNet-50 slower, 30.3 -> 31.2 ms. 16 -> 64 channels at 112 x 112 ran
-    0.95 -> 0.75 ms alone; fewer than 32 channels stay direct, unmeasured in a model."""
+    alone) made ResNet-50 slower, 30.3 -> 31.2 ms. With 16 to 31 channels it takes 64
+    tiles: 16 -> 64 at 112 x 112 ran 0.95 -> 0.75 ms alone, and SqueezeNet's two 16 -> 64
+    at 55 x 55 (196 tiles) took it from 3.52 to 3.21 ms, but a small ResNet export's two
+    16 -> 16 at 16 x 16 (16 tiles) from 0.072 to 0.084 ms (64 lies between the two, not
+    measured itself)."""
     w = call.args[1].type
     a = call.attrs
     if a["groups"] != 1 or tuple(w.shape[2:]) != (3, 3):
@@ -373,8 +380,10 @@ def _winograd_applies(call: G.Call, out: G.TensorType) -> bool:
     if not (isinstance(h, int) and isinstance(wd, int)):
         return False
     tiles = -(-h // TILE) * -(-wd // TILE)
-    return (tiles >= WINOGRAD_MIN_TILES and w.shape[0] >= WINOGRAD_MIN_CHANNELS
-            and w.shape[1] >= WINOGRAD_MIN_CHANNELS)
+    channels = min(w.shape[0], w.shape[1])
+    if channels >= WINOGRAD_MIN_CHANNELS:
+        return tiles >= WINOGRAD_MIN_TILES
+    return channels >= WINOGRAD_FEW_CHANNELS and tiles >= WINOGRAD_FEW_CHANNELS_MIN_TILES
 
 
 def _winograd(fn: _Function, var: G.Var, call: G.Call, weight, bias, bi: int, bo: int) -> bool:
