@@ -16,15 +16,15 @@ quarter of it (at least 4: in NCHW a strided window reads its rows at a stride, 
 cost memory and a crop in every consumer). A dense conv whose output channels only a
 narrower block divides, padded by at most 1/16, computes them padded to the vector instead
 and crops its NCHW result (a classifier's 1000). A dense 3 x 3 stride-1 conv with at least
-32 channels in and out and at least 16 output tiles of 4 x 4 (16 channels and 64 tiles)
-runs as Winograd F(4x4, 3x3)
-instead (tcc.ir.ops.winograd): `winograd_input_nchwc`, a batched `matmul` over the 36
-positions of a tile and the blocks of output channels with the weights transformed at
-compile time, and `winograd_output_nchwc` with the bias (VGG-19 1.41x -> 0.87x
-onnxruntime, Inception v2 1.35x -> 1.15x, ResNet-50 1.50x -> 1.37x, 2 threads of an Intel
-Xeon, when it first came at 32 tiles; `_winograd_applies` has today's). The input block bi
-is the vector width when it divides the input channels (a group's), else the largest
-divisor of them below it, so a first conv on 3 colour channels still converts (NCHW3c). On
+32 channels in and out and at least 16 output tiles of 4 x 4 (or 16 channels and 64 tiles)
+runs as Winograd F(4x4, 3x3) instead (tcc.ir.ops.winograd): `winograd_input_nchwc`, a
+batched `matmul` over the 36 positions of a tile and the blocks of output channels with
+the weights transformed at compile time, and `winograd_output_nchwc` with the bias
+(VGG-19 1.41x -> 0.87x onnxruntime, Inception v2 1.35x -> 1.15x, ResNet-50 1.50x ->
+1.37x, 2 threads of an Intel Xeon, when it first came at 32 tiles; `_winograd_applies`
+has today's). The input block bi is the vector width when it divides the input channels
+(a group's), else the largest divisor of them below it, so a first conv on 3 colour
+channels still converts (NCHW3c). On
 2 cores of an Intel Xeon: AlexNet's grouped 5 x 5 conv (2 groups, 96 -> 256 channels at
 27 x 27) ran 14.5 ms in NCHW, 2.8 ms as NCHW16c. A grouped 1 x 1 stride-1 conv whose
 group's output channels the vector does not divide stays NCHW as a batched `matmul` of the
