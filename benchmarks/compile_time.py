@@ -13,7 +13,8 @@ first writes Python's bytecode caches and reads the model into the page cache, a
 earlier compile would have.
 
 A variant names LLVM's settings: `O<level>` (tcc.emit.llvm.OPT_LEVEL; tcc compiles at O3),
-with `-no-unroll` for LLVM's loop unroller off (tcc.emit.llvm.LLVM_UNROLL). For each model
+with `-no-unroll` for LLVM's loop unroller off (tcc.emit.llvm.LLVM_UNROLL) and `-no-lsr` for
+its loop strength reduction off (tcc.emit.llvm.LLVM_LSR). For each model
 and each variant of `--variants`, the model is compiled twice into a fresh cache folder:
 cold (every kernel scheduled and compiled, by as many processes as this process has cores)
 and warm (every kernel from the cache); the two packs must be byte-identical. The stage
@@ -44,12 +45,15 @@ from benchmarks.tuning import cpu_name  # noqa: E402
 STAGES = ("import", "optimize", "legalize", "vm", "kernels", "pack")
 
 
-def parse_variant(text: str) -> tuple[int, bool]:
-    """`O3` -> (3, True); `O2-no-unroll` -> (2, False)."""
-    level, _, rest = text.partition("-")
-    if len(level) != 2 or level[0] != "O" or level[1] not in "0123" or rest not in ("", "no-unroll"):
-        raise ValueError(f"bad variant {text!r}: write O0..O3, optionally with -no-unroll")
-    return int(level[1]), rest != "no-unroll"
+def parse_variant(text: str) -> tuple[int, bool, bool]:
+    """`O3` -> (3, True, True); `O2-no-unroll` -> (2, False, True); `O3-no-lsr` -> (3, True,
+    False): the level, LLVM's loop unroller on, its loop strength reduction on."""
+    level, *rest = text.replace("no-", "no_").split("-")
+    if (len(level) != 2 or level[0] != "O" or level[1] not in "0123"
+            or not set(rest) <= {"no_unroll", "no_lsr"} or len(set(rest)) < len(rest)):
+        raise ValueError(f"bad variant {text!r}: write O0..O3, optionally with -no-unroll "
+                         "and -no-lsr")
+    return int(level[1]), "no_unroll" not in rest, "no_lsr" not in rest
 
 
 def compile_once(model, cache_dir: Path, variant: str):
@@ -57,7 +61,7 @@ def compile_once(model, cache_dir: Path, variant: str):
     from tcc.emit import llvm
 
     os.environ["TCC_CACHE_DIR"] = str(cache_dir)
-    llvm.OPT_LEVEL, llvm.LLVM_UNROLL = parse_variant(variant)
+    llvm.OPT_LEVEL, llvm.LLVM_UNROLL, llvm.LLVM_LSR = parse_variant(variant)
     times = StageTimes()
     t0 = time.perf_counter()
     data = compile_to_bytes(model, times=times)

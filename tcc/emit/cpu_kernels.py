@@ -61,7 +61,7 @@ def _compile_one(target: Target, job: tuple) -> ObjectFile:
 
 
 @functools.lru_cache(maxsize=8)
-def _state_object(target: str, opt_level: int, unroll: bool) -> ObjectFile:
+def _state_object(target: str, opt_level: int, unroll: bool, lsr: bool) -> ObjectFile:
     """The runtime state's object, the same for every model compiled for `target` with
     these LLVM settings: compiled once per process (21 ms, as long as a small kernel)."""
     return compile_object({}, target, "state")
@@ -112,6 +112,6 @@ def compile_kernels(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llv
         objects[i] = obj
         if cache is not None:
             cache.put(keys[i], _encode(obj))
-    state = _state_object(str(target), llvm.OPT_LEVEL, llvm.LLVM_UNROLL)
+    state = _state_object(str(target), llvm.OPT_LEVEL, llvm.LLVM_UNROLL, llvm.LLVM_LSR)
     module = link_objects([state, *objects], [name for name, *_ in work], target)
     return KernelBuild(module, len(work) - len(missing), len(missing))

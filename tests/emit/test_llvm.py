@@ -1092,3 +1092,18 @@ def test_no_shared_object_without_a_c_compiler(monkeypatch):
     monkeypatch.setattr(support, "c_compiler", lambda: None)
     cm = compile_text(CORE)
     assert cm.shared_object is None and cm.object_code[:4] == b"\x7fELF"
+
+
+def test_loop_strength_reduction_switches_off_and_back(monkeypatch):
+    """LLVM_LSR = False compiles without LLVM's loop strength reduction (a process-wide LLVM
+    option); switched back on, the object is the same as before it was ever switched off."""
+    from tcc.emit import llvm as tcc_llvm
+
+    funcs = {"matmul": parse_module(CORE).prim_funcs["matmul"]}
+    with_lsr = tcc_llvm.compile_object(funcs, "llvm", "kernels").object_code
+    monkeypatch.setattr(tcc_llvm, "LLVM_LSR", False)
+    without = tcc_llvm.compile_object(funcs, "llvm", "kernels").object_code
+    monkeypatch.setattr(tcc_llvm, "LLVM_LSR", True)
+    again = tcc_llvm.compile_object(funcs, "llvm", "kernels").object_code
+    assert without != with_lsr
+    assert again == with_lsr
