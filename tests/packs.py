@@ -32,7 +32,7 @@ def _directory() -> Path:
 
 def compiled_pack(model: ModelProto, **options) -> Path:
     """The path of `tcc.api.compile_to_bytes(model, **options)` written as a .tvmpack."""
-    from tcc.api import compile_to_bytes, write_atomic
+    from tcc.api import compile_to_file
 
     digest = hashlib.sha256(model.SerializeToString())
     digest.update(repr(sorted(options.items())).encode())
@@ -40,8 +40,8 @@ def compiled_pack(model: ModelProto, **options) -> Path:
     path = directory / f"{digest.hexdigest()[:32]}.tvmpack"
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not path.exists():
-            write_atomic(path, compile_to_bytes(model, **options))
+        if not path.exists():  # written from the weights where they lie: no joined copy
+            compile_to_file(model, path, **options)
     return path
 
 
