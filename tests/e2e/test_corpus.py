@@ -34,6 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from export_corpus import MODELS, PROGRAMS, QUANTIZED, default_dir, example_inputs  # noqa: E402
 
 RTOL, ATOL = 1e-3, 1e-4
+# A reference output no larger than this checks nothing: with atol floored at ATOL, zeros pass
+# (MobileNetV2's exports once gave 2e-24 at most, MobileViT's all zeros: export_corpus.py's
+# `_calibrated`).
+MIN_REFERENCE = 1e-3
 # Two shapes from one pack: the export's own and another batch and length.
 SIZES = [{"batch": 2, "seq": 16, "frames": 4000}, {"batch": 3, "seq": 24, "frames": 6000}]
 
@@ -61,6 +65,7 @@ def assert_matches_onnxruntime(got: np.ndarray, want: np.ndarray, what: str,
     relative RMS error (see the module docstring)."""
     assert got.dtype == want.dtype and got.shape == want.shape, (
         f"{what}: {got.dtype}{got.shape} vs onnxruntime {want.dtype}{want.shape}")
+    assert_not_vanishing(want, what)
     if normwise and want.size:
         error = float(np.sqrt(np.mean((got.astype(np.float64) - want) ** 2)))
         size = max(float(np.sqrt(np.mean(want.astype(np.float64) ** 2))), ATOL)
@@ -69,6 +74,22 @@ def assert_matches_onnxruntime(got: np.ndarray, want: np.ndarray, what: str,
     scale = float(np.max(np.abs(want))) if want.size else 1.0
     atol = max(ATOL * max(scale, 1.0), step * (1 + 1e-6))
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=atol, err_msg=what)
+
+
+def assert_not_vanishing(want: np.ndarray, what: str) -> None:
+    """A floating reference output reaches MIN_REFERENCE somewhere."""
+    if np.issubdtype(want.dtype, np.floating) and want.size:
+        largest = float(np.max(np.abs(want)))
+        assert largest > MIN_REFERENCE, (
+            f"{what}: the reference output is at most {largest:.3g}, too small for the "
+            "comparison to check anything; export the corpus again (tools/export_corpus.py)")
+
+
+def test_a_vanishing_reference_is_refused():
+    want = np.full((2, 8), 2e-24, np.float32)
+    with pytest.raises(AssertionError, match="too small"):
+        assert_matches_onnxruntime(np.zeros_like(want), want, "vanishing")
+    assert_matches_onnxruntime(np.ones(3, np.int64), np.ones(3, np.int64), "integers")
 
 
 def test_normwise_comparison_allows_a_few_flipped_elements_only():
@@ -148,6 +169,7 @@ def test_corpus_program(name, crt, tmp_path):
             for i, (g, c, w) in enumerate(zip(got, c_got, want)):
                 assert g.dtype == w.dtype and g.shape == w.shape, (
                     f"output {i}: {g.dtype}{g.shape} vs torch {w.dtype}{w.shape}")
+                assert_not_vanishing(w, f"{name} output {i} at {sizes}")
                 atol = ATOL * max(float(np.max(np.abs(w))) if w.size else 1.0, 1.0)
                 np.testing.assert_allclose(g, w, rtol=RTOL, atol=atol,
                                            err_msg=f"{name} output {i} at {sizes}")
