@@ -200,6 +200,7 @@ def test_corpus_program_through_torch_compile(name, caplog):
             want, got = module(*args), compiled(*args)
             want, got = (w if isinstance(w, (list, tuple)) else [w] for w in (want, got))
             for w, g in zip(want, got):
+                assert_not_vanishing(w.numpy(), f"{name} at {sizes}")
                 atol = ATOL * max(float(w.abs().max()) if w.numel() else 1.0, 1.0)
                 torch.testing.assert_close(g, w, rtol=RTOL, atol=atol)
     torch._dynamo.reset()
