@@ -235,6 +235,41 @@ def levit():
     return LevitModel(cfg), image(64)
 
 
+def deberta_v2():
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    # disentangled attention: relative positions bucketed by a log, gathered per head
+    cfg = DebertaV2Config(vocab_size=1000, max_position_embeddings=256, **_tiny())
+    return DebertaV2Model(cfg), text(1000)
+
+
+def gptj():
+    from transformers import GPTJConfig, GPTJModel
+
+    # rotary embedding on interleaved pairs of the first 8 dims, attention and MLP in parallel
+    cfg = GPTJConfig(vocab_size=1000, n_positions=256, n_embd=64, n_layer=2, n_head=4,
+                     rotary_dim=8, use_cache=False)
+    return GPTJModel(cfg), text(1000)
+
+
+def efficientnet():
+    from transformers import EfficientNetConfig, EfficientNetModel
+
+    # depthwise convs of 3 x 3 and 5 x 5, squeeze-and-excitation, swish
+    cfg = EfficientNetConfig(image_size=64, width_coefficient=0.5, depth_coefficient=0.5,
+                             hidden_dim=640)
+    return EfficientNetModel(cfg), image(64)
+
+
+def regnet():
+    from transformers import RegNetConfig, RegNetModel
+
+    # grouped 3 x 3 convs with squeeze-and-excitation (RegNetY)
+    cfg = RegNetConfig(embedding_size=16, hidden_sizes=[24, 56, 152, 368], depths=[1, 1, 2, 1],
+                       groups_width=8, layer_type="y")
+    return RegNetModel(cfg), image(64)
+
+
 def lstm_lm():
     import torch
 
@@ -276,6 +311,10 @@ MODELS = {
     "mobilevit_legacy": (mobilevit, "legacy", 17),
     "mpt_legacy": (mpt, "legacy", 17),
     "levit_dynamo": (levit, "dynamo", 18),
+    "deberta_v2_legacy": (deberta_v2, "legacy", 17),
+    "gptj_dynamo": (gptj, "dynamo", 18),
+    "efficientnet_legacy": (efficientnet, "legacy", 17),
+    "regnet_dynamo": (regnet, "dynamo", 18),
 }
 # PyTorch programs (torch.export, saved with torch.export.save as NAME.pt2) of the same
 # builders, for the PyTorch frontend: name -> builder
@@ -323,11 +362,13 @@ CORPUS_VERSION = 2
 
 def _calibrated(model, spec: list[dict]):
     """`model` (called with its inputs by position) in eval mode, each BatchNorm's running
-    mean and variance measured on seeded inputs, as a trained network's are. A fresh
-    BatchNorm assumes unit statistics, and with `transformers`' random weights (std 0.02) a
-    deep CNN's activations then shrink layer by layer: MobileNetV2's output was at most
-    2e-24, MobileViT's all zeros, LeViT's 6e-9, so a comparison with onnxruntime had nothing
-    to catch. Calibrated, every BatchNorm's output has unit scale."""
+    mean and variance measured on seeded inputs, as a trained network's are, and its scale
+    and shift 1 and 0 (some `transformers` models draw them with std 0.02 as they do their
+    weights). A fresh BatchNorm assumes unit statistics, and with `transformers`' random
+    weights (std 0.02) a deep CNN's activations then shrink layer by layer: MobileNetV2's
+    output was at most 2e-24, MobileViT's all zeros, LeViT's 6e-9, EfficientNet's 8e-32, so
+    a comparison with onnxruntime had nothing to catch. Calibrated, every BatchNorm's output
+    has unit scale."""
     import torch
 
     model.eval()
@@ -335,7 +376,7 @@ def _calibrated(model, spec: list[dict]):
     if not norms:
         return model
     for m in norms:
-        m.reset_running_stats()
+        m.reset_parameters()  # statistics (0, 1) and affine (1, 0)
         m.momentum = None  # a cumulative average over the batches
         m.train()
     with torch.no_grad():
