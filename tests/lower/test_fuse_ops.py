@@ -11,7 +11,7 @@ from tcc.ir import graph as G
 from tcc.ir import te
 from tcc.ir.interp import run
 from tcc.ir.parser import parse_module
-from tcc.ir.printer import print_module
+from tcc.ir.printer import print_module, print_prim_func
 from tcc.ir.structural import structural_equal
 from tcc.ir.tir_eval import run_prim_func
 from tcc.lower.legalize import kernel_origins, legalize
@@ -531,6 +531,47 @@ def test_kernel_origins_name_every_fused_binding():
     }
 
 
+CONV_SWISH = '''
+constants = {"w": Tensor((2, 3, 1, 1), "float32"), "b": Tensor((2,), "float32")}
+
+@function(inputs=["x"], outputs=["y"])
+def main(x: Tensor((n, 3, 4, 4), "float32")) -> Tensor((n, 2, 4, 4), "float32"):
+    c: Tensor((n, 2, 4, 4), "float32") = op.conv2d(x, const("w"), const("b"), strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1], groups=1)
+    s: Tensor((n, 2, 4, 4), "float32") = op.sigmoid(c)
+    y: Tensor((n, 2, 4, 4), "float32") = op.mul(c, s)
+    return y
+'''
+
+
+def _calls(mod) -> list[str]:
+    return [b.value.func for b in mod.functions["main"].bindings if isinstance(b.value, G.CallTIR)]
+
+
+def test_an_epilogue_reading_the_anchor_twice_joins_it():
+    """swish (c * sigmoid(c)) reads the conv's result twice, both reads in the epilogue: the
+    conv, the sigmoid and the mul are one kernel, and its schedule writes the result once."""
+    fused = fuse_ops(parse_module(CONV_SWISH))
+    assert _calls(fused) == ["fused_conv2d_sigmoid_mul_kernel"]
+    assert [b.var.name for b in fused.functions["main"].bindings] == ["y"]
+    from tcc.lower.rules import schedule_prim_func
+    from tcc.target import parse_target
+
+    scheduled = schedule_prim_func(fused.functions["fused_conv2d_sigmoid_mul_kernel"],
+                                   parse_target("llvm"))
+    text = print_prim_func("k", scheduled)
+    assert "alloc_buffer" not in text  # no conv result kept in memory for a second pass
+    assert text.count("parallel(") == 1
+
+
+def test_an_anchor_result_read_outside_the_epilogue_stays_a_kernel_output():
+    returned = CONV_SWISH.replace('outputs=["y"]', 'outputs=["y", "c"]').replace(
+        '-> Tensor((n, 2, 4, 4), "float32"):', '-> Tuple(Tensor((n, 2, 4, 4), "float32"), '
+        'Tensor((n, 2, 4, 4), "float32")):').replace("return y", "return y, c")
+    fused = fuse_ops(parse_module(returned))
+    assert _calls(fused) == ["fused_sigmoid_mul_kernel"]
+    assert [b.var.name for b in fused.functions["main"].bindings] == ["c", "y"]
+
+
 @pytest.mark.parametrize(
     "text, inputs",
     [
@@ -539,8 +580,9 @@ def test_kernel_origins_name_every_fused_binding():
         (SHARED_AND_RETURNED, [np.abs(random(4))]),
         (REDUCTION, [random(3, 4)]),
         (SYMBOLIC, [random(2, 3, 8), random(5, 8)]),
+        (CONV_SWISH, [random(2, 3, 4, 4)]),
     ],
-    ids=["conv-add-relu", "injective", "shared", "reduction", "symbolic"],
+    ids=["conv-add-relu", "injective", "shared", "reduction", "symbolic", "conv-swish"],
 )
 def test_fused_module_computes_what_the_interpreter_does(text, inputs, tmp_path):
     assert_kept(text, inputs, tmp_path)

@@ -9,9 +9,12 @@ result only one binding uses (and the function does not return) joins that consu
 both are elementwise/broadcast/injective (a chain), when the producer's group holds a
 convolution/matmul-like or reduction "anchor" and the consumer is elementwise or broadcast
 (an epilogue, such as conv2d -> add -> relu), or when the consumer is a reduction and the
-producer elementwise/broadcast/injective (a prologue); but a producer group of more than
-MAX_RECOMPUTED_OPS ops stays apart from a consumer with more elements than its result,
-which would compute each of its elements several times. A group has at most one anchor and
+producer elementwise/broadcast/injective (a prologue). An anchor's result may also have
+several readers when all of them end up in the epilogue, of its shape (swish's
+`c * sigmoid(c)`, GELU's `x * 0.5 * (1 + erf(x / sqrt 2))` after a matmul): the schedule's
+write-back computes the epilogue from the one element it holds. But a producer group of
+more than MAX_RECOMPUTED_OPS ops stays apart from a consumer with more elements than its
+result, which would compute each of its elements several times. A group has at most one anchor and
 MAX_GROUP ops. Views the VM runs without copying (reshape, squeeze, expand_dims) of static
 shapes join groups of injective ops that move data (transposes, layout transforms), so a
 chain of them through views is one kernel (ShuffleNet's channel shuffle, layout transforms
@@ -120,10 +123,13 @@ def _may_join(producer: Pattern, consumer: Pattern, pg: _Group, cg: _Group) -> b
 def _only_users(readers: list, consumer: int, pg: _Group, cg: _Group, produced: G.Type,
                 consumed: G.Type) -> bool:
     """Whether the producer group `pg`'s result may join the consumer's group: the consumer
-    is its one reader; a row kernel's, only into an epilogue of its shape, where every
-    reader may be in the consumer's group (the function does not return it)."""
-    if not pg.row:
-        return readers == [consumer]
+    is its one reader; or, for an anchor's result, every reader is in the consumer's group,
+    an epilogue of its shape (the function does not return it). A row kernel's joins only
+    the latter way."""
+    if readers == [consumer] and not pg.row:
+        return True
+    if not (pg.row or pg.anchors):
+        return False
     if None in readers or not G.same_shape(produced, consumed):
         return False
     return all(r == consumer or r in cg.members for r in readers)

@@ -241,8 +241,9 @@ def _check_inlinable(scope: Scope, loc: Located, buf: T.Buffer) -> None:
 
 def reverse_compute_inline(func: T.PrimFunc, loc: Located) -> T.PrimFunc:
     """Fold an elementwise consumer into the one block producing what it reads: the producer
-    stores the consumer's value (with the producer's value in place of the load) straight
-    into the consumer's buffer, and the consumer is removed."""
+    stores the consumer's value (with the producer's value in place of each load of the one
+    element it reads: swish reads it twice) straight into the consumer's buffer, and the
+    consumer is removed."""
     block: T.Block = loc.stmt
     scope = require_scope("reverse_compute_inline", func, loc)
     if is_reduction(block):
@@ -301,13 +302,14 @@ def _produced_load(scope: Scope, block: T.Block, store: T.BufferStore):
             block,
             f"it reads {what} that other blocks write; it must read exactly one producer's buffer",
         )
-    if len(loads) != 1:
+    load = loads[0]
+    if any(tuple(other.indices) != tuple(load.indices) for other in loads[1:]):
         raise error(
             "reverse_compute_inline",
             block,
-            f"it reads '{names[0]}' {len(loads)} times; it must read its producer's element once",
+            f"it reads '{names[0]}' at {len(loads)} places; it must read one element of its "
+            "producer's (as often as it likes)",
         )
-    (load,) = loads
     element_dims("reverse_compute_inline", block, load.buffer, load.indices)
     return load.buffer, load
 
