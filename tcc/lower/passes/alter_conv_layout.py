@@ -47,9 +47,10 @@ global average/max pooling of static spatial size (the same, with the whole plan
 window), which a reduce_mean/reduce_max over H and W keeping their dims also is. So a
 squeeze-and-excitation block (mean over the plane, 1 x 1 convs, sigmoid, scale) stays
 blocked: RegNetY at 224 x 224 11.8-12.1 -> 11.3-11.4 ms, EfficientNet-B0 72.7-72.9 ->
-66.4-67.2 ms (per-kernel profile totals, C runtime, 2 threads of an Intel Xeon). A value asked for in a layout it already has a
-blocked form in is that form, so layout_transform(layout_transform(x, A -> B), B -> A)
-never appears: a ResNet stays blocked from its first conv to its global pool. Each value
+66.4-67.2 ms (per-kernel profile totals, C runtime, 2 threads of an Intel Xeon). A value
+asked for in a layout it already has a blocked form in is that form, so
+layout_transform(layout_transform(x, A -> B), B -> A) never appears: a ResNet stays
+blocked from its first conv to its global pool. Each value
 keeps its NCHW binding as a transform back, and a final dead-code-elimination drops those
 nobody uses along with the constants the packed ones replace.
 

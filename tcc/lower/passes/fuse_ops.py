@@ -3,32 +3,32 @@ results never touch memory.
 
 May change: in every graph function (control-flow bodies included), a group of op calls
 becomes one `call_tir` of a new PrimFunc `fused_<op>_<op>..._kernel`, bound to the group's
-last variable (same name, same type); the other bindings of the group disappear. A group
-is grown producer by producer, following TVM's FuseOps pattern kinds: a producer whose
-result only one binding uses (and the function does not return) joins that consumer when
-both are elementwise/broadcast/injective (a chain), when the producer's group holds a
+last variable (same name, same type); the other bindings of the group disappear. A group is
+grown producer by producer, following TVM's FuseOps pattern kinds: a producer whose result
+only one binding uses (and the function does not return) joins that consumer when both are
+elementwise/broadcast/injective (a chain), when the producer's group holds a
 convolution/matmul-like or reduction "anchor" and the consumer is elementwise or broadcast
 (an epilogue, such as conv2d -> add -> relu), or when the consumer is a reduction and the
 producer elementwise/broadcast/injective (a prologue). An anchor's result may also have
-several readers when all of them end up in the epilogue, of its shape (swish's
-`c * sigmoid(c)`, GELU's `x * 0.5 * (1 + erf(x / sqrt 2))` after a matmul): the schedule's
-write-back computes the epilogue from the one element it holds. But a producer group of
-more than MAX_RECOMPUTED_OPS ops stays apart from a consumer with more elements than its
-result, which would compute each of its elements several times. A group has at most one anchor and
+several readers when all of them end up in the epilogue, of its shape (swish's `c *
+sigmoid(c)`, GELU's `x * 0.5 * (1 + erf(x / sqrt 2))` after a matmul): the schedule's
+write-back computes the epilogue from the one element it holds. But a producer group of more
+than MAX_RECOMPUTED_OPS ops stays apart from a consumer with more elements than its result,
+which would compute each of its elements several times. A group has at most one anchor and
 MAX_GROUP ops. Views the VM runs without copying (reshape, squeeze, expand_dims) of static
 shapes join groups of injective ops that move data (transposes, layout transforms), so a
 chain of them through views is one kernel (ShuffleNet's channel shuffle, layout transforms
 around reshape -> transpose -> reshape: three kernels, one pass over memory each, became
-one); a view next to elementwise code, and views with fewer than two such ops to join,
-stay views (which move nothing: a transform's own kernel keeps simple indices). A row
-kernel (softmax, log_softmax: opaque, several stages of its own) anchors an epilogue of
-elementwise and broadcast ops of its result's shape, which may read that result more than
-once (the exporters' `where(isnan(p), 0, p)` after an attention softmax): they become its
-last stage, so the row rule writes the rows once, and the row kernel's own stages stay as
-its loop program has them. Ops without a loop program, other opaque ops and calls with
-tuple operands or results are never grouped; singletons stay op calls for legalization. In
-the merged PrimFunc the non-reduction intermediate stages are inlined (but for a row
-kernel's own), and reductions keep their own stage.
+one); a view next to elementwise code, and views with fewer than two such ops to join, stay
+views (which move nothing: a transform's own kernel keeps simple indices). A row kernel
+(softmax, log_softmax: opaque, several stages of its own) anchors an epilogue of elementwise
+and broadcast ops of its result's shape, which may read that result more than once (the
+exporters' `where(isnan(p), 0, p)` after an attention softmax): they become its last stage,
+so the row rule writes the rows once, and the row kernel's own stages stay as its loop
+program has them. Ops without a loop program, other opaque ops and calls with tuple operands
+or results are never grouped; singletons stay op calls for legalization. In the merged
+PrimFunc the non-reduction intermediate stages are inlined (but for a row kernel's own), and
+reductions keep their own stage.
 Structurally equal PrimFuncs are shared, and each records in its "origins" attribute the
 bindings merged into it (so profiles name the model's nodes). Preserves every function's
 parameters, returned values and numerics; the input module is not changed.
