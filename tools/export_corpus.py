@@ -355,8 +355,8 @@ def example_inputs(spec: list[dict], sizes: dict[str, int], seed: int = 0) -> di
 
 
 EXPORT_SIZES = {"batch": 2, "seq": 16, "frames": 4000}
-# Written into each NAME.json; an export whose version differs is made again. 2: batch-norm
-# statistics calibrated (`_calibrated`).
+# Written into each NAME.json; an export whose version differs is made again. 2: batch norms
+# reset and calibrated (`_calibrated`).
 CORPUS_VERSION = 2
 
 
@@ -375,6 +375,7 @@ def _calibrated(model, spec: list[dict]):
     norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
     if not norms:
         return model
+    momenta = [m.momentum for m in norms]
     for m in norms:
         m.reset_parameters()  # statistics (0, 1) and affine (1, 0)
         m.momentum = None  # a cumulative average over the batches
@@ -383,8 +384,8 @@ def _calibrated(model, spec: list[dict]):
         for seed in range(100, 104):  # not the tests' seeds
             feeds = example_inputs(spec, EXPORT_SIZES, seed=seed)
             model(*(torch.from_numpy(feeds[s["name"]]) for s in spec))
-    for m in norms:
-        m.momentum = 0.1
+    for m, momentum in zip(norms, momenta):
+        m.momentum = momentum
         m.eval()
     return model
 

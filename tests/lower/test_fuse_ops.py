@@ -563,11 +563,20 @@ def test_an_epilogue_reading_the_anchor_twice_joins_it():
     assert text.count("parallel(") == 1
 
 
+CONV_SWISH_RETURNED = '''
+constants = {"w": Tensor((2, 3, 1, 1), "float32"), "b": Tensor((2,), "float32")}
+
+@function(inputs=["x"], outputs=["y", "c"])
+def main(x: Tensor((n, 3, 4, 4), "float32")) -> Tuple(Tensor((n, 2, 4, 4), "float32"), Tensor((n, 2, 4, 4), "float32")):
+    c: Tensor((n, 2, 4, 4), "float32") = op.conv2d(x, const("w"), const("b"), strides=[1, 1], padding=[0, 0, 0, 0], dilation=[1, 1], groups=1)
+    s: Tensor((n, 2, 4, 4), "float32") = op.sigmoid(c)
+    y: Tensor((n, 2, 4, 4), "float32") = op.mul(c, s)
+    return y, c
+'''
+
+
 def test_an_anchor_result_read_outside_the_epilogue_stays_a_kernel_output():
-    returned = CONV_SWISH.replace('outputs=["y"]', 'outputs=["y", "c"]').replace(
-        '-> Tensor((n, 2, 4, 4), "float32"):', '-> Tuple(Tensor((n, 2, 4, 4), "float32"), '
-        'Tensor((n, 2, 4, 4), "float32")):').replace("return y", "return y, c")
-    fused = fuse_ops(parse_module(returned))
+    fused = fuse_ops(parse_module(CONV_SWISH_RETURNED))
     assert _calls(fused) == ["fused_sigmoid_mul_kernel"]
     assert [b.var.name for b in fused.functions["main"].bindings] == ["c", "y"]
 
