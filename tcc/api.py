@@ -175,7 +175,7 @@ def _compile(
     given; a pack the pack cache wrote to `output` has no buffers here (None)."""
     from tcc.emit.cpu_kernels import compile_kernels
     from tcc.emit.object_cache import ObjectCache
-    from tcc.emit.pack import pack_parts
+    from tcc.emit.pack import pack_parts, weights_member
     from tcc.emit.vm import compile_module
     from tcc.target import parse_target
 
@@ -238,13 +238,15 @@ def _compile(
             state["exe"], None, str(parsed_target), state["lowered"].const_values, sign=signer,
             device_kernels={"cuda": cuda.device_kernels(parsed_target)}))
     else:
+        def digest_weights():  # this process's work while the kernels compile
+            state["weights"] = weights_member(state["lowered"].const_values)
+
         built = stage("kernels", lambda: compile_kernels(
             state["lowered"].prim_funcs, parsed_target, schedule, state["tuned"], jobs,
-            ObjectCache() if cache else None))
+            ObjectCache() if cache else None, meanwhile=digest_weights))
         times.kernels_cached, times.kernels_compiled = built.cached, built.compiled
         parts = stage("pack", lambda: pack_parts(
-            state["exe"], built.module, str(parsed_target), state["lowered"].const_values,
-            sign=signer))
+            state["exe"], built.module, str(parsed_target), state["weights"], sign=signer))
     def write():
         if output is not None:
             write_atomic(output, parts)

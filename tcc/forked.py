@@ -39,14 +39,19 @@ def _call(index: int):
 
 
 def forked_map(function: Callable, items: Sequence, jobs: int, serial_below: int = 2,
-               chunksize: int = 1) -> list:
+               chunksize: int = 1, meanwhile: Callable[[], object] | None = None) -> list:
     """[function(item) for item in items], by `jobs` forked processes unless there are
-    fewer than `serial_below` items (or one job), when this process does them."""
+    fewer than `serial_below` items (or one job), when this process does them. `meanwhile`
+    runs in this process while the children work (once they are forked, so that no thread
+    of it is running at the fork), or after the items when this process does them."""
     import multiprocessing
 
     if jobs <= 1 or len(items) < serial_below or multiprocessing.current_process().daemon:
         # a pool's worker is daemonic and may start no processes of its own
-        return [function(item) for item in items]
+        out = [function(item) for item in items]
+        if meanwhile is not None:
+            meanwhile()
+        return out
 
     _BATCH[:] = [function, items]
     # The children's garbage collections need not walk what they inherit (the model, its
@@ -55,7 +60,10 @@ def forked_map(function: Callable, items: Sequence, jobs: int, serial_below: int
     try:
         with multiprocessing.get_context("fork").Pool(min(jobs, len(items)),
                                                      initializer=_child_start) as pool:
-            return pool.map(_call, range(len(items)), chunksize=chunksize)
+            pending = pool.map_async(_call, range(len(items)), chunksize=chunksize)
+            if meanwhile is not None:
+                meanwhile()
+            return pending.get()
     finally:
         gc.unfreeze()
         _BATCH[:] = [None, ()]

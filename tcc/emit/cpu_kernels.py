@@ -20,7 +20,7 @@ module instead, without the cache.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tcc.emit import llvm
@@ -57,7 +57,9 @@ def _scheduled(name: str, func: T.PrimFunc, target: Target, how: str, tuned) -> 
 
 def _compile_one(target: Target, job: tuple) -> ObjectFile:
     name, func, how, tuned = job
-    return compile_object({name: _scheduled(name, func, target, how, tuned)}, target, "kernels")
+    # a model's kernels keep no IR text: a CpuModule's `llvm_ir` is for one module's tests
+    return compile_object({name: _scheduled(name, func, target, how, tuned)}, target, "kernels",
+                          keep_ir=False)
 
 
 @functools.lru_cache(maxsize=8)
@@ -77,11 +79,13 @@ def _decode(data: bytes) -> ObjectFile:
 
 def compile_kernels(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llvm",
                     schedule: bool = True, tuned: Mapping[str, T.PrimFunc] | None = None,
-                    jobs: int | None = None, cache: ObjectCache | None = None) -> KernelBuild:
+                    jobs: int | None = None, cache: ObjectCache | None = None,
+                    meanwhile: Callable[[], object] | None = None) -> KernelBuild:
     """The kernels `funcs` (legalized, by exported name) compiled for `target`: scheduled by
     the default rules unless `schedule` is False, those in `tuned` as it gives them (already
     scheduled); `jobs` processes (default: the cores this process may run on); objects
-    looked up in and added to `cache` when one is given."""
+    looked up in and added to `cache` when one is given. `meanwhile` is other work of the
+    caller's, run by this process while the kernels compile (`forked_map`)."""
     target = parse_target(target)
     tuned = dict(tuned or {})
     jobs = jobs or available_cores()
@@ -91,7 +95,10 @@ def compile_kernels(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llv
         work.append((name, funcs[name], how, tuned.get(name)))
     if c_compiler() is None or not target.is_host:
         scheduled = {name: _scheduled(name, f, target, how, t) for name, f, how, t in work}
-        return KernelBuild(compile_prim_funcs(scheduled, target), 0, len(work))
+        module = compile_prim_funcs(scheduled, target)
+        if meanwhile is not None:
+            meanwhile()
+        return KernelBuild(module, 0, len(work))
 
     objects: list[ObjectFile | None] = [None] * len(work)
     texts = [print_prim_func(name, t if how == "tuned" else f) for name, f, how, t in work]
@@ -107,7 +114,7 @@ def compile_kernels(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llv
     missing = sorted((i for i, o in enumerate(objects) if o is None),
                      key=lambda i: (-len(texts[i]), i))
     built = forked_map(functools.partial(_compile_one, target), [work[i] for i in missing], jobs,
-                       serial_below=2 * min(jobs, 2))
+                       serial_below=2 * min(jobs, 2), meanwhile=meanwhile)
     for i, obj in zip(missing, built):
         objects[i] = obj
         if cache is not None:

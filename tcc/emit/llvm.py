@@ -114,7 +114,7 @@ class CpuModule:
     symbols: tuple[str, ...]
     object_code: bytes
     shared_object: bytes | None
-    llvm_ir: str  # after optimization, for `tcc show`
+    llvm_ir: str  # after optimization, when compiled as one module (compile_prim_funcs); else ""
 
 
 @dataclass
@@ -889,9 +889,10 @@ class ObjectFile:
 
 
 def compile_object(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llvm",
-                   part: str = "whole") -> ObjectFile:
+                   part: str = "whole", keep_ir: bool = True) -> ObjectFile:
     """One object holding `funcs` (and the runtime glue `part` names, `Runtime`), optimized
-    at `OPT_LEVEL`."""
+    at `OPT_LEVEL`; with its optimized IR as text unless `keep_ir` is False (printing it
+    costs as long as parsing it)."""
     target = parse_target(target)
     module, rt = build_module(funcs, target, part)
     if _LSR_NOW[0] != LLVM_LSR:
@@ -918,7 +919,7 @@ def compile_object(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llvm
     pto.slp_vectorization = False
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(parsed, pb)
-    return ObjectFile(tm.emit_object(parsed), rt.uses_openmp, str(parsed))
+    return ObjectFile(tm.emit_object(parsed), rt.uses_openmp, str(parsed) if keep_ir else "")
 
 
 def link_objects(objects: Sequence[ObjectFile], symbols, target: str | Target) -> CpuModule:

@@ -59,6 +59,23 @@ class DeviceKernels:
     kernels: Mapping[str, dict]
 
 
+@dataclass(frozen=True)
+class WeightsMember:
+    """The weights member as a pack holds it: its buffers (views of the arrays, and the
+    zero padding between them), the manifest's index of the arrays, and its sha256. Made
+    apart from the pack (`weights_member`) so that a compile can digest the weights while
+    its kernels compile."""
+
+    pieces: list
+    index: dict
+    sha256: str
+
+
+def weights_member(weights: Mapping[str, np.ndarray]) -> WeightsMember:
+    pieces, index = _weights_pieces(weights)
+    return WeightsMember(pieces, index, _sha256(pieces))
+
+
 def pack_bytes(*args, **kwargs) -> bytes:
     """The pack's bytes in one buffer (`pack_parts` joined); see pack_parts."""
     return b"".join(pack_parts(*args, **kwargs))
@@ -68,7 +85,7 @@ def pack_parts(
     executable: Executable,
     kernels=None,
     target: str = "llvm",
-    weights: Mapping[str, np.ndarray] | None = None,
+    weights: Mapping[str, np.ndarray] | WeightsMember | None = None,
     signatures: Mapping[str, dict] | None = None,
     kernel_origins: Mapping[str, list[str]] | None = None,
     sign: Callable[[bytes], bytes] | None = None,
@@ -80,8 +97,9 @@ def pack_parts(
     a program without CPU kernels;
     `device_kernels` holds the kernels of other devices by kind (`cuda`); `signatures` and
     `kernel_origins` (symbol -> the bindings that call it) default to the executable's own.
-    `sign` (tcc.emit.signing.load_signing_key) adds the manifest's signature."""
-    weights = dict(weights or {})
+    `sign` (tcc.emit.signing.load_signing_key) adds the manifest's signature. `weights` may
+    be given as `weights_member` made them."""
+    stored = weights if isinstance(weights, WeightsMember) else weights_member(weights or {})
     signatures = dict(signatures if signatures is not None else executable.signatures)
     origins = kernel_origins if kernel_origins is not None else executable.kernel_origins
     devices = dict(device_kernels or {})
@@ -92,7 +110,7 @@ def pack_parts(
             raise PackWriteError(f"kernel {clash[0]!r} is in two kernel libraries; compile each "
                                  "kernel for one device")
         symbols = sorted([*symbols, *devices[kind].kernels])
-    _check_references(executable, symbols, weights, signatures)
+    _check_references(executable, symbols, stored.index, signatures)
     origins = _checked_origins(origins, symbols)
 
     members: dict[str, bytes | list] = {BYTECODE: executable.encode()}
@@ -105,9 +123,11 @@ def pack_parts(
         so = f"{KERNELS_DIR}{kind}{SHARED_SUFFIX}"
         members[so] = bytes(kernels.shared_object)
     listed_devices = {kind: _device_members(kind, devices[kind], members) for kind in sorted(devices)}
-    pieces, index = _weights_pieces(weights)
+    index = stored.index
+    digests = {}
     if index:
-        members[WEIGHTS] = pieces
+        members[WEIGHTS] = stored.pieces
+        digests[WEIGHTS] = stored.sha256
 
     manifest = {
         "format": PACK_FORMAT,
@@ -118,7 +138,8 @@ def pack_parts(
         "kernels": {"object": obj, "shared_object": so, "symbols": symbols},
         "weights": {"member": WEIGHTS if index else None, "alignment": WEIGHT_ALIGN, "arrays": index},
         "entry_functions": signatures,
-        "members": {n: {"size": _size(d), "sha256": _sha256(d)} for n, d in sorted(members.items())},
+        "members": {n: {"size": _size(d), "sha256": digests.get(n) or _sha256(d)}
+                    for n, d in sorted(members.items())},
     }
     if origins:  # optional: a pack without it reads the same, with unnamed kernels
         manifest[KERNEL_ORIGINS_FIELD] = origins

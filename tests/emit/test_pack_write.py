@@ -126,3 +126,12 @@ def test_no_shared_object_and_no_weights():
     assert list(members(data)) == ["bytecode.bin", "kernels/llvm.o", "manifest.json"]
     m = json.loads(member_bytes(data, "manifest.json"))
     assert m["kernels"]["shared_object"] is None and m["weights"]["member"] is None
+
+
+def test_weights_digested_apart_give_the_same_pack():
+    from tcc.emit.pack import pack_parts, weights_member
+
+    mod = batch_module()
+    exe, kernels = compile_module(mod), FakeCpuModule(["matmul", "add_one", "split_1_2", "negate"])
+    apart = b"".join(pack_parts(exe, kernels, "llvm", weights_member(dict(mod.const_values))))
+    assert apart == build(mod)
