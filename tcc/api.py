@@ -173,9 +173,7 @@ def _compile(
 ) -> tuple[int, list | None]:
     """The pack's size and buffers (tcc.emit.pack.pack_parts), also written to `output` if
     given; a pack the pack cache wrote to `output` has no buffers here (None)."""
-    from tcc.emit.cpu_kernels import compile_kernels
-    from tcc.emit.object_cache import ObjectCache
-    from tcc.emit.pack import pack_parts, weights_member
+    from tcc.emit.pack import PackFile
     from tcc.emit.vm import compile_module
     from tcc.target import parse_target
 
@@ -228,36 +226,63 @@ def _compile(
         state["tuned"] = stage(
             "tuning", lambda: _tuned(state["lowered"], str(parsed_target), db, times))
     state["exe"] = stage("vm", lambda: compile_module(state["lowered"], plan=plan_memory))
-    if parsed_target.kind == "cuda":
+    # the pack goes to `output` as it becomes known; a cache entry needs its digest
+    pack_file = (PackFile(output, digest=key is not None)
+                 if output is not None or key is not None else None)
+    try:
+        parts, written = _kernels_and_pack(state, parsed_target, schedule, jobs, cache, signer,
+                                           times, stage, pack_file)
+
+        def write():
+            if pack_file is not None:
+                pack_file.write(parts[written:])
+                pack_file.commit()
+            if key is not None:
+                packs.put(key, parts, source, times.read, {
+                    "guarded": times.guarded, "tuning_warnings": times.tuning_warnings,
+                    "tuned": times.tuned, "reverted": times.reverted}, written=output,
+                    sha256=pack_file.sha256)
+
+        if pack_file is not None:
+            stage("write", write)
+    except BaseException:
+        if pack_file is not None:
+            pack_file.discard()
+        raise
+    return sum(memoryview(part).nbytes for part in parts), parts
+
+
+def _kernels_and_pack(state: dict, target, schedule: bool, jobs, cache: bool, signer,
+                      times: StageTimes, stage, out) -> tuple[list, int]:
+    """The `kernels` and `pack` stages: the pack's buffers, and how many of them (the
+    weights, written to `out` while the CPU kernels compile) are in `out` already."""
+    from tcc.emit.cpu_kernels import compile_kernels
+    from tcc.emit.object_cache import ObjectCache
+    from tcc.emit.pack import pack_parts, weights_member
+
+    lowered, exe = state["lowered"], state["exe"]
+    if target.kind == "cuda":
         from tcc.emit.cuda import compile_cuda_module
 
         cuda = stage("kernels", lambda: compile_cuda_module(
-            state["lowered"].prim_funcs, parsed_target, schedule, state["tuned"]))
+            lowered.prim_funcs, target, schedule, state["tuned"]))
         times.kernels_compiled, times.cacheable = len(cuda.kernels), False
-        parts = stage("pack", lambda: pack_parts(
-            state["exe"], None, str(parsed_target), state["lowered"].const_values, sign=signer,
-            device_kernels={"cuda": cuda.device_kernels(parsed_target)}))
-    else:
-        def digest_weights():  # this process's work while the kernels compile
-            state["weights"] = weights_member(state["lowered"].const_values)
+        return stage("pack", lambda: pack_parts(
+            exe, None, str(target), lowered.const_values, sign=signer,
+            device_kernels={"cuda": cuda.device_kernels(target)})), 0
 
-        built = stage("kernels", lambda: compile_kernels(
-            state["lowered"].prim_funcs, parsed_target, schedule, state["tuned"], jobs,
-            ObjectCache() if cache else None, meanwhile=digest_weights))
-        times.kernels_cached, times.kernels_compiled = built.cached, built.compiled
-        parts = stage("pack", lambda: pack_parts(
-            state["exe"], built.module, str(parsed_target), state["weights"], sign=signer))
-    def write():
-        if output is not None:
-            write_atomic(output, parts)
-        if key is not None:
-            packs.put(key, parts, source, times.read, {
-                "guarded": times.guarded, "tuning_warnings": times.tuning_warnings,
-                "tuned": times.tuned, "reverted": times.reverted}, written=output)
+    def weights():  # this process's work while the kernels compile
+        state["weights"] = weights_member(lowered.const_values)
+        if out is not None:
+            out.write(state["weights"].tar_parts)
 
-    if output is not None or key is not None:
-        stage("write", write)
-    return sum(memoryview(part).nbytes for part in parts), parts
+    built = stage("kernels", lambda: compile_kernels(
+        lowered.prim_funcs, target, schedule, state["tuned"], jobs,
+        ObjectCache() if cache else None, meanwhile=weights))
+    times.kernels_cached, times.kernels_compiled = built.cached, built.compiled
+    parts = stage("pack", lambda: pack_parts(
+        exe, built.module, str(target), state["weights"], sign=signer))
+    return parts, len(state["weights"].tar_parts)  # the pack's first buffers (pack_parts)
 
 
 def _tuned(lowered, target: str, db, times: StageTimes) -> dict:
@@ -271,14 +296,6 @@ def _tuned(lowered, target: str, db, times: StageTimes) -> dict:
     times.tuning_warnings += database.problems + warnings
     times.tuned, times.reverted = len(tuned), len(reverted)
     return tuned
-
-
-def write_atomic(path, data) -> None:
-    """Write `data` (bytes, or a list of buffers one after the other) to `path` whole or not
-    at all."""
-    from tcc.emit.pack import write_file_atomic
-
-    write_file_atomic(path, data)
 
 
 def compile(  # noqa: A001

@@ -109,6 +109,15 @@ class Staged:
     def _fail(self, e: OSError) -> TccError:
         return self.error(f"{self.what}: {e.strerror or e}")
 
+    def write(self, data) -> None:
+        """Append `data` (bytes or a buffer); an OSError drops what was written and becomes
+        `error`."""
+        try:
+            self.file.write(data)
+        except OSError as e:
+            self.discard()
+            raise self._fail(e) from None
+
     def commit(self) -> None:
         try:
             if self._stream:

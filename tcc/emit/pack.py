@@ -1,10 +1,13 @@
 """Writing a `.tvmpack` (docs/tvmpack.md): an uncompressed POSIX tar a standard `tar` reads.
 
-Everything that could vary between two builds of the same model is fixed: members are
-sorted by name, every header has mtime 0, uid/gid 0, no owner names and mode 0644, the
-manifest is JSON with sorted keys, and weights are laid out in name order. So the same
-inputs give the same bytes. Tar puts member data at 512-byte boundaries, so 64-byte aligned
-offsets inside weights.bin are 64-byte aligned in the file, and the loader maps them.
+Everything that could vary between two builds of the same model is fixed: weights.bin comes
+first and the other members follow sorted by name, every header has mtime 0, uid/gid 0, no
+owner names and mode 0644, the manifest is JSON with sorted keys, and weights are laid out
+in name order. So the same inputs give the same bytes. Tar puts member data at 512-byte
+boundaries, so 64-byte aligned offsets inside weights.bin are 64-byte aligned in the file,
+and the loader maps them. The weights lead because they are known before the kernels are
+compiled and are most of the file: a compile writes them (`PackFile`) while its kernels
+compile.
 """
 
 from __future__ import annotations
@@ -63,17 +66,20 @@ class DeviceKernels:
 class WeightsMember:
     """The weights member as a pack holds it: its buffers (views of the arrays, and the
     zero padding between them), the manifest's index of the arrays, and its sha256. Made
-    apart from the pack (`weights_member`) so that a compile can digest the weights while
-    its kernels compile."""
+    apart from the pack (`weights_member`) so that a compile can digest and write the
+    weights while its kernels compile. `tar_parts` are the pack's first buffers, header
+    and padding included, whatever else it holds (none when there are no weights)."""
 
     pieces: list
     index: dict
     sha256: str
+    tar_parts: list
 
 
 def weights_member(weights: Mapping[str, np.ndarray]) -> WeightsMember:
     pieces, index = _weights_pieces(weights)
-    return WeightsMember(pieces, index, _sha256(pieces))
+    return WeightsMember(pieces, index, _sha256(pieces),
+                         _member_parts(WEIGHTS, pieces) if index else [])
 
 
 def pack_bytes(*args, **kwargs) -> bytes:
@@ -152,7 +158,7 @@ def pack_parts(
         members[SIGNATURE] = sign(members[MANIFEST])
         if len(members[SIGNATURE]) != SIGNATURE_BYTES:
             raise PackWriteError(f"the signer gave {len(members[SIGNATURE])} bytes, not an Ed25519 signature")
-    return _tar_parts(members)
+    return _tar_parts(members, stored)
 
 
 def _pieces(member) -> list:
@@ -192,6 +198,45 @@ def write_pack(path, executable: Executable, kernels=None, target: str = "llvm",
                kernel_origins: Mapping[str, list[str]] | None = None) -> None:
     """Write the pack to `path` atomically (a temp file in the same folder, then rename)."""
     write_file_atomic(path, pack_bytes(executable, kernels, target, weights, signatures, kernel_origins))
+
+
+class PackFile:
+    """A pack written as its buffers become known, whole or not at all: `write` them in
+    order (a compile writes the weights' `tar_parts` while its kernels compile, then the
+    rest), then `commit`, or `discard`. Without a `path` it only counts and digests.
+    `sha256` (with `digest`) is the digest of everything written, for the pack cache."""
+
+    CHUNK = 1 << 20  # each piece is written and digested by this many bytes: one pass
+
+    def __init__(self, path=None, digest: bool = False):
+        from tcc.outfile import Staged
+
+        self._staged = None if path is None else Staged(path, error=PackWriteError)
+        self._hash = hashlib.sha256() if digest else None
+        self.size = 0
+
+    def write(self, parts) -> None:
+        for part in parts:
+            view = memoryview(part).cast("B")
+            for at in range(0, len(view), self.CHUNK):
+                chunk = view[at:at + self.CHUNK]
+                if self._staged is not None:
+                    self._staged.write(chunk)
+                if self._hash is not None:
+                    self._hash.update(chunk)
+            self.size += len(view)
+
+    @property
+    def sha256(self) -> str | None:
+        return None if self._hash is None else self._hash.hexdigest()
+
+    def commit(self) -> None:
+        if self._staged is not None:
+            self._staged.commit()
+
+    def discard(self) -> None:
+        if self._staged is not None:
+            self._staged.discard()
 
 
 def write_file_atomic(path, data) -> None:
@@ -250,21 +295,31 @@ def _weights_pieces(weights: Mapping[str, np.ndarray]) -> tuple[list, dict]:
     return pieces, index
 
 
-def _tar_parts(members: Mapping[str, bytes | list]) -> list:
+def _tar_parts(members: Mapping[str, bytes | list], stored: WeightsMember | None = None) -> list:
     """A ustar archive of `members` (each bytes, or a list of buffers written one after the
-    other) in name order, as tarfile writes one (mtime 0, mode 0644, no owner), as the
+    other), the weights first (as `stored.tar_parts` when given, the same objects) and the
+    others in name order, as tarfile writes one (mtime 0, mode 0644, no owner), as the
     buffers that make it rather than through tarfile's copies."""
-    parts: list = []
-    for name in sorted(members):
-        size = _size(members[name])
-        info = tarfile.TarInfo(name)
-        info.size, info.mtime, info.mode = size, 0, 0o644
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        info.type = tarfile.REGTYPE
-        parts += [info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape"),
-                  *_pieces(members[name]), b"\0" * (-size % TAR_BLOCK)]
+    if stored is None:
+        stored_parts = _member_parts(WEIGHTS, members[WEIGHTS]) if WEIGHTS in members else []
+    else:
+        stored_parts = stored.tar_parts
+    parts: list = list(stored_parts)
+    for name in sorted(set(members) - {WEIGHTS}):
+        parts += _member_parts(name, members[name])
     # two zero blocks end the archive; not the padding to tar's 10 KiB record, so that a
     # reader can tell a truncated pack by its length alone
     parts.append(b"\0" * (2 * TAR_BLOCK))
     return parts
+
+
+def _member_parts(name: str, data: bytes | list) -> list:
+    """One member as tarfile writes it: its header, its data, the zeros to a whole block."""
+    size = _size(data)
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = size, 0, 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.type = tarfile.REGTYPE
+    return [info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape"), *_pieces(data),
+            b"\0" * (-size % TAR_BLOCK)]

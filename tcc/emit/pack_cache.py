@@ -164,21 +164,23 @@ class PackCache:
         return data, header
 
     def put(self, key: str, data, source, files: list[str], warnings: dict,
-            written=None) -> None:
+            written=None, sha256: str | None = None) -> None:
         """Store `data` (the pack compiled from `source`, which read `files` beside it: bytes,
         or a list of buffers one after the other) with the `warnings` its compile printed;
         then evict down to the limit. `written` is a file just written with `data`, which the
-        entry links instead of a copy where it can."""
+        entry links instead of a copy where it can; `sha256` is data's, when known."""
         path = self._path(key)
         base = Path(source).parent
         parts = data if isinstance(data, list) else [data]
-        digest = hashlib.sha256()
-        for part in parts:
-            digest.update(part)
+        if sha256 is None:
+            digest = hashlib.sha256()
+            for part in parts:
+                digest.update(part)
+            sha256 = digest.hexdigest()
         size = sum(memoryview(part).nbytes for part in parts)
         try:
             header = json.dumps({
-                "size": size, "sha256": digest.hexdigest(),
+                "size": size, "sha256": sha256,
                 "files": {name: file_digest(base / name) for name in files},
                 "warnings": warnings}).encode()
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -57,10 +57,10 @@ def test_same_inputs_give_the_same_bytes(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["a.tvmpack", "b.tvmpack"]  # no temp files left
 
 
-def test_members_are_sorted_with_fixed_metadata():
+def test_weights_lead_the_sorted_members_with_fixed_metadata():
     infos = members(build())
-    assert list(infos) == ["bytecode.bin", "kernels/llvm.o", "kernels/llvm.so", "manifest.json",
-                           "weights.bin"]
+    assert list(infos) == ["weights.bin", "bytecode.bin", "kernels/llvm.o", "kernels/llvm.so",
+                           "manifest.json"]
     for m in infos.values():
         assert (m.mtime, m.uid, m.gid, m.uname, m.gname, m.mode) == (0, 0, 0, "", "", 0o644)
         assert m.isreg()
@@ -71,8 +71,8 @@ def test_standard_tar_reads_it(tmp_path):
     path = tmp_path / "m.tvmpack"
     path.write_bytes(build())
     out = subprocess.run(["tar", "tf", str(path)], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["bytecode.bin", "kernels/llvm.o", "kernels/llvm.so",
-                                  "manifest.json", "weights.bin"]
+    assert out.stdout.split() == ["weights.bin", "bytecode.bin", "kernels/llvm.o",
+                                  "kernels/llvm.so", "manifest.json"]
 
 
 def test_manifest_describes_the_pack():

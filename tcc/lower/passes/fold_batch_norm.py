@@ -55,9 +55,25 @@ class _Weights:
             return None
         return np.asarray(self.mod.const_values[e.name], dtype=np.float64)
 
+    def stored(self, e: G.Expr) -> np.ndarray | None:
+        """`e`'s value as stored (not converted), when it is a constant with a value."""
+        if not isinstance(e, G.Constant) or e.name not in self.mod.const_values:
+            return None
+        return np.asarray(self.mod.const_values[e.name])
+
     def add(self, replaces: str, value: np.ndarray, dtype: str) -> G.Constant:
         name = self.mod.unique_constant_name(replaces + SUFFIX)
         return self.mod.add_constant(name, value.astype(to_numpy(dtype)), dtype)
+
+    def add_product(self, replaces: str, value: np.ndarray, factor: np.ndarray,
+                    dtype: str) -> G.Constant:
+        """`add` of value * factor, multiplied in float64 and rounded once to `dtype`, as
+        `add(value in float64 * factor)` gives it, without the float64 copies of a big
+        weight (numpy converts it piece by piece)."""
+        out = np.empty(np.broadcast_shapes(value.shape, factor.shape), to_numpy(dtype))
+        np.multiply(value, factor, out=out, dtype=np.float64, casting="same_kind")
+        name = self.mod.unique_constant_name(replaces + SUFFIX)
+        return self.mod.add_constant(name, out, dtype)
 
 
 def _affine(bn: G.Call, weights: _Weights) -> _Affine | None:
@@ -99,12 +115,13 @@ def _conv_folder(weight_scale: Callable[[G.Call, np.ndarray, np.ndarray], np.nda
     def fold(call: G.Call, affine: _Affine, weights: _Weights) -> Fold | None:
         x, w_arg = call.args[:2]
         b_arg = call.args[2] if len(call.args) > 2 else None
-        weight = weights.value(w_arg)
+        weight = weights.stored(w_arg)
         bias = _bias_value(b_arg, weights, len(affine.scale))
         if weight is None or bias is None:
             return None
         dtype = w_arg.type.dtype
-        new_w = weights.add(w_arg.name, weight * weight_scale(call, weight, affine.scale), dtype)
+        new_w = weights.add_product(w_arg.name, weight, weight_scale(call, weight, affine.scale),
+                                    dtype)
         new_b = weights.add(affine.shift_name, bias * affine.scale + affine.shift, dtype)
         return G.Call(call.op, (x, new_w, new_b), dict(call.attrs)), None
 
@@ -116,27 +133,28 @@ def _fold_gemm(call: G.Call, affine: _Affine, weights: _Weights) -> Fold | None:
     columns; C absorbs the shift (beta becomes 1)."""
     a, b_arg = call.args[:2]
     c_arg = call.args[2] if len(call.args) > 2 else None
-    b = weights.value(b_arg)
+    b = weights.stored(b_arg)
     beta = call.attrs["beta"]
     c = 0.0 if c_arg is None or beta == 0 else weights.value(c_arg)
     if b is None or c is None:
         return None
     s = affine.scale
-    new_b = b * (s[:, None] if call.attrs["trans_b"] else s[None, :])
     dtype = b_arg.type.dtype
     new_c = weights.add(affine.shift_name, c * beta * s + affine.shift, dtype)
+    new_b = weights.add_product(b_arg.name, b, s[:, None] if call.attrs["trans_b"] else s[None, :],
+                                dtype)
     attrs = {**call.attrs, "beta": 1.0}
-    return G.Call("gemm", (a, weights.add(b_arg.name, new_b, dtype), new_c), attrs), None
+    return G.Call("gemm", (a, new_b, new_c), attrs), None
 
 
 def _fold_matmul(call: G.Call, affine: _Affine, weights: _Weights) -> Fold | None:
     """A 2-D A times a 2-D constant W: channel axis 1 of the result is W's column axis."""
     a, w_arg = call.args
-    weight = weights.value(w_arg)
+    weight = weights.stored(w_arg)
     if weight is None or weight.ndim != 2 or G.type_of(a).ndim != 2:
         return None
     dtype = w_arg.type.dtype
-    new_w = weights.add(w_arg.name, weight * affine.scale[None, :], dtype)
+    new_w = weights.add_product(w_arg.name, weight, affine.scale[None, :], dtype)
     shift = weights.add(affine.shift_name, affine.shift, dtype)
     return G.Call("matmul", (a, new_w), dict(call.attrs)), shift
 
