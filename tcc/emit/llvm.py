@@ -40,6 +40,7 @@ so the same input gives the same bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -67,6 +68,7 @@ from tcc.emit.llvm_expr import (
     PTR,
     DominatorBuilder,
     ExprEmitter,
+    children,
     index_vars,
     lanes_of,
     mem_type,
@@ -126,6 +128,28 @@ class _Frame:
     fail: Callable[[], None]
 
 
+_DIVIDES: dict = {}  # id -> (load, whether an index divides); see _divides_index
+
+
+def _has_division(e: E.PrimExpr) -> bool:
+    if isinstance(e, E.BinOp) and e.op in ("floordiv", "floormod"):
+        return True
+    return any(_has_division(c) for c in children(e))
+
+
+def _divides_index(e: E.BufferLoad) -> bool:
+    """Whether an index of `e` takes a quotient or remainder: where copies at different
+    positions can read one element without LLVM's address arithmetic seeing it cheaply
+    (a tile's `(4 * t + k) // 4`); affine indices it compares well itself."""
+    hit = _DIVIDES.get(id(e))
+    if hit is None or hit[0] is not e:
+        found = any(_has_division(i) for i in e.indices)
+        if len(_DIVIDES) > 100_000:
+            _DIVIDES.clear()
+        hit = _DIVIDES[id(e)] = (e, found)
+    return hit[1]
+
+
 class _KernelGen(ExprEmitter):
     """Lowers one PrimFunc's body into its compute function."""
 
@@ -139,6 +163,7 @@ class _KernelGen(ExprEmitter):
         self.iter_exprs: dict[E.Var, E.PrimExpr] = {}  # block iteration variable -> binding
         self.unrolled: dict[E.Var, E.IntImm] = {}  # loop variable of an unrolled copy -> value
         self._decided: dict[tuple, bool | None] = {}  # see decided
+        self._canonical: dict[tuple, E.PrimExpr] = {}  # an index, by position: canonical_load
         # buffers alloca'd (register tile candidates) -> their element count
         self.stack_bufs: dict[T.Buffer, int] = {}
         self.ranges: dict[int, Interval] = {}  # serial, unrolled and lane loop variables
@@ -458,6 +483,33 @@ class _KernelGen(ExprEmitter):
         if heap:
             self.b.call(self.rt.free, [self.bufs[buf]])
         del self.bufs[buf]
+
+    def canonical_load(self, e: E.BufferLoad) -> E.BufferLoad:
+        """`e` with the unrolled copies' positions (and the block variables bound to them)
+        put in its indices, which are simplified: two copies that read one element at
+        different positions give one expression, and so one value. Only for loads whose
+        indices divide (`_divides_index`)."""
+        if not self.unrolled or not _divides_index(e):
+            return e
+        indices, changed = [], False
+        for idx in e.indices:
+            mapping = {}
+            for v in index_vars(idx) or ():
+                if v in self.unrolled:
+                    mapping[v] = self.unrolled[v]
+                elif v in self.iter_exprs and any(
+                        u in self.unrolled for u in index_vars(self.iter_exprs[v]) or ()):
+                    mapping[v] = E.substitute(self.iter_exprs[v], self.unrolled)
+            if not mapping:
+                indices.append(idx)
+                continue
+            key = (idx, tuple(mapping.items()))
+            found = self._canonical.get(key)
+            if found is None:
+                found = self._canonical[key] = E.simplify(E.substitute(idx, mapping))
+            indices.append(found)
+            changed = True
+        return dataclasses.replace(e, indices=tuple(indices)) if changed else e
 
     def decided(self, cond: E.PrimExpr) -> bool | None:
         """A condition the unrolled copies being emitted fix: a select on a position within

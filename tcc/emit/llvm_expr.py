@@ -304,7 +304,11 @@ class ExprEmitter:
     # rest by the id of the expression): (the same, the state of the memory it loads,
     # `memory_state`, and the expression), reused only later in its own basic block, while
     # its variables keep their values and nothing has been stored to the buffers it loads:
-    # within one block, every run of the use has just run the value. None: nothing is reused.
+    # within one block, every run of the use has just run the value. A load is keyed by its
+    # `canonical_load`, so copies at different positions of a tile that read one element
+    # share it, and the float operations on shared values are numbered (`numbered`): the
+    # Winograd output transform's copies, which share a position's inner sums, emit them
+    # once. None: nothing is reused.
     reuse: dict | None = None
 
     # -- helpers -------------------------------------------------------------------------------
@@ -458,9 +462,16 @@ class ExprEmitter:
         # A load by its structure (two reads of one element are often two objects); anything
         # else by identity: the copies of a body emit the same objects, and comparing two
         # float trees by structure walks both.
-        key = e if type(e) is E.BufferLoad else id(e)
+        key = e
+        if type(e) is E.BufferLoad:
+            canonical = self.canonical_load(e)
+            if canonical is not e:
+                key = canonical
+                free = value_inputs(canonical)[0]
+        else:
+            key = id(e)
         hit = self.reuse.get(key)
-        if (hit is not None and hit[0] is block and (key is e or hit[4] is e)
+        if (hit is not None and hit[0] is block and (type(key) is not int or hit[4] is e)
                 and all(_same_value(env.get(v), x) for v, x in hit[2])
                 and all(_same_memory(self.memory_state(buf), m) for buf, m in hit[3])):
             return hit[1]
@@ -470,6 +481,11 @@ class ExprEmitter:
             if all(m is not None for _, m in memory):
                 self.reuse[key] = (block, value, tuple((v, env.get(v)) for v in free), memory, e)
         return value
+
+    def canonical_load(self, e: E.BufferLoad) -> E.BufferLoad:
+        """`e` in a form equal for any two loads of one element (provided by the statement
+        emitter, which knows the unrolled copies' positions)."""
+        return e
 
     def memory_state(self, buffer) -> tuple | None:
         """(the pointer a load of `buffer` reads through, how many stores to it have been
@@ -500,7 +516,9 @@ class ExprEmitter:
             if folded is not None:
                 return folded
             a, b = self.unify(a, b)
-            return self.finish(self._float_bin(e.op, a, b, e.dtype), e.dtype)
+            return self.finish(self.numbered(("float", e.op, e.dtype), (a, b),
+                                             lambda x, y: self._float_bin(e.op, x, y, e.dtype)),
+                               e.dtype)
         a, b = self.unify(a, b)
         if e.dtype == "bool":
             a, b = self.convert(a, "bool", "int8"), self.convert(b, "bool", "int8")
@@ -518,10 +536,27 @@ class ExprEmitter:
             return None
         x, y, z = (self.expr_as(v, e.dtype) for v in (product.a, product.b, addend))
         if e.op == "sub" and product is e.a:
-            z = self.b.fneg(z)
+            z = self.numbered(("fneg",), (z,), lambda v: self.b.fneg(v))
         elif e.op == "sub":
-            x = self.b.fneg(x)
-        return self.intrinsic("llvm.fmuladd", *self.unify(x, y, z))
+            x = self.numbered(("fneg",), (x,), lambda v: self.b.fneg(v))
+        return self.numbered(("fma",), tuple(self.unify(x, y, z)),
+                             lambda *v: self.intrinsic("llvm.fmuladd", *v))
+
+    def numbered(self, op: tuple, operands: tuple, make) -> ir.Value:
+        """make(*operands), or the value it gave before in this basic block for the same
+        operation on the same operands (constants by value): unrolled copies that compute
+        one sum from the same loads emit it once."""
+        if self.reuse is None or self.guard is not None or self.mask is not None:
+            return make(*operands)
+        table = self.__dict__.setdefault("_numbered", {})
+        block = self.b.block
+        key = (*op, *(_operand_key(v) for v in operands))
+        hit = table.get(key)
+        if hit is not None and hit[0] is block:
+            return hit[1]
+        value = make(*operands)
+        table[key] = (block, value, operands)  # the operands, so that their ids stay theirs
+        return value
 
     def _float_bin(self, op: str, a, b, dtype: str) -> ir.Value:
         bld = self.b
@@ -847,6 +882,13 @@ def _same_value(a: ir.Value | None, b: ir.Value | None) -> bool:
     constants (an unrolled copy binds a new constant object each time)."""
     return a is b or (type(a) is ir.Constant and type(b) is ir.Constant and a.type == b.type
                       and a.constant == b.constant)
+
+
+def _operand_key(v: ir.Value):
+    if type(v) is ir.Constant:
+        c = v.constant
+        return (v.type, tuple(getattr(x, "constant", x) for x in c) if isinstance(c, list) else c)
+    return id(v)
 
 
 def _same_memory(a: tuple | None, b: tuple) -> bool:

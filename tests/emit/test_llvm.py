@@ -903,6 +903,35 @@ def {name}(A: Buffer((n, 8), "float32"), B: Buffer((n + 1, 4, 8), "float32")):
             np.testing.assert_array_equal(b, np.broadcast_to(want, (4, 4, 8)))
 
 
+def test_unrolled_copies_reading_one_element_through_a_quotient_emit_it_once():
+    """The copies of a tile (a Winograd output transform's) index their input by the tile,
+    `(4 * t + k) // 4`: the same element for every position k. The load is keyed by its
+    indices with the position put in and simplified, so the four copies share one load,
+    and the float operations on shared values are numbered, so they share the sum too;
+    only the position-dependent part is emitted per copy."""
+    src = """
+@prim_func
+def tile(A: Buffer((n, 2, 8), "float32"), B: Buffer((n * 4, 8), "float32")):
+    for t in serial(0, n):
+        for k in unrolled(0, 4):
+            for j in vectorized(0, 8):
+                with block("B"):
+                    vh = axis.spatial(n * 4, t * 4 + k)
+                    vj = axis.spatial(8, j)
+                    B[vh, vj] = A[vh // 4, 0, vj] * 3.0 + A[vh // 4, 1, vj] + cast("float32", vh % 4)
+"""
+    body = function_ir(unoptimized_ir(src), "tile.compute")
+    assert body.count("load <8 x float>") == 2, body
+    assert body.count("@\"llvm.fmuladd") == 1, body
+    assert body.count("store <8 x float>") == 4, body
+    with load(src) as lib:
+        a = rand(5, 2, 8)
+        b = np.full((20, 8), np.nan, np.float32)
+        lib.call("tile", [a, b])
+        want = np.repeat(a[:, 0] * np.float32(3) + a[:, 1], 4, axis=0)
+        np.testing.assert_allclose(b, want + (np.arange(20) % 4)[:, None], rtol=1e-5, atol=1e-5)
+
+
 def test_a_parallel_loop_body_keeps_its_buffers_apart():
     """Inside a parallel loop the buffers are as noalias as in the kernel itself (the loop's
     body is a function with noalias parameters, inlined into the worker), so LLVM knows a

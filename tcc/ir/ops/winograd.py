@@ -32,8 +32,10 @@ expression once per unrolled copy, so its size is compile time. The elementwise 
 unrolls those positions next to the vector lanes and the backend emits only the branch
 each copy takes, so every select is decided at compile time and the -0.0 terms fold away:
 what runs is the nonzero terms (3 or 4 per inner sum in the input transform, 4 or 5 in the
-output transform), and the copies that share a position share its inner sums, which LLVM
-computes once. A 64-channel 56 x 56 input transform ran 1.42 ms with the selects at run
+output transform), and the copies that share a position share its inner sums, which the
+backend emits once (its loads keyed by their indices with the position put in, its float
+operations numbered: `tcc.emit.llvm_expr.ExprEmitter.reuse`; a 56 x 56 output transform's
+IR went from 223 to 90 KB, its compile from 0.30 to 0.21 s). A 64-channel 56 x 56 input transform ran 1.42 ms with the selects at run
 time, 0.07-0.09 ms unrolled (2 threads of an Intel Xeon). Its loads are guarded only where
 a tap can fall in the padding or past the input's end (the first and last rows and columns
 of taps): guarding all 36 made it 3.3x slower. A guarded tap is a select in straight-line
@@ -159,7 +161,7 @@ def _position_sum(pos_a, pos_b, rows, value, dtype: str):
     select on the positions that yields -0.0 where the coefficient is zero (adding -0.0
     changes no sum), so once the positions are unrolled only the nonzero terms are left. The
     inner sums depend on `pos_a` alone: the unrolled copies that share it compute the same
-    values, which LLVM computes once (the transform done one axis, then the other)."""
+    values, which the backend emits once (the transform done one axis, then the other)."""
     tests: dict = {}  # one object per test, shared by every term that makes it
 
     def equal(pos, k: int):
