@@ -137,6 +137,27 @@ def _has_division(e: E.PrimExpr) -> bool:
     return any(_has_division(c) for c in children(e))
 
 
+_LOADS: dict = {}  # id -> (expression, its loads); see _loads_of
+
+
+def _loads_of(e: E.PrimExpr) -> tuple:
+    hit = _LOADS.get(id(e))
+    if hit is None or hit[0] is not e:
+        found: list = []
+
+        def walk(x):
+            if isinstance(x, E.BufferLoad):
+                found.append(x)
+            for c in children(x):
+                walk(c)
+
+        walk(e)
+        if len(_LOADS) > 100_000:
+            _LOADS.clear()
+        hit = _LOADS[id(e)] = (e, tuple(found))
+    return hit[1]
+
+
 def _divides_index(e: E.BufferLoad) -> bool:
     """Whether an index of `e` takes a quotient or remainder: where copies at different
     positions can read one element without LLVM's address arithmetic seeing it cheaply
@@ -164,6 +185,10 @@ class _KernelGen(ExprEmitter):
         self.unrolled: dict[E.Var, E.IntImm] = {}  # loop variable of an unrolled copy -> value
         self._decided: dict[tuple, bool | None] = {}  # see decided
         self._canonical: dict[tuple, E.PrimExpr] = {}  # an index, by position: canonical_load
+        self._store_guard: ir.Value | None = None  # the guard of the store next emitted (_if)
+        self._loop_scopes: list = [None]  # the loops open around the builder (loop_scope)
+        self._inside: dict[tuple, bool] = {}  # see _index_inside
+        self.parallel_ranges: dict[int, Interval] = {}  # the parallel loops' variables
         # buffers alloca'd (register tile candidates) -> their element count
         self.stack_bufs: dict[T.Buffer, int] = {}
         self.ranges: dict[int, Interval] = {}  # serial, unrolled and lane loop variables
@@ -262,6 +287,13 @@ class _KernelGen(ExprEmitter):
                 self.mask = outer
             return
         if s.else_case is None:
+            if self._speculable(s.then_case):
+                self._store_guard = cond
+                try:
+                    self.stmt(s.then_case)
+                finally:
+                    self._store_guard = None
+                return
             with self.b.if_then(cond):
                 self.stmt(s.then_case)
             return
@@ -274,9 +306,69 @@ class _KernelGen(ExprEmitter):
     def memory_state(self, buffer: T.Buffer) -> tuple | None:
         return self.bufs.get(buffer), self._stores.get(buffer, 0)
 
+    def loop_scope(self) -> object:
+        return self._loop_scopes[-1]
+
+    def _speculable(self, s: T.Stmt) -> bool:
+        """Whether a guarded statement is one store (in a block of its own) whose value
+        `_store` may compute before the guard's branch: in unrolled copies (a cropped tile's,
+        as the Winograd output transform's last tiles), where the copies' values are shared
+        only if they are computed in one basic block."""
+        if not self.unrolled or self.reuse is None or self.mask is not None or self.guard is not None:
+            return False
+        if isinstance(s, T.Block) and s.init is None and not s.alloc_buffers:
+            s = s.body
+        return isinstance(s, T.BufferStore)
+
+    def _loads_in_bounds(self, value: E.PrimExpr) -> bool:
+        """Whether every load of `value` reads inside its buffer wherever the loops being
+        emitted run, its indices bounded by their loops' ranges: then it may run whatever
+        guards the store."""
+        for load in _loads_of(value):
+            for idx, dim in zip(load.indices, load.buffer.shape):
+                if not self._index_inside(idx, dim):
+                    return False
+        return True
+
+    def _index_inside(self, idx: E.PrimExpr, dim) -> bool:
+        dim = dim.value if isinstance(dim, E.IntImm) else dim
+        if not isinstance(dim, int):
+            return False
+        if isinstance(idx, E.IntImm):
+            return 0 <= idx.value < dim
+        mapping = {}
+        for v in index_vars(idx) or ():
+            if v in self.unrolled:
+                mapping[v] = self.unrolled[v]
+            elif v in self.iter_exprs:
+                mapping[v] = E.substitute(self.iter_exprs[v], self.unrolled)
+            elif v is self._vec_var and self.vec is not None:
+                mapping[v] = self.vec[0]  # the lane variable, whose range is known
+        key = (idx, tuple(mapping.items()), dim)
+        found = self._inside.get(key)
+        if found is None:
+            flat = E.simplify(E.substitute(idx, mapping)) if mapping else idx
+            span = bounds(flat, {**self.ranges, **self.parallel_ranges})
+            lo, hi = (None, None) if span is None else (const_value(span[0]), const_value(span[1]))
+            found = self._inside[key] = lo is not None and hi is not None and 0 <= lo and hi < dim
+        return found
+
     def _store(self, s: T.BufferStore) -> None:
+        guard, self._store_guard = self._store_guard, None
+        if guard is not None and not self._loads_in_bounds(s.value):
+            with self.b.if_then(guard):
+                self._store(s)
+            return
+        value = self.expr_as(s.value, s.buffer.dtype)
+        if guard is None:
+            self._write(s, value)
+            return
+        # the value before the branch, in this block with the other copies' (_speculable)
+        with self.b.if_then(guard):
+            self._write(s, value)
+
+    def _write(self, s: T.BufferStore, value: ir.Value) -> None:
         ptr, dtype = self._buffer(s.buffer), s.buffer.dtype
-        value = self.expr_as(s.value, dtype)
         self._stores[s.buffer] = self._stores.get(s.buffer, 0) + 1
         elem = mem_type(dtype)
         if self.vec is not None:  # the plan made every store contiguous
@@ -623,7 +715,9 @@ class _KernelGen(ExprEmitter):
         b.cbranch(cmp("<", i, stop), inner, done)
         b.position_at_end(inner)
         self.open_loops += 1
+        self._loop_scopes.append(header)
         body(i)
+        self._loop_scopes.pop()
         self.open_loops -= 1
         nxt = b.add(i, ir.Constant(start.type, 1))
         i.add_incoming(nxt, b.block)
@@ -830,6 +924,7 @@ class _KernelGen(ExprEmitter):
         start = self.expr_as(s.min, "int64")
         outer, self.per_worker = self.per_worker, {}
         self._per_worker(s)
+        self.parallel_ranges[id(s.var)] = (s.min, E.simplify(s.min + s.extent - 1))
 
         def body(i):
             self.env[s.var] = self.convert(b.add(start, i), "int64", s.var.dtype)
@@ -838,6 +933,7 @@ class _KernelGen(ExprEmitter):
             self.open_loops += 1
 
         self.loop(lo, hi, body)
+        del self.parallel_ranges[id(s.var)]
         for _, ptr in self.per_worker.values():
             b.call(self.rt.free, [ptr])
         self.per_worker = outer

@@ -302,9 +302,11 @@ class ExprEmitter:
     # its variables had), reused where its block dominates the builder's (`DominatorBuilder`)
     # and while its variables keep their values. Any other value (a load by the load, the
     # rest by the id of the expression): (the same, the state of the memory it loads,
-    # `memory_state`, and the expression), reused only later in its own basic block, while
-    # its variables keep their values and nothing has been stored to the buffers it loads:
-    # within one block, every run of the use has just run the value. A load is keyed by its
+    # `memory_state`, and the expression), reused later in its own basic block, or in one
+    # it dominates inside the same loop (`loop_scope`), while its variables keep their values
+    # and nothing has been stored to the buffers it loads: every run of the use has just run
+    # the value (a cropped tile's copies, each store behind its guard, still share their
+    # values: `_KernelGen._speculable`). A load is keyed by its
     # `canonical_load`, so copies at different positions of a tile that read one element
     # share it, and the float operations on shared values are numbered (`numbered`): the
     # Winograd output transform's copies, which share a position's inner sums, emit them
@@ -471,7 +473,8 @@ class ExprEmitter:
         else:
             key = id(e)
         hit = self.reuse.get(key)
-        if (hit is not None and hit[0] is block and (type(key) is not int or hit[4] is e)
+        if (hit is not None and (type(key) is not int or hit[4] is e)
+                and (hit[0] is block or (hit[5] is self.loop_scope() and self.b.dominates(hit[0])))
                 and all(_same_value(env.get(v), x) for v, x in hit[2])
                 and all(_same_memory(self.memory_state(buf), m) for buf, m in hit[3])):
             return hit[1]
@@ -479,8 +482,15 @@ class ExprEmitter:
         if self.guard is None and self.mask is None and self.b.block is block:
             memory = tuple((buf, self.memory_state(buf)) for buf in buffers)
             if all(m is not None for _, m in memory):
-                self.reuse[key] = (block, value, tuple((v, env.get(v)) for v in free), memory, e)
+                self.reuse[key] = (block, value, tuple((v, env.get(v)) for v in free), memory, e,
+                                   self.loop_scope())
         return value
+
+    def loop_scope(self) -> object:
+        """The innermost loop open around the code being emitted (None: none). A value is
+        reused in a block its own dominates only inside the same loop: in a loop opened
+        since, a store emitted after the use would change what later iterations read."""
+        return None
 
     def canonical_load(self, e: E.BufferLoad) -> E.BufferLoad:
         """`e` in a form equal for any two loads of one element (provided by the statement
@@ -552,8 +562,8 @@ class ExprEmitter:
         block = self.b.block
         key = (*op, *(_operand_key(v) for v in operands))
         hit = table.get(key)
-        if hit is not None and hit[0] is block:
-            return hit[1]
+        if hit is not None and (hit[0] is block or self.b.dominates(hit[0])):
+            return hit[1]  # the same operation on the same values: the same value
         value = make(*operands)
         table[key] = (block, value, operands)  # the operands, so that their ids stay theirs
         return value

@@ -932,6 +932,52 @@ def tile(A: Buffer((n, 2, 8), "float32"), B: Buffer((n * 4, 8), "float32")):
         np.testing.assert_allclose(b, want + (np.arange(20) % 4)[:, None], rtol=1e-5, atol=1e-5)
 
 
+def test_a_cropped_tiles_guarded_stores_share_values_their_loads_allow():
+    """The last tiles of a cropped output (a Winograd output transform of 14 x 14) guard
+    each copy's store. Where every load of the value stays inside its buffer whatever the
+    guard says, the value is computed before the guard's branch, so the copies still share
+    their loads; a load that the guard keeps in bounds stays behind it."""
+    src = """
+@prim_func
+def cropped(A: Buffer((5, 8), "float32"), B: Buffer((18, 8), "float32")):
+    for t in serial(0, 5):
+        for k in unrolled(0, 4):
+            for j in vectorized(0, 8):
+                if t * 4 + k < 18:
+                    with block("B"):
+                        vh = axis.spatial(18, t * 4 + k)
+                        vj = axis.spatial(8, j)
+                        B[vh, vj] = A[vh // 4, vj] * 2.0
+
+
+@prim_func
+def guarded(A: Buffer((18, 8), "float32"), B: Buffer((18, 8), "float32")):
+    for t in serial(0, 5):
+        for k in unrolled(0, 4):
+            for j in vectorized(0, 8):
+                if t * 4 + k < 18:
+                    with block("B"):
+                        vh = axis.spatial(18, t * 4 + k)
+                        vj = axis.spatial(8, j)
+                        B[vh, vj] = A[vh, vj] * 2.0
+"""
+    raw = unoptimized_ir(src)
+    shared = function_ir(raw, "cropped.compute")
+    assert shared.count("load <8 x float>") == 1, shared
+    assert shared.count("fmul <8 x float>") == 1, shared
+    behind = function_ir(raw, "guarded.compute")
+    assert behind.count("load <8 x float>") == 4, behind  # one per copy, each behind its test
+    with load(src) as lib:
+        a = rand(5, 8)
+        b = np.full((18, 8), np.nan, np.float32)
+        lib.call("cropped", [a, b])
+        np.testing.assert_array_equal(b, np.repeat(a * 2, 4, axis=0)[:18])
+        a = rand(18, 8)
+        b = np.full((18, 8), np.nan, np.float32)
+        lib.call("guarded", [a, b])
+        np.testing.assert_array_equal(b, a * 2)
+
+
 def test_a_parallel_loop_body_keeps_its_buffers_apart():
     """Inside a parallel loop the buffers are as noalias as in the kernel itself (the loop's
     body is a function with noalias parameters, inlined into the worker), so LLVM knows a
