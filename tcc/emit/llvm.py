@@ -184,7 +184,7 @@ class _KernelGen(ExprEmitter):
         self.iter_exprs: dict[E.Var, E.PrimExpr] = {}  # block iteration variable -> binding
         self.unrolled: dict[E.Var, E.IntImm] = {}  # loop variable of an unrolled copy -> value
         self._decided: dict[tuple, bool | None] = {}  # see decided
-        self._canonical: dict[tuple, E.PrimExpr] = {}  # an index, by position: canonical_load
+        self._canonical: dict[tuple, E.PrimExpr] = {}  # indices and loads: canonical_load
         self._store_guard: ir.Value | None = None  # the guard of the store next emitted (_if)
         self._loop_scopes: list = [None]  # the loops open around the builder (loop_scope)
         self._inside: dict[tuple, bool] = {}  # see _index_inside
@@ -601,7 +601,13 @@ class _KernelGen(ExprEmitter):
                 found = self._canonical[key] = E.simplify(E.substitute(idx, mapping))
             indices.append(found)
             changed = True
-        return dataclasses.replace(e, indices=tuple(indices)) if changed else e
+        if not changed:
+            return e
+        key = (e.buffer, tuple(indices))  # one object per element, so its inputs are found once
+        found = self._canonical.get(key)
+        if found is None:
+            found = self._canonical[key] = dataclasses.replace(e, indices=key[1])
+        return found
 
     def decided(self, cond: E.PrimExpr) -> bool | None:
         """A condition the unrolled copies being emitted fix: a select on a position within
