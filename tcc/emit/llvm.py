@@ -344,11 +344,15 @@ class _KernelGen(ExprEmitter):
                 mapping[v] = E.substitute(self.iter_exprs[v], self.unrolled)
             elif v is self._vec_var and self.vec is not None:
                 mapping[v] = self.vec[0]  # the lane variable, whose range is known
-        key = (idx, tuple(mapping.items()), dim)
+        # the loops' ranges too: a variable object may be reused by a loop of other bounds
+        ranges = {**self.ranges, **self.parallel_ranges}
+        loops = tuple((w, ranges.get(id(w))) for v in index_vars(idx) or ()
+                      for w in ((index_vars(mapping[v]) or ()) if v in mapping else (v,)))
+        key = (idx, tuple(mapping.items()), dim, loops)
         found = self._inside.get(key)
         if found is None:
             flat = E.simplify(E.substitute(idx, mapping)) if mapping else idx
-            span = bounds(flat, {**self.ranges, **self.parallel_ranges})
+            span = bounds(flat, ranges)
             lo, hi = (None, None) if span is None else (const_value(span[0]), const_value(span[1]))
             found = self._inside[key] = lo is not None and hi is not None and 0 <= lo and hi < dim
         return found
