@@ -253,9 +253,9 @@ def _compile(
 
 
 def _kernels_and_pack(state: dict, target, schedule: bool, jobs, cache: bool, signer,
-                      times: StageTimes, stage, out) -> tuple[list, int]:
+                      times: StageTimes, stage, pack_file) -> tuple[list, int]:
     """The `kernels` and `pack` stages: the pack's buffers, and how many of them (the
-    weights, written to `out` while the CPU kernels compile) are in `out` already."""
+    weights, written to `pack_file` while the CPU kernels compile) are in it already."""
     from tcc.emit.cpu_kernels import compile_kernels
     from tcc.emit.object_cache import ObjectCache
     from tcc.emit.pack import pack_parts, weights_member
@@ -273,8 +273,8 @@ def _kernels_and_pack(state: dict, target, schedule: bool, jobs, cache: bool, si
 
     def weights():  # this process's work while the kernels compile
         state["weights"] = weights_member(lowered.const_values)
-        if out is not None:
-            out.write(state["weights"].tar_parts)
+        if pack_file is not None:
+            pack_file.write(state["weights"].tar_parts)
 
     built = stage("kernels", lambda: compile_kernels(
         lowered.prim_funcs, target, schedule, state["tuned"], jobs,

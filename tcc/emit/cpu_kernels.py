@@ -57,7 +57,7 @@ def _scheduled(name: str, func: T.PrimFunc, target: Target, how: str, tuned) -> 
 
 def _compile_one(target: Target, job: tuple) -> ObjectFile:
     name, func, how, tuned = job
-    # a model's kernels keep no IR text: a CpuModule's `llvm_ir` is for one module's tests
+    # no IR text: a CpuModule keeps `llvm_ir` only when compiled whole (compile_prim_funcs)
     return compile_object({name: _scheduled(name, func, target, how, tuned)}, target, "kernels",
                           keep_ir=False)
 
