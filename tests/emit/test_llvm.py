@@ -937,9 +937,9 @@ def test_a_cropped_tiles_guarded_stores_share_values_their_loads_allow():
     each copy's store. Where every load of the value stays inside its buffer whatever the
     guard says, the value is computed before the guard's branch, so the copies still share
     their loads; a load that the guard keeps in bounds stays behind it."""
-    src = """
+    tile = """
 @prim_func
-def cropped(A: Buffer((5, 8), "float32"), B: Buffer((18, 8), "float32")):
+def {name}(A: Buffer(({rows}, 8), "float32"), B: Buffer((18, 8), "float32")):
     for t in serial(0, 5):
         for k in unrolled(0, 4):
             for j in vectorized(0, 8):
@@ -947,20 +947,10 @@ def cropped(A: Buffer((5, 8), "float32"), B: Buffer((18, 8), "float32")):
                     with block("B"):
                         vh = axis.spatial(18, t * 4 + k)
                         vj = axis.spatial(8, j)
-                        B[vh, vj] = A[vh // 4, vj] * 2.0
-
-
-@prim_func
-def guarded(A: Buffer((18, 8), "float32"), B: Buffer((18, 8), "float32")):
-    for t in serial(0, 5):
-        for k in unrolled(0, 4):
-            for j in vectorized(0, 8):
-                if t * 4 + k < 18:
-                    with block("B"):
-                        vh = axis.spatial(18, t * 4 + k)
-                        vj = axis.spatial(8, j)
-                        B[vh, vj] = A[vh, vj] * 2.0
+                        B[vh, vj] = A[{row}, vj] * 2.0
 """
+    src = (tile.format(name="cropped", rows=5, row="vh // 4")
+           + tile.format(name="guarded", rows=18, row="vh"))
     raw = unoptimized_ir(src)
     shared = function_ir(raw, "cropped.compute")
     assert shared.count("load <8 x float>") == 1, shared
