@@ -41,25 +41,31 @@ def test_children_collect_garbage_less_often_and_the_caller_keeps_its_setting():
     assert gc.get_threshold() == before
 
 
-def _pid_after(seconds: float) -> int:
+def _pid_once(marker: str) -> int:
+    """This child's pid, once `marker` exists (0 if it never does within 30 s)."""
     import os
     import time
 
-    time.sleep(seconds)
-    return os.getpid()
+    for _ in range(3000):
+        if os.path.exists(marker):
+            return os.getpid()
+        time.sleep(0.01)
+    return 0
 
 
-def test_meanwhile_runs_once_in_the_caller_while_the_children_work():
+def test_meanwhile_runs_once_in_the_caller_while_the_children_work(tmp_path):
     import os
-    import time
 
+    marker = tmp_path / "meanwhile-ran"
     ran = []
-    t0 = time.perf_counter()
-    pids = forked_map(_pid_after, [0.5, 0.5], jobs=2,
-                      meanwhile=lambda: ran.append((os.getpid(), time.perf_counter() - t0)))
-    assert os.getpid() not in pids  # the items ran in children
-    assert len(ran) == 1 and ran[0][0] == os.getpid()
-    assert ran[0][1] < 0.5  # before the children's items were done
+
+    def meanwhile():
+        ran.append(os.getpid())
+        marker.touch()  # the children finish only once this has run
+
+    pids = forked_map(_pid_once, [str(marker)] * 2, jobs=2, meanwhile=meanwhile)
+    assert 0 not in pids and os.getpid() not in pids  # children, released by meanwhile
+    assert ran == [os.getpid()]
     serial = []
     assert forked_map(_square, [3], jobs=2, meanwhile=lambda: serial.append(1)) == [9]
     assert serial == [1]

@@ -87,7 +87,7 @@ from tcc.ir import expr as E
 from tcc.ir import tir as T
 from tcc.ir.errors import InternalError
 from tcc.lower.rules.cpu.machine import MIN_PARALLEL_WORK
-from tcc.lower.schedule.regions import Interval, bounds, const_value
+from tcc.lower.schedule.regions import Interval, bounds, const_value, iter_loads
 from tcc.target import Target, parse_target
 
 __all__ = ["CodegenError", "CpuModule", "ObjectFile", "compile_object", "compile_prim_funcs",
@@ -137,27 +137,6 @@ def _has_division(e: E.PrimExpr) -> bool:
     return any(_has_division(c) for c in children(e))
 
 
-_LOADS: dict = {}  # id -> (expression, its loads); see _loads_of
-
-
-def _loads_of(e: E.PrimExpr) -> tuple:
-    hit = _LOADS.get(id(e))
-    if hit is None or hit[0] is not e:
-        found: list = []
-
-        def walk(x):
-            if isinstance(x, E.BufferLoad):
-                found.append(x)
-            for c in children(x):
-                walk(c)
-
-        walk(e)
-        if len(_LOADS) > 100_000:
-            _LOADS.clear()
-        hit = _LOADS[id(e)] = (e, tuple(found))
-    return hit[1]
-
-
 def _divides_index(e: E.BufferLoad) -> bool:
     """Whether an index of `e` takes a quotient or remainder: where copies at different
     positions can read one element without LLVM's address arithmetic seeing it cheaply
@@ -188,7 +167,7 @@ class _KernelGen(ExprEmitter):
         self._store_guard: ir.Value | None = None  # the guard of the store next emitted (_if)
         self._loop_scopes: list = [None]  # the loops open around the builder (loop_scope)
         self._inside: dict[tuple, bool] = {}  # see _index_inside
-        self.parallel_ranges: dict[int, Interval] = {}  # the parallel loops' variables
+        self._parallel_ranges: dict[int, Interval] = {}  # the parallel loops' variables
         # buffers alloca'd (register tile candidates) -> their element count
         self.stack_bufs: dict[T.Buffer, int] = {}
         self.ranges: dict[int, Interval] = {}  # serial, unrolled and lane loop variables
@@ -324,7 +303,7 @@ class _KernelGen(ExprEmitter):
         """Whether every load of `value` reads inside its buffer wherever the loops being
         emitted run, its indices bounded by their loops' ranges: then it may run whatever
         guards the store."""
-        for load in _loads_of(value):
+        for load in iter_loads(value):
             for idx, dim in zip(load.indices, load.buffer.shape):
                 if not self._index_inside(idx, dim):
                     return False
@@ -336,16 +315,11 @@ class _KernelGen(ExprEmitter):
             return False
         if isinstance(idx, E.IntImm):
             return 0 <= idx.value < dim
-        mapping = {}
-        for v in index_vars(idx) or ():
-            if v in self.unrolled:
-                mapping[v] = self.unrolled[v]
-            elif v in self.iter_exprs:
-                mapping[v] = E.substitute(self.iter_exprs[v], self.unrolled)
-            elif v is self._vec_var and self.vec is not None:
-                mapping[v] = self.vec[0]  # the lane variable, whose range is known
+        mapping = self._positions(idx, every_block_variable=True)
+        if self._vec_var in (index_vars(idx) or ()) and self.vec is not None:
+            mapping[self._vec_var] = self.vec[0]  # the lane variable, whose range is known
         # the loops' ranges too: a variable object may be reused by a loop of other bounds
-        ranges = {**self.ranges, **self.parallel_ranges}
+        ranges = {**self.ranges, **self._parallel_ranges}
         loops = tuple((w, ranges.get(id(w))) for v in index_vars(idx) or ()
                       for w in ((index_vars(mapping[v]) or ()) if v in mapping else (v,)))
         key = (idx, tuple(mapping.items()), dim, loops)
@@ -580,6 +554,19 @@ class _KernelGen(ExprEmitter):
             self.b.call(self.rt.free, [self.bufs[buf]])
         del self.bufs[buf]
 
+    def _positions(self, idx: E.PrimExpr, every_block_variable: bool) -> dict:
+        """The variables of `idx` the unrolled copies fix, by their values: unrolled loop
+        variables, and block variables by their bindings with those put in (all of them
+        with `every_block_variable`, else those bound to an unrolled variable)."""
+        mapping = {}
+        for v in index_vars(idx) or ():
+            if v in self.unrolled:
+                mapping[v] = self.unrolled[v]
+            elif v in self.iter_exprs and (every_block_variable or any(
+                    u in self.unrolled for u in index_vars(self.iter_exprs[v]) or ())):
+                mapping[v] = E.substitute(self.iter_exprs[v], self.unrolled)
+        return mapping
+
     def canonical_load(self, e: E.BufferLoad) -> E.BufferLoad:
         """`e` with the unrolled copies' positions (and the block variables bound to them)
         put in its indices, which are simplified: two copies that read one element at
@@ -589,13 +576,7 @@ class _KernelGen(ExprEmitter):
             return e
         indices, changed = [], False
         for idx in e.indices:
-            mapping = {}
-            for v in index_vars(idx) or ():
-                if v in self.unrolled:
-                    mapping[v] = self.unrolled[v]
-                elif v in self.iter_exprs and any(
-                        u in self.unrolled for u in index_vars(self.iter_exprs[v]) or ()):
-                    mapping[v] = E.substitute(self.iter_exprs[v], self.unrolled)
+            mapping = self._positions(idx, every_block_variable=False)
             if not mapping:
                 indices.append(idx)
                 continue
@@ -934,7 +915,7 @@ class _KernelGen(ExprEmitter):
         start = self.expr_as(s.min, "int64")
         outer, self.per_worker = self.per_worker, {}
         self._per_worker(s)
-        self.parallel_ranges[id(s.var)] = (s.min, E.simplify(s.min + s.extent - 1))
+        self._parallel_ranges[id(s.var)] = (s.min, E.simplify(s.min + s.extent - 1))
 
         def body(i):
             self.env[s.var] = self.convert(b.add(start, i), "int64", s.var.dtype)
@@ -943,7 +924,7 @@ class _KernelGen(ExprEmitter):
             self.open_loops += 1
 
         self.loop(lo, hi, body)
-        del self.parallel_ranges[id(s.var)]
+        del self._parallel_ranges[id(s.var)]
         for _, ptr in self.per_worker.values():
             b.call(self.rt.free, [ptr])
         self.per_worker = outer

@@ -203,7 +203,7 @@ def write_pack(path, executable: Executable, kernels=None, target: str = "llvm",
 class PackFile:
     """A pack written as its buffers become known, whole or not at all: `write` them in
     order (a compile writes the weights' `tar_parts` while its kernels compile, then the
-    rest), then `commit`, or `discard`. Without a `path` it only counts and digests.
+    rest), then `commit`, or `discard`. Without a `path` it only digests.
     `sha256` (with `digest`) is the digest of everything written, for the pack cache."""
 
     CHUNK = 1 << 20  # each piece is written and digested by this many bytes: one pass
@@ -213,7 +213,6 @@ class PackFile:
 
         self._staged = None if path is None else Staged(path, error=PackWriteError)
         self._hash = hashlib.sha256() if digest else None
-        self.size = 0
 
     def write(self, parts) -> None:
         for part in parts:
@@ -224,7 +223,6 @@ class PackFile:
                     self._staged.write(chunk)
                 if self._hash is not None:
                     self._hash.update(chunk)
-            self.size += len(view)
 
     @property
     def sha256(self) -> str | None:

@@ -51,9 +51,8 @@ class _Weights:
 
     def value(self, e: G.Expr | None) -> np.ndarray | None:
         """`e`'s value in float64 when it is a constant with a value, else None."""
-        if not isinstance(e, G.Constant) or e.name not in self.mod.const_values:
-            return None
-        return np.asarray(self.mod.const_values[e.name], dtype=np.float64)
+        stored = self.stored(e)
+        return None if stored is None else np.asarray(stored, dtype=np.float64)
 
     def stored(self, e: G.Expr) -> np.ndarray | None:
         """`e`'s value as stored (not converted), when it is a constant with a value."""
