@@ -113,12 +113,19 @@ def compile_kernels(funcs: Mapping[str, T.PrimFunc], target: str | Target = "llv
     # long one is left to run alone at the end
     missing = sorted((i for i, o in enumerate(objects) if o is None),
                      key=lambda i: (-len(texts[i]), i))
+    state: list[ObjectFile] = []
+
+    def beside_children() -> None:  # this process's share: the runtime state, then the caller's
+        state.append(_state_object(str(target), llvm.OPT_LEVEL, llvm.LLVM_UNROLL,
+                                   llvm.LLVM_LSR))
+        if meanwhile is not None:
+            meanwhile()
+
     built = forked_map(functools.partial(_compile_one, target), [work[i] for i in missing], jobs,
-                       serial_below=2 * min(jobs, 2), meanwhile=meanwhile)
+                       serial_below=2 * min(jobs, 2), meanwhile=beside_children)
     for i, obj in zip(missing, built):
         objects[i] = obj
         if cache is not None:
             cache.put(keys[i], _encode(obj))
-    state = _state_object(str(target), llvm.OPT_LEVEL, llvm.LLVM_UNROLL, llvm.LLVM_LSR)
-    module = link_objects([state, *objects], [name for name, *_ in work], target)
+    module = link_objects([*state, *objects], [name for name, *_ in work], target)
     return KernelBuild(module, len(work) - len(missing), len(missing))
