@@ -194,16 +194,22 @@ def _compile(
         times.seconds[name] = time.perf_counter() - t0
         return out
 
-    packs, key = None, None
+    packs, key, key_beside = None, None, None
     if (cache and sign is None and parsed_target.kind == "llvm"
             and isinstance(source, (str, os.PathLike))):
         from tcc.emit.pack_cache import PackCache
 
         packs = PackCache()
     if packs is not None and packs.limit:
-        key, hit = stage("cache", lambda: packs.lookup(source, str(parsed_target), db, {
-            "optimize": optimize, "disable_passes": sorted(disable_passes),
-            "schedule": schedule, "plan_memory": plan_memory}, output))
+        options = {"optimize": optimize, "disable_passes": sorted(disable_passes),
+                   "schedule": schedule, "plan_memory": plan_memory}
+
+        def look():
+            if not packs.may_hold(source):  # a miss: the new entry's key is hashed beside
+                return packs.key_beside(source, str(parsed_target), options, db), None, None
+            return None, *packs.lookup(source, str(parsed_target), db, options, output)
+
+        key_beside, key, hit = stage("cache", look)
         if hit is not None:
             data, header = hit
             warnings = header.get("warnings", {})
@@ -213,7 +219,11 @@ def _compile(
             times.reverted = warnings.get("reverted", 0)
             return header["size"], None if data is None else [data]
 
-    state["mod"] = stage("import", lambda: load_module(source, times.guarded, times.read))
+    try:
+        state["mod"] = stage("import", lambda: load_module(source, times.guarded, times.read))
+    finally:
+        if key_beside is not None:  # joined before anything forks
+            key = key_beside.result()
     if optimize:
         from tcc.lower.passes import run_pipeline
 

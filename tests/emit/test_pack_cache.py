@@ -45,6 +45,34 @@ def test_a_second_compile_is_the_first_ones_pack(tmp_path, cache):
     assert again == first == _compile(tmp_path / "m.onnx", cache=False)[0]
 
 
+def test_a_source_of_a_size_no_entry_has_misses_without_a_lookup(tmp_path, cache,
+                                                                  monkeypatch):
+    """Entries are grouped by their source's size: a compile whose source has a size no
+    entry has misses without hashing first. Its key is hashed beside the import by a thread
+    that has ended before the kernels' processes are forked."""
+    import threading
+
+    import tcc.emit.cpu_kernels as cpu_kernels
+
+    onnx.save(_model(0), tmp_path / "m.onnx")
+    compile_kernels, lookup = cpu_kernels.compile_kernels, PackCache.lookup
+    key_threads = []
+
+    def compile_kernels_noting_threads(*args, **kwargs):
+        key_threads.append([t for t in threading.enumerate() if t.name == "tcc-pack-cache-key"])
+        return compile_kernels(*args, **kwargs)
+
+    monkeypatch.setattr(cpu_kernels, "compile_kernels", compile_kernels_noting_threads)
+    monkeypatch.setattr(PackCache, "lookup", lambda *a, **k: pytest.fail("looked up"))
+    first, times = _compile(tmp_path / "m.onnx")
+    assert not times.from_pack_cache and key_threads == [[]]
+    (entry,) = cache.rglob("*.pack")
+    assert entry.parent.name == str((tmp_path / "m.onnx").stat().st_size)
+    monkeypatch.setattr(PackCache, "lookup", lookup)
+    again, times = _compile(tmp_path / "m.onnx")
+    assert times.from_pack_cache and again == first
+
+
 def test_what_changes_the_compile_is_a_miss(tmp_path, cache, monkeypatch):
     onnx.save(_model(0), tmp_path / "m.onnx")
     first, _ = _compile(tmp_path / "m.onnx")
@@ -109,13 +137,14 @@ def test_the_least_recently_used_entries_go_first(tmp_path):
     packs = PackCache(tmp_path / "packs", limit=3500)  # three entries of 1000 bytes and a header
     source = tmp_path / "m.onnx"
     source.write_bytes(b"model")
-    for i, key in enumerate(["aa01", "bb02", "cc03"]):
+    for i, key in enumerate(["5/aa01", "5/bb02", "7/cc03"]):
         packs.put(key, bytes(1000), source, [], {})
         os.utime(packs._path(key), ns=(i * 10**9, i * 10**9))
-    assert packs.get("aa01", source) is not None  # used now: the newest
-    packs.put("dd04", bytes(1000), source, [], {})
-    kept = sorted(p.parent.name + p.name for p in (tmp_path / "packs").rglob("*") if p.is_file())
-    assert kept == ["aa01", "aa01.pack", "cc03", "cc03.pack", "dd04", "dd04.pack"]
+    assert packs.get("5/aa01", source) is not None  # used now: the newest
+    packs.put("7/dd04", bytes(1000), source, [], {})
+    kept = sorted(f"{p.parent.name}/{p.name}" for p in (tmp_path / "packs").rglob("*")
+                  if p.is_file())
+    assert kept == ["5/aa01", "5/aa01.pack", "7/cc03", "7/cc03.pack", "7/dd04", "7/dd04.pack"]
 
 
 def test_an_entry_shares_the_output_written(tmp_path, cache):
