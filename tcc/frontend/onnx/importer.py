@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tcc.frontend.fold import emit_folded
-from tcc.frontend.onnx import functions, proto, symbolic
+from tcc.frontend.onnx import functions, proto, raw_data, symbolic
 from tcc.frontend.onnx.base import CONVERTERS, OnnxNode, normalize_domain, onnx_dtype
 from tcc.infile import not_a_file
 from tcc.ir.builder import FunctionBuilder
@@ -55,14 +55,23 @@ class ImportContext:
     """
 
     def __init__(self, graph: onnx.GraphProto, opsets: dict[str, int],
-                 parent: ImportContext | None = None, name: str = "main"):
+                 parent: ImportContext | None = None, name: str = "main",
+                 lifted: dict[int, np.ndarray] | None = None):
         self.mod = parent.mod if parent else IRModule()
         self.bb = FunctionBuilder()
         self.opsets = opsets
         self.values: dict[str, Expr] = {}
         self.known: dict[str, np.ndarray] = {}
         self.sym: dict[str, tuple[list[Dim], bool, str]] = {}  # name -> (dims, is_scalar, dtype)
-        self.initializers = {t.name: t for t in graph.initializer}
+        self.initializers: dict[str, onnx.TensorProto] = {}
+        # an initializer's raw_data read from the file's bytes (_load), by name
+        self._raw_data: dict[str, np.ndarray] = {}
+        for i, t in enumerate(graph.initializer):  # the last of a name, as a dict of them
+            self.initializers[t.name] = t
+            if lifted and i in lifted:
+                self._raw_data[t.name] = lifted[i]
+            else:
+                self._raw_data.pop(t.name, None)
         self.size_vars: dict[str, Var] = parent.size_vars if parent else {}
         self.node: OnnxNode | None = None
         self.graph = graph
@@ -100,7 +109,7 @@ class ImportContext:
                 return self.value(name)
             v = self.bb.emit("shape_to_tensor", dims=list(dims), scalar=scalar, dtype=dtype, name=name)
         elif name in self.initializers:
-            self.known[name] = _initializer_array(self.initializers[name])
+            self.known[name] = self._initializer_array(name)
             return self.value(name)
         elif self.parent is not None and self.parent.defines(name):
             return self._from_outer(name)
@@ -109,6 +118,12 @@ class ImportContext:
             raise FrontendError(f"value {name!r} is used before it is defined{where}; the graph is not topologically sorted or is malformed")
         self.values[name] = v
         return v
+
+    def _initializer_array(self, name: str) -> np.ndarray:
+        try:
+            return proto.to_array(self.initializers[name], self._raw_data.get(name))
+        except Exception as e:
+            raise FrontendError(f"initializer {name!r} cannot be read: {e}") from None
 
     def const_value(self, node: OnnxNode, i: int) -> np.ndarray | None:
         """The value of operand `i` when known at import time, else None."""
@@ -121,7 +136,7 @@ class ImportContext:
         if name in self.known:
             return self.known[name]
         if name in self.initializers and name not in self.values:
-            self.known[name] = _initializer_array(self.initializers[name])
+            self.known[name] = self._initializer_array(name)
             return self.known[name]
         if name in self.sym:
             dims, scalar, dtype = self.sym[name]
@@ -312,11 +327,6 @@ def _identifier(name: str) -> str:
     return s if s and not s[0].isdigit() else f"_{s}"
 
 
-def _initializer_array(t: onnx.TensorProto) -> np.ndarray:
-    try:
-        return proto.to_array(t)
-    except Exception as e:
-        raise FrontendError(f"initializer {t.name!r} cannot be read: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,16 +336,24 @@ def load_model(model_or_path, read: list[str] | None = None) -> onnx.ModelProto:
     """Read an ONNX model from a path or bytes, or pass a ModelProto through. A model read
     from a path may keep tensors in other files beside it (external data): their names,
     relative to its folder, are added to `read`."""
+    return _load(model_or_path, read, lift=False)[0]
+
+
+def _load(model_or_path, read: list[str] | None,
+          lift: bool) -> tuple[onnx.ModelProto, dict[int, np.ndarray]]:
+    """load_model's model, and with `lift`, the raw_data of its graph's initializers read
+    from the file into arrays of their own, by initializer index
+    (tcc.frontend.onnx.raw_data): those initializers then have no raw_data in the model."""
     if isinstance(model_or_path, (bytes, bytearray)):
         m = proto.ModelProto()
         try:
             m.ParseFromString(bytes(model_or_path))
         except Exception as e:
             raise FrontendError(f"not a valid ONNX model: {e}") from None
-        return m
+        return m, {}
     if not isinstance(model_or_path, (str, os.PathLike)):
         if proto.is_model(model_or_path):
-            return model_or_path
+            return model_or_path, {}
         raise FrontendError(f"expected an ONNX ModelProto, its bytes or a path, got "
                             f"{type(model_or_path).__name__}")
     path = os.fspath(model_or_path)
@@ -343,15 +361,19 @@ def load_model(model_or_path, read: list[str] | None = None) -> onnx.ModelProto:
     if why:
         raise FrontendError(f"{path}: {why}")
     try:
-        model = _read_model(path)
+        model, lifted = _read_model(path, lift)
         files = external_data_files(model)
         if files:
             from onnx.external_data_helper import load_external_data_for_model
 
+            # a tensor whose data is read from another file keeps what that file holds
+            initializers = model.graph.initializer
+            lifted = {i: raw for i, raw in lifted.items()
+                      if initializers[i].data_location != proto.TensorProto.EXTERNAL}
             load_external_data_for_model(model, os.path.dirname(path))
         if read is not None:
             read += files
-        return model
+        return model, lifted
     except Exception as e:
         raise FrontendError(f"{path}: not a valid ONNX model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'parse failed'}); check the file is a complete .onnx export") from None
 
@@ -360,21 +382,33 @@ def load_model(model_or_path, read: list[str] | None = None) -> onnx.ModelProto:
 _OTHER_FORMATS = frozenset({".txtpb", ".textproto", ".prototxt", ".pbtxt", ".onnxtxt", ".json"})
 
 
-def _read_model(path: str) -> onnx.ModelProto:
-    """The model in the file `path`, as `onnx.load(path, load_external_data=False)` reads it;
-    a binary one without importing onnx."""
+def _read_model(path: str, lift: bool) -> tuple[onnx.ModelProto, dict[int, np.ndarray]]:
+    """The model in the file `path`, as `onnx.load(path, load_external_data=False)` reads it
+    (a binary one without importing onnx), and with `lift`, its lifted raw_data (_load)."""
     if os.path.splitext(path)[1] not in _OTHER_FORMATS:
+        if lift:
+            with open(path, "rb", buffering=0) as f:
+                found = raw_data.read_lifted(f)
+            if found is not None:
+                stripped, lifted = found
+                model = proto.ModelProto()
+                try:
+                    if (model.ParseFromString(stripped) == len(stripped)
+                            and max(lifted, default=-1) < len(model.graph.initializer)):
+                        return model, lifted
+                except Exception:  # noqa: S110 (read whole below)
+                    pass
         with open(path, "rb") as f:
             data = f.read()
         model = proto.ModelProto()
         try:
             if model.ParseFromString(data) == len(data):
-                return model
+                return model, {}
         except Exception:  # noqa: S110 (onnx.load says what is wrong)
             pass
     import onnx
 
-    return onnx.load(path, load_external_data=False)
+    return onnx.load(path, load_external_data=False), {}
 
 
 def external_data_files(model: onnx.ModelProto) -> list[str]:
@@ -515,7 +549,7 @@ def value_type(ctx: ImportContext, name: str, tt: onnx.TypeProto) -> Type:
 def from_onnx(model_or_path, name: str = "main", read: list[str] | None = None) -> IRModule:
     """Import an ONNX model (ModelProto, bytes or path) as an IRModule with function `name`;
     the files of its external data are added to `read` (load_model)."""
-    model = load_model(model_or_path, read)
+    model, lifted = _load(model_or_path, read, lift=True)
     try:
         check_structure(model)
     except FrontendError as e:
@@ -525,12 +559,15 @@ def from_onnx(model_or_path, name: str = "main", read: list[str] | None = None) 
     if model.functions:
         from onnx import inliner
 
+        for i, raw in lifted.items():  # the inliner reads the model whole
+            model.graph.initializer[i].raw_data = bytes(raw)
+        lifted = {}
         model = inliner.inline_local_functions(model)
     unsupported = find_unsupported(model)
     if unsupported:
         raise FrontendError(format_unsupported(unsupported) + "; run `tcc check` for the full report")
     graph = model.graph
-    ctx = ImportContext(graph, model_opsets(model), name=name)
+    ctx = ImportContext(graph, model_opsets(model), name=name, lifted=lifted)
     for vi in graph.input:
         if vi.name in ctx.initializers:
             continue

@@ -113,15 +113,18 @@ def element_type(dtype: str) -> int | None:
     return None
 
 
-def to_array(tensor) -> np.ndarray:
-    """The values of a TensorProto, as onnx.numpy_helper.to_array gives them. Tensors of
-    numpy's own types, held in raw_data or in the field of their own type, are read here;
-    the rest by onnx."""
+def to_array(tensor, raw_data=None) -> np.ndarray:
+    """The values of a TensorProto, as onnx.numpy_helper.to_array gives them; `raw_data` (a
+    buffer) stands for its raw_data field where it was read apart from the message
+    (tcc.frontend.onnx.raw_data). Tensors of numpy's own types, held in raw_data or in the
+    field of their own type, are read here; the rest by onnx."""
     elem = tensor.data_type
     dtype = _NUMPY_TYPES.get(elem)
     if (dtype is not None and sys.byteorder == "little" and not tensor.HasField("segment")
             and tensor.data_location != 1):  # 1: EXTERNAL
         dims = tuple(tensor.dims)
+        if raw_data is not None:
+            return np.frombuffer(raw_data, dtype=dtype).reshape(dims)
         if tensor.HasField("raw_data"):
             return np.frombuffer(tensor.raw_data, dtype=dtype).reshape(dims)
         field = _PLAIN_FIELDS.get(elem)
@@ -129,6 +132,11 @@ def to_array(tensor) -> np.ndarray:
             return np.asarray(getattr(tensor, field), dtype=dtype).reshape(dims)
     from onnx import numpy_helper
 
+    if raw_data is not None:  # onnx reads the message: one with its raw_data
+        whole = type(tensor)()
+        whole.CopyFrom(tensor)
+        whole.raw_data = bytes(raw_data)
+        tensor = whole
     return numpy_helper.to_array(tensor)
 
 
