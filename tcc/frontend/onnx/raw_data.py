@@ -66,15 +66,21 @@ class _File:
                 raise _Unexpected
 
     def array(self, start: int, end: int) -> np.ndarray:
-        """The bytes start..end in an array of their own, read from the file into it."""
-        out = np.empty(end - start, np.uint8)
-        view, got = memoryview(out), 0
-        self._f.seek(start)
-        while got < len(out):
-            n = self._f.readinto(view[got:])
-            if not n:
-                raise _Unexpected
-            got += n
+        """The bytes start..end in an array of their own: copied from the window where it
+        holds them (a small tensor), else read from the file straight into the array."""
+        if end - start <= _WINDOW:
+            self._ensure(start, end)
+            offset = start - self._base
+            out = np.frombuffer(self._window, np.uint8, end - start, offset).copy()
+        else:
+            out = np.empty(end - start, np.uint8)
+            view, got = memoryview(out), 0
+            self._f.seek(start)
+            while got < len(out):
+                n = self._f.readinto(view[got:])
+                if not n:
+                    raise _Unexpected
+                got += n
         out.flags.writeable = False
         return out
 
