@@ -68,15 +68,24 @@ def limit_bytes() -> int:
 
 
 def file_digest(path) -> str:
-    """The sha256 of the file `path`, read through one small buffer: chunks read as bytes
-    of their own took ResNet-50's 100 MB of fresh memory, slow to touch on some VMs."""
+    """The sha256 of the file `path`, read through one buffer (`_sized_digest`): chunks read
+    as bytes of their own took ResNet-50's 100 MB of fresh memory, slow to touch on some
+    VMs."""
     return _sized_digest(path)[1]
 
 
 def _sized_digest(path) -> tuple[int, str]:
-    """The size and sha256 of the file `path`, as one open of it found them."""
-    with open(path, "rb") as f:
-        return os.fstat(f.fileno()).st_size, hashlib.file_digest(f, "sha256").hexdigest()
+    """The size and sha256 of the file `path`, as one open of it found them, read through
+    one buffer of 4 MB: few enough chunks that a thread hashing it (`KeyBeside`), which
+    takes Python's lock back after each, seldom waits on the thread running Python."""
+    digest = hashlib.sha256()
+    buffer = bytearray(4 << 20)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        while n := f.readinto(buffer):
+            digest.update(view[:n])
+    return size, digest.hexdigest()
 
 
 def _versions(program: bool) -> str:
@@ -115,17 +124,7 @@ class PackCache:
         """The key of compiling the file `source` for `target` (a parsed target's string)
         with `options` (plain values) and the tuning database `db` (a path, or None):
         `<size>/<digest>`, the source's size in bytes and a sha256 of all of it."""
-        from tcc.emit.object_cache import build_identity
-
-        h = hashlib.sha256(MAGIC + build_identity().encode())
-        program = Path(source).suffix == ".pt2"
-        size, source_digest = _sized_digest(source)
-        # TCC_VERIFY=1 refuses what a compile without it guards (tcc.ir.verify)
-        for part in (_versions(program), _linker(), target, os.environ.get("TCC_VERIFY", ""),
-                     json.dumps(options, sort_keys=True), Path(source).suffix,
-                     source_digest, "-" if db is None else file_digest(db)):
-            h.update(b"\0" + part.encode())
-        return f"{size}/{h.hexdigest()}"
+        return _with_files(_settings(source, target, options), source, db)
 
     def may_hold(self, source) -> bool:
         """Whether an entry may be for the file `source`: False when none is for a source of
@@ -136,10 +135,15 @@ class PackCache:
             return True  # `lookup` finds what is wrong
 
     def key_beside(self, source, target: str, options: dict, db=None) -> KeyBeside:
-        """`key(...)`, computed by a thread while this one goes on (to be joined before this
-        process forks): for a compile that `may_hold` says misses, so that hashing the model
-        runs beside its import."""
-        return KeyBeside(lambda: self.key(source, target, options, db))
+        """`key(...)`, its files hashed by a thread while this one goes on (to be joined
+        before this process forks): for a compile that `may_hold` says misses, so that
+        hashing the model runs beside its import. The rest of the key is Python's work,
+        done here: on the thread it would hold Python's lock against the import."""
+        try:
+            settings = _settings(source, target, options)
+        except OSError:  # as `lookup`: no key, the compile says what is wrong
+            return KeyBeside(lambda: None)
+        return KeyBeside(lambda: _with_files(settings, source, db))
 
     def lookup(self, source, target: str, db, options: dict,
                output=None) -> tuple[str | None, tuple | None]:
@@ -272,6 +276,29 @@ class PackCache:
             if kept > self.limit:
                 for name in names:
                     name.unlink(missing_ok=True)
+
+
+def _settings(source, target: str, options: dict):
+    """The hash of everything a pack cache key covers but the files' bytes."""
+    from tcc.emit.object_cache import build_identity
+
+    h = hashlib.sha256(MAGIC + build_identity().encode())
+    program = Path(source).suffix == ".pt2"
+    # TCC_VERIFY=1 refuses what a compile without it guards (tcc.ir.verify)
+    for part in (_versions(program), _linker(), target, os.environ.get("TCC_VERIFY", ""),
+                 json.dumps(options, sort_keys=True), Path(source).suffix):
+        h.update(b"\0" + part.encode())
+    return h
+
+
+def _with_files(settings, source, db) -> str:
+    """The key: `settings` (`_settings`, not changed) with the source's and the tuning
+    database's digests."""
+    h = settings.copy()
+    size, source_digest = _sized_digest(source)
+    for part in (source_digest, "-" if db is None else file_digest(db)):
+        h.update(b"\0" + part.encode())
+    return f"{size}/{h.hexdigest()}"
 
 
 class KeyBeside:
