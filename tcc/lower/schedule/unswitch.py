@@ -47,24 +47,58 @@ _FLIP = {"gt": "lt", "ge": "le"}
 
 def unswitch_guards(func: T.PrimFunc) -> T.PrimFunc:
     """`func` with a guard-free copy of every tile whose guards can be tested up front."""
-    body = _visit(func.body, [])
+    body = _visit(func.body, [], _Memo())
     return func if body is func.body else dataclasses.replace(func, body=body)
 
 
-def _visit(s: T.Stmt, scope: list[T.For]) -> T.Stmt:
+class _Memo:
+    """What one function's loops find again: every loop around a block collects the block's
+    select conditions and works out each conjunct's anchor, but the block, its conditions
+    and the loops above a conjunct are the same objects each time (a Winograd transform's
+    body, 36 unrolled positions of selects, was walked once per loop around it)."""
+
+    def __init__(self):
+        self.conditions: dict[int, tuple] = {}  # id(stmt) -> (stmt, [(terms, in loops)])
+        self.corners: dict[tuple, tuple] = {}  # (id(conjunct), bound, path ids) -> (kept, hit)
+
+    def select_conditions(self, child: T.Stmt, bindings: dict) -> list:
+        hit = self.conditions.get(id(child))
+        if hit is None or hit[0] is not child:
+            found = []
+            for cond in _select_conditions(child):
+                terms = conjuncts(cond)
+                found.append((terms, [E.substitute(c, bindings) for c in terms]))
+            hit = self.conditions[id(child)] = (child, found)
+        return hit[1]
+
+    def corner(self, analysed: E.PrimExpr, path: list[T.For], bound: set):
+        """_worst_corner of the conjunct `analysed` (None where it reads a buffer or is no
+        comparison) below the loops `path`, with the variables `bound` on the way."""
+        key = (id(analysed), frozenset(bound), *map(id, path))
+        hit = self.corners.get(key)
+        if hit is None or hit[0][0] is not analysed:
+            found = None
+            if not E.has_load(analysed):
+                slack = _slack(analysed)
+                found = None if slack is None else _worst_corner(slack, path, bound)
+            hit = self.corners[key] = ((analysed, path), found)
+        return hit[1]
+
+
+def _visit(s: T.Stmt, scope: list[T.For], memo: _Memo) -> T.Stmt:
     if isinstance(s, T.For):
-        body = _visit(s.body, scope + [s])
-        body = _unswitch(s, body, scope + [s])
+        body = _visit(s.body, scope + [s], memo)
+        body = _unswitch(s, body, scope + [s], memo)
         return s if body is s.body else dataclasses.replace(s, body=body)
     changes = {}
     for field in ("body", "then_case", "else_case", "init"):
         child = getattr(s, field, None)
         if isinstance(child, T.Stmt):
-            new = _visit(child, scope)
+            new = _visit(child, scope, memo)
             if new is not child:
                 changes[field] = new
     if isinstance(s, T.SeqStmt):
-        stmts = tuple(_visit(x, scope) for x in s.stmts)
+        stmts = tuple(_visit(x, scope, memo) for x in s.stmts)
         if any(a is not b for a, b in zip(stmts, s.stmts)):
             return T.SeqStmt(stmts)
         return s
@@ -90,7 +124,7 @@ def _step(e: E.PrimExpr, v: E.Var) -> int | None:
     return diff.value if isinstance(diff, E.IntImm) else None
 
 
-def _worst_corner(slack: E.PrimExpr, scope: list[T.For], path: list[T.For], bound_inside: set):
+def _worst_corner(slack: E.PrimExpr, path: list[T.For], bound_inside: set):
     """(anchor loop, the conjunct at the worst corner of the tile below it) or None."""
     if any(id(v) in bound_inside for v in E.free_vars(slack)):
         return None
@@ -118,7 +152,7 @@ def _at(slack: E.PrimExpr, tile: dict) -> E.PrimExpr:
     return E.Cmp("ge", E.simplify(E.substitute(slack, tile)), E.IntImm(0, slack.dtype))
 
 
-def _guards(s: T.Stmt, path: list[T.For], bound: set, found: list) -> None:
+def _guards(s: T.Stmt, path: list[T.For], bound: set, found: list, memo: _Memo) -> None:
     """Every condition to unswitch: (its conjuncts as written, the same conjuncts in loop
     variables, the loops from the outermost down to it, variables bound on the way) for
     guards and for the conditions of selects in blocks (a convolution's padding), whose
@@ -127,7 +161,7 @@ def _guards(s: T.Stmt, path: list[T.For], bound: set, found: list) -> None:
         terms = conjuncts(s.cond)
         found.append((terms, terms, path, bound))
     if isinstance(s, T.For):
-        _guards(s.body, path + [s], bound, found)
+        _guards(s.body, path + [s], bound, found, memo)
         return
     if isinstance(s, T.Block):
         inner = bound | {id(iv.var) for iv in s.iter_vars}
@@ -135,19 +169,18 @@ def _guards(s: T.Stmt, path: list[T.For], bound: set, found: list) -> None:
         for child in (s.init, s.body):
             if child is None:
                 continue
-            for cond in _select_conditions(child):
-                terms = conjuncts(cond)
-                found.append((terms, [E.substitute(c, bindings) for c in terms], path, bound))
-            _guards(child, path, inner, found)
+            for terms, in_loops in memo.select_conditions(child, bindings):
+                found.append((terms, in_loops, path, bound))
+            _guards(child, path, inner, found, memo)
         return
     if isinstance(s, T.SeqStmt):
         for x in s.stmts:
-            _guards(x, path, bound, found)
+            _guards(x, path, bound, found, memo)
         return
     for field in ("then_case", "else_case", "body"):
         child = getattr(s, field, None)
         if isinstance(child, T.Stmt):
-            _guards(child, path, bound, found)
+            _guards(child, path, bound, found, memo)
 
 
 def _select_conditions(s: T.Stmt) -> list[E.PrimExpr]:
@@ -171,16 +204,13 @@ def _select_conditions(s: T.Stmt) -> list[E.PrimExpr]:
     return found
 
 
-def _unswitch(loop: T.For, body: T.Stmt, scope: list[T.For]) -> T.Stmt:
+def _unswitch(loop: T.For, body: T.Stmt, scope: list[T.For], memo: _Memo) -> T.Stmt:
     found: list = []
-    _guards(body, scope, set(), found)
+    _guards(body, scope, set(), found, memo)
     proven: dict[E.PrimExpr, E.PrimExpr | None] = {}  # conjunct -> its test (None: always)
     for terms, in_loops, path, bound in found:
         for c, analysed in zip(terms, in_loops):
-            if E.has_load(analysed):
-                continue
-            slack = _slack(analysed)
-            hit = None if slack is None else _worst_corner(slack, scope, path, bound)
+            hit = memo.corner(analysed, path, bound)
             if hit is None or hit[0] is not loop:
                 continue
             known = hit[1].a if isinstance(hit[1].a, E.IntImm) else None
