@@ -783,10 +783,15 @@ class _KernelGen(ExprEmitter):
         self._unbind(s.var, outer, outer_range)
 
     def _plan(self, s: T.For) -> tuple:
-        """(loop, its VectorPlan or None, its int64 lane variable), worked out once per loop."""
+        """(loop, its VectorPlan or None, its int64 lane variable), worked out once per loop;
+        the offsets the plan found are `_lane_offset`'s."""
         hit = self._plans.get(id(s))
         if hit is None or hit[0] is not s:  # the same loop again in an unrolled copy
-            hit = self._plans[id(s)] = (s, plan_vector(s), E.Var(s.var.name, "int64"))
+            u = E.Var(s.var.name, "int64")
+            plan = plan_vector(s, u)
+            for buf, indices, flat, kind in plan.offsets if plan is not None else ():
+                self._offsets[(id(buf), id(indices), id(u))] = (buf, indices, u, flat, kind)
+            hit = self._plans[id(s)] = (s, plan, u)
         return hit
 
     def _unbind(self, var: E.Var, outer: ir.Value | None, outer_range=None) -> None:

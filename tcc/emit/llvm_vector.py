@@ -159,11 +159,14 @@ def vector_lanes(extent: int) -> int:
 
 @dataclass
 class VectorPlan:
-    """A vectorizable loop: its body without blocks, and the lane count per vector step."""
+    """A vectorizable loop: its body without blocks, the lane count per vector step, and
+    the accesses of the body the plan worked out: (buffer, indices, flat offset over the
+    lane variable, access kind), which the backend need not work out again."""
 
     body: T.Stmt
     lanes: int
     steps: int
+    offsets: tuple = ()
 
 
 def _inline_blocks(s: T.Stmt, subst: dict) -> T.Stmt | None:
@@ -222,8 +225,9 @@ def lane_guarded(loop: T.For) -> bool:
     )
 
 
-def plan_vector(loop: T.For) -> VectorPlan | None:
-    """How to run `loop` as vector code, or None when only a scalar loop keeps its meaning."""
+def plan_vector(loop: T.For, u: E.Var | None = None) -> VectorPlan | None:
+    """How to run `loop` as vector code, or None when only a scalar loop keeps its meaning;
+    `u` is the int64 lane variable its offsets are written in (a new one if not given)."""
     if not isinstance(loop.extent, E.IntImm) or loop.extent.value < 1:
         return None
     extent = loop.extent.value
@@ -233,10 +237,11 @@ def plan_vector(loop: T.For) -> VectorPlan | None:
     body = _inline_blocks(loop.body, {})
     if body is None:
         return None
-    u = E.Var(loop.var.name, "int64")
+    u = u if u is not None else E.Var(loop.var.name, "int64")
     rename = {loop.var: u}
     stores: dict[T.Buffer, set] = {}
     loads: list[tuple[T.Buffer, E.PrimExpr]] = []
+    offsets: list[tuple] = []
 
     unmaskable: list[E.BufferLoad] = []  # loads a lane mask would have to limit
 
@@ -248,6 +253,7 @@ def plan_vector(loop: T.For) -> VectorPlan | None:
             flat = flat_index(e.buffer, e.indices, rename)
             loads.append((e.buffer, flat))
             kind = access_kind(flat, u)
+            offsets.append((e.buffer, e.indices, flat, kind))
             if masked and kind not in ("contiguous", "uniform") and not e.at_fixed_element():
                 unmaskable.append(e)
         if isinstance(e, E.Select) and E.uses(e.cond, loop.var):
@@ -271,6 +277,7 @@ def plan_vector(loop: T.For) -> VectorPlan | None:
             flat = flat_index(s.buffer, s.indices, rename)
             if access_kind(flat, u) != "contiguous":
                 return False
+            offsets.append((s.buffer, s.indices, flat, "contiguous"))
             stores.setdefault(s.buffer, set()).add(flat)
             collect_loads(s.value, masked)
             for i in s.indices:
@@ -284,4 +291,4 @@ def plan_vector(loop: T.For) -> VectorPlan | None:
         return None
     if any(buf in stores and flat not in stores[buf] for buf, flat in loads):
         return None
-    return VectorPlan(body, lanes, extent // lanes)
+    return VectorPlan(body, lanes, extent // lanes, tuple(offsets))

@@ -315,6 +315,31 @@ def test_vectorized_loop_becomes_vector_ops():
     assert "<4 x double>" in function_ir(text, "vlong.compute")  # 100 = 25 steps of 4 lanes
 
 
+def test_the_vector_accesses_offsets_come_from_the_plan(monkeypatch):
+    """The vector plan works out each access's flat offset over the lane variable; the
+    backend emits the same accesses, and works out none of them again (an offset over a
+    lane variable is one with a renaming)."""
+    import tcc.emit.llvm as llvm_backend
+    import tcc.emit.llvm_vector as vector_plan
+
+    planned, again = [], []
+    flat_index = vector_plan.flat_index
+
+    def counting(into):
+        def counted(buffer, indices, rename=None):
+            if rename:
+                into.append(buffer.name)
+            return flat_index(buffer, indices, rename)
+        return counted
+
+    monkeypatch.setattr(vector_plan, "flat_index", counting(planned))
+    monkeypatch.setattr(llvm_backend, "flat_index", counting(again))
+    text = unoptimized_ir(VECTOR)
+    assert "load <16 x float>" in function_ir(text, "vadd.compute")
+    assert sorted(planned) == ["A", "A", "A", "A", "A", "A", "B", "C", "C", "C", "C"]
+    assert again == []
+
+
 def test_vectorized_loops_compute_the_same(vector):
     a, b = rand(3, 16), rand(16)
     c = np.zeros_like(a)
