@@ -20,9 +20,10 @@ its header, `<dir>/<size>/<digest>` (a magic line and JSON: the pack's size and
 checksum, the files read besides the source, the warnings the compile printed), where
 `<size>` is the source file's size in bytes and `<digest>` the key's hash. Grouped by their
 source's size, the entries tell a compile whose source has a size none of them has that it
-misses, without hashing anything (`may_hold`): it then hashes its key beside the model's
-import, on a thread of its own (`key_beside`; hashing releases the GIL), where a lookup has
-to hash it first (ResNet-50: 0.15 s, 0.09 s of it the model file's sha256). The pack
+misses, without hashing anything (`may_hold`): it then hashes the model file beside the
+model's import, on a thread of its own (`key_beside`; hashing releases the GIL), where a
+lookup has to hash it first (ResNet-50: 0.15 s, 0.09 s of it the model file's sha256).
+Only a regular file is hashed (the driver passes anything else to the import). The pack
 goes into place first and the header last, each by a rename, so an entry with a header is
 whole. A compile that has just written its output links the entry's pack to that file where
 both are on one file system (`put(..., written=...)`): the pack is written once, not twice

@@ -73,6 +73,30 @@ def test_a_source_of_a_size_no_entry_has_misses_without_a_lookup(tmp_path, cache
     assert times.from_pack_cache and again == first
 
 
+def test_a_fifo_is_refused_not_hashed(tmp_path, cache):
+    """The pack cache hashes only a regular file: a FIFO, which would block the read, is the
+    import's one-line error."""
+    import threading
+
+    from tcc.errors import TccError
+
+    fifo = tmp_path / "m.onnx"
+    os.mkfifo(fifo)
+    outcome = []
+
+    def compile_fifo():
+        try:
+            compile_to_bytes(fifo)
+        except TccError as e:
+            outcome.append(str(e))
+
+    worker = threading.Thread(target=compile_fifo, daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive(), "the compile blocked reading the FIFO"
+    assert outcome and "is a FIFO, not a regular file" in outcome[0]
+
+
 def test_what_changes_the_compile_is_a_miss(tmp_path, cache, monkeypatch):
     onnx.save(_model(0), tmp_path / "m.onnx")
     first, _ = _compile(tmp_path / "m.onnx")
