@@ -64,7 +64,7 @@ class ImportContext:
         self.known: dict[str, np.ndarray] = {}
         self.sym: dict[str, tuple[list[Dim], bool, str]] = {}  # name -> (dims, is_scalar, dtype)
         self.initializers: dict[str, onnx.TensorProto] = {}
-        # an initializer's raw_data read from the file's bytes (_load), by name
+        # an initializer's raw_data, where it was read apart from the model (_load), by name
         self._raw_data: dict[str, np.ndarray] = {}
         for i, t in enumerate(graph.initializer):  # the last of a name, as a dict of them
             self.initializers[t.name] = t
@@ -325,8 +325,6 @@ def _check_tensor_values(node: OnnxNode, graph: onnx.GraphProto) -> None:
 def _identifier(name: str) -> str:
     s = re.sub(r"\W", "_", name)
     return s if s and not s[0].isdigit() else f"_{s}"
-
-
 
 
 # ---------------------------------------------------------------------------------------------

@@ -58,18 +58,23 @@ class _Memo:
     body, 36 unrolled positions of selects, was walked once per loop around it)."""
 
     def __init__(self):
-        self.conditions: dict[int, tuple] = {}  # id(stmt) -> (stmt, [(terms, in loops)])
+        # (id(stmt), id(its block's iteration variables)) -> (stmt, [(terms, in loops)])
+        self.conditions: dict[tuple, tuple] = {}
         self.corners: dict[tuple, tuple] = {}  # (id(conjunct), bound, path ids) -> (kept, hit)
 
-    def select_conditions(self, child: T.Stmt, bindings: dict) -> list:
-        hit = self.conditions.get(id(child))
-        if hit is None or hit[0] is not child:
+    def select_conditions(self, child: T.Stmt, block: T.Block) -> list:
+        """The conjuncts of the selects' conditions in `child`, a statement of `block`, as
+        written and with the block's iteration variables replaced by their bindings."""
+        key = (id(child), id(block.iter_vars))
+        hit = self.conditions.get(key)
+        if hit is None or hit[0] is not child or hit[1] is not block.iter_vars:
+            bindings = {iv.var: iv.binding for iv in block.iter_vars}
             found = []
             for cond in _select_conditions(child):
                 terms = conjuncts(cond)
                 found.append((terms, [E.substitute(c, bindings) for c in terms]))
-            hit = self.conditions[id(child)] = (child, found)
-        return hit[1]
+            hit = self.conditions[key] = (child, block.iter_vars, found)
+        return hit[2]
 
     def corner(self, analysed: E.PrimExpr, path: list[T.For], bound: set):
         """_worst_corner of the conjunct `analysed` (None where it reads a buffer or is no
@@ -165,11 +170,10 @@ def _guards(s: T.Stmt, path: list[T.For], bound: set, found: list, memo: _Memo) 
         return
     if isinstance(s, T.Block):
         inner = bound | {id(iv.var) for iv in s.iter_vars}
-        bindings = {iv.var: iv.binding for iv in s.iter_vars}
         for child in (s.init, s.body):
             if child is None:
                 continue
-            for terms, in_loops in memo.select_conditions(child, bindings):
+            for terms, in_loops in memo.select_conditions(child, s):
                 found.append((terms, in_loops, path, bound))
             _guards(child, path, inner, found, memo)
         return
