@@ -196,7 +196,7 @@ def _compile(
 
     packs, key, key_beside = None, None, None
     if (cache and sign is None and parsed_target.kind == "llvm"
-            and isinstance(source, (str, os.PathLike)) and _regular_file(source)):
+            and isinstance(source, (str, os.PathLike))):
         from tcc.emit.pack_cache import PackCache
 
         packs = PackCache()
@@ -260,14 +260,6 @@ def _compile(
             pack_file.discard()
         raise
     return sum(memoryview(part).nbytes for part in parts), parts
-
-
-def _regular_file(path) -> bool:
-    """Whether `path` is a regular file, which the pack cache may hash (a FIFO would block
-    it; the import says what is wrong with anything else)."""
-    from tcc.infile import not_a_file
-
-    return not_a_file(path) is None
 
 
 def _kernels_and_pack(state: dict, target, schedule: bool, jobs, cache: bool, signer,

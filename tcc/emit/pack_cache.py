@@ -23,7 +23,8 @@ source's size, the entries tell a compile whose source has a size none of them h
 misses, without hashing anything (`may_hold`): it then hashes the model file beside the
 model's import, on a thread of its own (`key_beside`; hashing releases the GIL), where a
 lookup has to hash it first (ResNet-50: 0.15 s, 0.09 s of it the model file's sha256).
-Only a regular file is hashed (the driver passes anything else to the import). The pack
+Only a regular file is hashed: anything else has no key, and its compile is not cached. The
+pack
 goes into place first and the header last, each by a rename, so an entry with a header is
 whole. A compile that has just written its output links the entry's pack to that file where
 both are on one file system (`put(..., written=...)`): the pack is written once, not twice
@@ -78,7 +79,11 @@ def file_digest(path) -> str:
 def _sized_digest(path) -> tuple[int, str]:
     """The size and sha256 of the file `path`, as one open of it found them, read through
     one buffer of 4 MB: few enough chunks that a thread hashing it (`KeyBeside`), which
-    takes Python's lock back after each, seldom waits on the thread running Python."""
+    takes Python's lock back after each, seldom waits on the thread running Python. Anything
+    but a regular file is an OSError, not opened: a FIFO would block the open and the read
+    (the compile then goes on without the pack cache, and its reader says what is wrong)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(f"{path}: not a regular file")
     digest = hashlib.sha256()
     buffer = bytearray(4 << 20)
     view = memoryview(buffer)

@@ -74,8 +74,8 @@ def test_a_source_of_a_size_no_entry_has_misses_without_a_lookup(tmp_path, cache
 
 
 def test_a_fifo_is_refused_not_hashed(tmp_path, cache):
-    """The pack cache hashes only a regular file: a FIFO, which would block the read, is the
-    import's one-line error."""
+    """The pack cache hashes only a regular file: a FIFO, which would block the read, has no
+    key, and is the import's one-line error."""
     import threading
 
     from tcc.errors import TccError

@@ -15,7 +15,7 @@ from tcc.frontend.onnx.importer import from_onnx
 from tcc.frontend.onnx.raw_data import read_lifted
 
 
-def lift(data: bytes):
+def read_lifted_bytes(data: bytes):
     with tempfile.TemporaryFile() as f:
         f.write(data)
         f.flush()
@@ -67,7 +67,7 @@ def test_lifted_and_put_back_is_the_model(tensors, doc, constant_node):
                               doc_string=doc)
     model = helper.make_model(graph)
     data = model.SerializeToString()
-    found = lift(data)
+    found = read_lifted_bytes(data)
     raw_fields = [i for i, t in enumerate(initializers) if t.HasField("raw_data")]
     stripped, lifted = found
     assert sorted(lifted) == raw_fields
@@ -83,10 +83,10 @@ def test_what_it_does_not_lift():
     graph = helper.make_graph([helper.make_node("Identity", ["w"], ["o"])], "g", [],
                               [helper.make_tensor_value_info("o", 1, [2])], [w])
     data = helper.make_model(graph).SerializeToString()
-    assert lift(data) is not None
-    assert lift(data[:-3]) is None  # cut short: protobuf says what is wrong
-    assert lift(b"\x0b\x00") is None  # a group, which no ONNX message has
-    assert lift(data + data) is None  # two graph fields merge into one: protobuf's to read
+    assert read_lifted_bytes(data) is not None
+    assert read_lifted_bytes(data[:-3]) is None  # cut short: protobuf says what is wrong
+    assert read_lifted_bytes(b"\x0b\x00") is None  # a group, which no ONNX message has
+    assert read_lifted_bytes(data + data) is None  # two graph fields merge into one: protobuf's to read
 
 
 def _imported_both_ways(model: onnx.ModelProto, path) -> tuple:
